@@ -1,0 +1,207 @@
+"""The `replicaset` command line."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from replicaset import config as configuration
+from replicaset.identity import Identity, IdentityError, parse_uuid
+
+CONFIG_FILE = "config.toml"
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def _bind_value(text: str) -> Any:
+    """Command-line binds: integers and floats as numbers, NULL as NULL, the rest as text."""
+    if text == "NULL":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="replicaset", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    boot = sub.add_parser("bootstrap", help="start a new replica set; this instance gets id 1")
+    boot.add_argument("--data-dir", required=True, type=Path)
+    boot.add_argument("--listen", required=True)
+    boot.add_argument("--uuid", help="the replica set UUID (a new one when omitted)")
+    boot.add_argument("--config", type=Path)
+
+    serve = sub.add_parser("serve", help="serve an existing data directory")
+    serve.add_argument("--data-dir", required=True, type=Path)
+    serve.add_argument("--listen")
+    serve.add_argument("--config", type=Path)
+
+    sql = sub.add_parser("sql", help="run one SQL statement and print the result")
+    sql.add_argument("address", type=_address)
+    sql.add_argument("sql")
+    sql.add_argument("--bind", action="append", default=[], type=_bind_value)
+    sql.add_argument("--user")
+    sql.add_argument("--password")
+
+    con = sub.add_parser("console", help="admin console: box.info, box.cfg, box.snapshot()")
+    con.add_argument("address", type=_address)
+    con.add_argument("-e", dest="expr", help="evaluate one expression and exit")
+    con.add_argument("--user")
+    con.add_argument("--password")
+
+    demo = sub.add_parser("demo", help="start a local instance, run a short workload, show box.info")
+    demo.add_argument("--data-dir", type=Path)
+    demo.add_argument("--rows", type=int, default=2000)
+    return parser
+
+
+def _load_config(args: argparse.Namespace, data_dir: Path) -> configuration.Config:
+    path = args.config or (data_dir / CONFIG_FILE if (data_dir / CONFIG_FILE).exists() else None)
+    return configuration.load(path, {"listen": args.listen})
+
+
+def _serve(data_dir: Path, cfg: configuration.Config, identity: Identity) -> int:
+    from replicaset.runtime.logging import configure
+    from replicaset.runtime.node import Node
+
+    configure(cfg.log_level)
+    node = Node(config=cfg, identity=identity, data_dir=data_dir)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(node.run)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    node.log.info("signal", signal=signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    return
+
+    trio.run(main)
+    return 0
+
+
+def cmd_bootstrap(args: argparse.Namespace) -> int:
+    data_dir: Path = args.data_dir
+    if Identity.exists(data_dir):
+        raise IdentityError(f"{data_dir} already holds an instance: use `replicaset serve`")
+    cfg = _load_config(args, data_dir)
+    identity = Identity(
+        replicaset_uuid=parse_uuid(args.uuid, "--uuid") if args.uuid else str(uuid.uuid4()),
+        instance_uuid=str(uuid.uuid4()),
+        instance_id=1,
+    )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if args.config:
+        shutil.copyfile(args.config, data_dir / CONFIG_FILE)
+    identity.save(data_dir)
+    return _serve(data_dir, cfg, identity)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    identity = Identity.load(args.data_dir)
+    return _serve(args.data_dir, _load_config(args, args.data_dir), identity)
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from replicaset.iproto.client import Client
+    from replicaset.iproto.errors import ServerError
+
+    host, port = args.address
+    with Client.connect(host, port, user=args.user, password=args.password) as client:
+        try:
+            result = client.execute(args.sql, args.bind)
+        except ServerError as exc:
+            print(f"error {exc.code}: {exc.message}", file=sys.stderr)
+            return 1
+    if result.columns:
+        print(format_table(result.columns, result.rows))
+    else:
+        ids = f", autoincrement ids {result.autoincrement_ids}" if result.autoincrement_ids else ""
+        print(f"{result.row_count} row(s) changed{ids}")
+    return 0
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(c) for c in columns]] + [["NULL" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = [" | ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(lines)
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    from replicaset.console import to_yaml
+    from replicaset.iproto.client import Client
+    from replicaset.iproto.errors import ServerError
+
+    host, port = args.address
+    with Client.connect(host, port, user=args.user, password=args.password) as client:
+        exprs = [args.expr] if args.expr else _prompt(f"{host}:{port}> ")
+        status = 0
+        for expr in exprs:
+            if not expr.strip():
+                continue
+            try:
+                print(to_yaml(client.eval(expr)[0]), end="")
+            except ServerError as exc:
+                print(to_yaml({"error": exc.message}), end="")
+                status = 1
+        return status
+
+
+def _prompt(prompt: str):  # type: ignore[no-untyped-def]
+    interactive = sys.stdin.isatty()
+    while True:
+        try:
+            yield input(prompt if interactive else "")
+        except EOFError:
+            return
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from replicaset.demo import run_demo
+
+    return run_demo(args.data_dir, rows=args.rows)
+
+
+COMMANDS = {
+    "bootstrap": cmd_bootstrap,
+    "serve": cmd_serve,
+    "sql": cmd_sql,
+    "console": cmd_console,
+    "demo": cmd_demo,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (configuration.ConfigError, IdentityError) as exc:
+        print(f"replicaset: {exc}", file=sys.stderr)
+        return 2
+    except ConnectionError as exc:
+        print(f"replicaset: cannot reach the server: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Configuration: one TOML file, Tarantool's `box.cfg` names where one exists.
+
+Every option is declared once in `OPTIONS` with its type, default and check, so the
+file, the command-line overrides and `box.cfg` in the console all see the same table.
+An unknown option or a bad value stops the start with a message naming the option.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+class ConfigError(ValueError):
+    """An option is unknown or its value is invalid; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    default: Any
+    kind: type | tuple[type, ...]
+    check: Callable[[Any], bool] = lambda _: True
+    rule: str = ""
+
+
+def _positive(value: Any) -> bool:
+    return value > 0
+
+
+def _address(value: Any) -> bool:
+    host, sep, port = str(value).rpartition(":")
+    return bool(sep) and bool(host) and port.isdigit() and 0 <= int(port) < 65536
+
+
+def _addresses(value: Any) -> bool:
+    return all(isinstance(v, str) and _address(v) for v in value)
+
+
+def _names(value: Any) -> bool:
+    return all(isinstance(v, str) and v for v in value)
+
+
+OPTIONS: dict[str, Option] = {
+    "listen": Option("127.0.0.1:3301", str, _address, "HOST:PORT"),
+    "replication": Option([], list, _addresses, "a list of HOST:PORT"),
+    "read_only": Option(False, bool),
+    "replication_connect_quorum": Option(None, (int, type(None)), lambda v: v is None or v >= 0, ">= 0"),
+    "replication_connect_timeout": Option(30.0, (int, float), _positive, "> 0 seconds"),
+    "replication_timeout": Option(1.0, (int, float), _positive, "> 0 seconds"),
+    "replication_skip_conflict": Option(False, bool),
+    "wal_mode": Option("write", str, lambda v: v in ("write", "fsync"), "write or fsync"),
+    "wal_max_size": Option(64 * MIB, int, lambda v: v >= 64 * KIB, ">= 65536 bytes"),
+    "checkpoint_interval": Option(3600.0, (int, float), lambda v: v >= 0, ">= 0 seconds (0: never)"),
+    "checkpoint_count": Option(2, int, lambda v: v >= 1, ">= 1"),
+    "local_tables": Option([], list, _names, "a list of table names"),
+    "max_frame_bytes": Option(16 * MIB, int, lambda v: v >= 4 * KIB, ">= 4096 bytes"),
+    "max_txn_bytes": Option(8 * MIB, int, lambda v: v >= KIB, ">= 1024 bytes"),
+    "log_level": Option("info", str, lambda v: v in ("debug", "info", "warning", "error"), "debug, info, warning or error"),
+    "wal.group_commit_rows_max": Option(1024, int, _positive, "> 0"),
+    "wal.group_commit_bytes_max": Option(4 * MIB, int, _positive, "> 0"),
+    "wal.group_commit_delay_ms": Option(0.0, (int, float), lambda v: v >= 0, ">= 0 ms"),
+    "transaction.stream_timeout_s": Option(10.0, (int, float), _positive, "> 0 seconds"),
+    "sql.auto_id_mode": Option("compact", str, lambda v: v in ("compact", "extended"), "compact or extended"),
+    "auth.users": Option({}, dict, lambda v: all(isinstance(p, str) for p in v.values()), "a table of user = password"),
+    "auth.guest": Option(True, bool),
+}
+
+
+class Config:
+    """Validated options; `cfg["wal.group_commit_rows_max"]` or `cfg.listen`."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = dict(values)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """`[wal] group_commit_rows_max = 8` becomes `wal.group_commit_rows_max`."""
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        if isinstance(value, dict) and key not in OPTIONS:
+            for sub, subvalue in value.items():
+                flat[f"{key}.{sub}"] = subvalue
+        else:
+            flat[key] = value
+    return flat
+
+
+def validate(name: str, value: Any) -> Any:
+    option = OPTIONS.get(name)
+    if option is None:
+        raise ConfigError(f"unknown option {name!r}")
+    kind = option.kind
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kinds):
+        raise ConfigError(f"option {name!r}: expected {_kind_name(kind)}, got {value!r}")
+    if not option.check(value):
+        raise ConfigError(f"option {name!r}: {value!r} is invalid, must be {option.rule}")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join("nothing" if k is type(None) else k.__name__ for k in kinds)
+
+
+def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Defaults, then the file, then command-line overrides; each value validated."""
+    values = {name: option.default for name, option in OPTIONS.items()}
+    if path is not None:
+        try:
+            doc = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        for name, value in _flatten(doc).items():
+            values[name] = validate(name, value)
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            values[name] = validate(name, value)
+    return Config(values)

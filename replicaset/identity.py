@@ -1,0 +1,63 @@
+"""`instance.toml`: who this data directory is (replica set, instance, id)."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE_NAME = "instance.toml"
+
+
+class IdentityError(ValueError):
+    """The data directory's identity is missing, unreadable or contradicts a flag."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Identity:
+    replicaset_uuid: str
+    instance_uuid: str
+    instance_id: int
+
+    def save(self, data_dir: Path) -> None:
+        text = (
+            f'replicaset_uuid = "{self.replicaset_uuid}"\n'
+            f'instance_uuid = "{self.instance_uuid}"\n'
+            f"instance_id = {self.instance_id}\n"
+        )
+        partial = data_dir / (FILE_NAME + ".partial")
+        partial.write_text(text)
+        with open(partial, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(partial, data_dir / FILE_NAME)
+
+    @classmethod
+    def load(cls, data_dir: Path) -> Identity:
+        path = data_dir / FILE_NAME
+        try:
+            doc = tomllib.loads(path.read_text())
+            identity = cls(
+                replicaset_uuid=str(uuid.UUID(doc["replicaset_uuid"])),
+                instance_uuid=str(uuid.UUID(doc["instance_uuid"])),
+                instance_id=int(doc["instance_id"]),
+            )
+        except FileNotFoundError as exc:
+            raise IdentityError(f"{path} does not exist: run `replicaset bootstrap` or `replicaset join` first") from exc
+        except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError) as exc:
+            raise IdentityError(f"{path} is unreadable: {exc}") from exc
+        if not 1 <= identity.instance_id <= 31:
+            raise IdentityError(f"{path}: instance_id {identity.instance_id} is outside 1..31")
+        return identity
+
+    @classmethod
+    def exists(cls, data_dir: Path) -> bool:
+        return (data_dir / FILE_NAME).exists()
+
+
+def parse_uuid(text: str, what: str) -> str:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError as exc:
+        raise IdentityError(f"{what} {text!r} is not a UUID") from exc

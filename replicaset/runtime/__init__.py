@@ -1,0 +1,1 @@
+"""The trio runtime: the node, its single writer and its iproto server."""

@@ -1,0 +1,331 @@
+"""One client connection speaking iproto.
+
+Theory of operation: the read loop decodes frames and never waits for the database; it
+hands each request to a lane: lane 0 for requests outside streams, one lane per
+STREAM_ID. A lane runs its requests in arrival order; a write's reply is sent once its
+group commit is durable, by a task of its own, so pipelined writes share one flush. A
+stream transaction holds the single writer from its first statement to COMMIT or
+ROLLBACK and is rolled back when `stream_timeout_s` passes or the connection closes.
+Replies are gathered in an outbox and sent with one `send_all` per wake-up.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from replicaset.console import ConsoleError
+from replicaset.iproto import auth
+from replicaset.iproto.codec import FrameDecoder, Frame, encode_error, encode_greeting, encode_ok
+from replicaset.iproto.constants import ErrorCode, Key, RequestType
+from replicaset.iproto.errors import RemoteProtocolError
+from replicaset.iproto.sql_wire import decode_binds, metadata, sql_info, sql_type_name
+from replicaset.runtime.writer import Ticket, WriteFailed
+from replicaset.storage import LocalTxn, SqlError, StatementResult
+
+if TYPE_CHECKING:
+    from replicaset.runtime.node import Node
+
+RECEIVE_BYTES = 64 * 1024
+LANE_QUEUE_MAX = 256
+STREAMS_PER_CONNECTION_MAX = 64
+_VSPACE, _VINDEX = 281, 289
+
+
+class RequestError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class _Stream:
+    txn: LocalTxn | None = None
+    began: bool = False
+    deadline: float = math.inf
+    timed_out: bool = False
+
+
+class Session:
+    def __init__(self, node: Node, stream: trio.SocketStream) -> None:
+        self._node = node
+        self._stream = stream
+        self._outbox = bytearray()
+        self._outbox_ready = trio.Event()
+        self._lanes: dict[int, trio.MemorySendChannel[Frame]] = {}
+        self._salt = os.urandom(32)
+        self._user: str | None = "guest" if node.guest_allowed else None
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _send(self, data: bytes) -> None:
+        self._outbox += data
+        self._outbox_ready.set()
+
+    def _reply_ok(self, frame: Frame, body: dict[int, Any] | None = None) -> None:
+        self._send(encode_ok(sync=frame.sync, schema_version=self._node.schema_version, body=body, stream_id=frame.stream_id))
+
+    def _reply_error(self, sync: int, code: int, message: str) -> None:
+        self._send(encode_error(sync=sync, schema_version=self._node.schema_version, code=code, message=message))
+
+    async def _sender(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready = trio.Event()
+            data, self._outbox = bytes(self._outbox), bytearray()
+            await self._stream.send_all(data)
+
+    async def run(self) -> None:
+        greeting = encode_greeting(version=self._node.version, instance_uuid=self._node.identity.instance_uuid, salt=self._salt)
+        try:
+            await self._stream.send_all(greeting)
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._sender)
+                await self._read_loop(nursery)
+                await self._drain(nursery)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(self._stream)
+
+    async def _drain(self, nursery: trio.Nursery) -> None:
+        """The peer closed its side: finish lanes, send what is left, then stop."""
+        for channel in self._lanes.values():
+            await channel.aclose()
+        self._lanes.clear()
+        with trio.move_on_after(self._node.shutdown_grace_s):
+            while len(nursery.child_tasks) > 1 or self._outbox:
+                await trio.sleep(0.001)
+        nursery.cancel_scope.cancel()
+
+    async def _read_loop(self, nursery: trio.Nursery) -> None:
+        decoder = FrameDecoder(self._node.config.max_frame_bytes)
+        while True:
+            data = await self._stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                return
+            decoder.feed(data)
+            while True:
+                try:
+                    frame = decoder.next_frame()
+                except RemoteProtocolError as exc:
+                    self._node.log.warning("bad_frame", error=exc.message, fatal=exc.fatal)
+                    self._reply_error(exc.sync or 0, exc.code, exc.message)
+                    if exc.fatal:
+                        await self._stream.send_all(bytes(self._outbox))
+                        raise trio.ClosedResourceError from exc
+                    continue
+                if frame is None:
+                    break
+                await self._route(frame, nursery)
+
+    async def _route(self, frame: Frame, nursery: trio.Nursery) -> None:
+        lane = self._lanes.get(frame.stream_id)
+        if lane is None:
+            if len(self._lanes) > STREAMS_PER_CONNECTION_MAX:
+                self._reply_error(frame.sync, ErrorCode.ILLEGAL_PARAMS, f"more than {STREAMS_PER_CONNECTION_MAX} streams on one connection")
+                return
+            lane, receive = trio.open_memory_channel[Frame](LANE_QUEUE_MAX)
+            self._lanes[frame.stream_id] = lane
+            nursery.start_soon(self._lane, frame.stream_id, receive)
+        await lane.send(frame)
+
+    async def _lane(self, stream_id: int, frames: trio.MemoryReceiveChannel[Frame]) -> None:
+        stream = _Stream()
+        try:
+            while True:
+                with trio.move_on_at(stream.deadline) as scope:
+                    try:
+                        frame = await frames.receive()
+                    except trio.EndOfChannel:
+                        return
+                if scope.cancelled_caught:
+                    self._expire(stream)
+                    continue
+                try:
+                    await self._handle(frame, stream)
+                except RequestError as exc:
+                    self._reply_error(frame.sync, exc.code, exc.message)
+                except RemoteProtocolError as exc:
+                    self._reply_error(frame.sync, exc.code, exc.message)
+        finally:
+            if stream.txn is not None:
+                self._node.writer.rollback_stream(stream.txn)
+                stream.txn = None
+
+    def _expire(self, stream: _Stream) -> None:
+        if stream.txn is not None:
+            self._node.writer.rollback_stream(stream.txn)
+            stream.txn = None
+        stream.timed_out = True
+        stream.deadline = math.inf
+        self._node.log.info("stream_transaction_timeout")
+
+    # ---------------------------------------------------------------- requests
+
+    async def _handle(self, frame: Frame, stream: _Stream) -> None:
+        kind = frame.request_type
+        if kind == RequestType.PING:
+            self._reply_ok(frame)
+            return
+        if kind == RequestType.ID:
+            self._reply_ok(frame, {Key.VERSION: 3, Key.FEATURES: [0, 1, 2]})
+            return
+        if kind == RequestType.AUTH:
+            self._auth(frame)
+            self._reply_ok(frame)
+            return
+        if self._user is None:
+            raise RequestError(ErrorCode.ACCESS_DENIED, "authentication required: this server has no guest access")
+        if kind == RequestType.EXECUTE:
+            await self._execute(frame, stream)
+        elif kind == RequestType.SELECT:
+            self._select(frame)
+        elif kind == RequestType.EVAL:
+            await self._eval(frame)
+        elif kind == RequestType.BEGIN:
+            self._begin(frame, stream)
+        elif kind == RequestType.COMMIT:
+            await self._finish(frame, stream, commit=True)
+        elif kind == RequestType.ROLLBACK:
+            await self._finish(frame, stream, commit=False)
+        else:
+            raise RequestError(ErrorCode.UNKNOWN_REQUEST_TYPE, f"Unknown request type {kind}")
+
+    def _auth(self, frame: Frame) -> None:
+        user = frame.body.get(Key.USER_NAME)
+        tuple_ = frame.body.get(Key.TUPLE)
+        if not isinstance(user, str):
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, "AUTH needs a user name")
+        users = self._node.config["auth.users"]
+        if user == "guest" and self._node.guest_allowed:
+            self._user = user
+            return
+        if user not in users:
+            raise RequestError(ErrorCode.NO_SUCH_USER, f"User '{user}' is not found")
+        if not (isinstance(tuple_, list) and len(tuple_) == 2 and tuple_[0] == "chap-sha1" and isinstance(tuple_[1], bytes)):
+            raise RequestError(ErrorCode.UNKNOWN_AUTH_METHOD, "AUTH supports chap-sha1 only")
+        if not auth.check_scramble(tuple_[1], self._salt, users[user]):
+            raise RequestError(ErrorCode.CREDS_MISMATCH, "User not found or supplied credentials are invalid")
+        self._user = user
+
+    async def _execute(self, frame: Frame, stream: _Stream) -> None:
+        if Key.STMT_ID in frame.body:
+            raise RequestError(ErrorCode.UNSUPPORTED, "prepared statements are not supported: send SQL_TEXT")
+        sql = frame.body.get(Key.SQL_TEXT)
+        if not isinstance(sql, str):
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, "EXECUTE needs SQL_TEXT")
+        binds = decode_binds(frame.body.get(Key.SQL_BIND))
+        node = self._node
+        if stream.timed_out:
+            raise RequestError(ErrorCode.TRANSACTION_TIMEOUT, "Transaction has been aborted by timeout")
+        try:
+            if stream.began:
+                if stream.txn is None:
+                    node.check_writable()
+                    stream.txn = await node.writer.begin_stream()
+                self._reply_result(frame, node.writer.stream_execute(stream.txn, sql, binds))
+                return
+            if node.engine.is_read(sql):
+                result = node.engine.query(sql, binds)
+                if result is not None:
+                    self._reply_result(frame, result)
+                    return
+            node.check_writable()
+            result, ticket = await node.writer.execute_nowait(sql, binds)
+        except SqlError as exc:
+            raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
+        self._nursery.start_soon(self._reply_when_durable, frame, result, ticket)
+
+    async def _reply_when_durable(self, frame: Frame, result: StatementResult, ticket: Ticket) -> None:
+        try:
+            await ticket.wait()
+        except WriteFailed as exc:
+            self._reply_error(frame.sync, ErrorCode.WAL_IO, str(exc))
+            return
+        self._reply_result(frame, result)
+
+    def _reply_result(self, frame: Frame, result: StatementResult) -> None:
+        if result.columns:
+            first = result.rows[0] if result.rows else None
+            columns = [
+                (name, sql_type_name(decl) if decl or first is None else _value_type(first[i]))
+                for i, (name, decl) in enumerate(result.columns)
+            ]
+            self._reply_ok(frame, {Key.METADATA: metadata(columns), Key.DATA: result.rows})
+        else:
+            self._reply_ok(frame, {Key.SQL_INFO: sql_info(result.row_count or 0, result.autoincrement_ids)})
+
+    def _select(self, frame: Frame) -> None:
+        space = frame.body.get(Key.SPACE_ID)
+        if space not in (_VSPACE, _VINDEX):
+            raise RequestError(ErrorCode.UNSUPPORTED, f"SELECT on space {space} is not supported: use SQL (EXECUTE)")
+        key = frame.body.get(Key.KEY) or []
+        index = frame.body.get(Key.INDEX_ID, 0)
+        rows = self._node.schema_tuples(space)
+        if key:
+            field = {(_VSPACE, 0): [0], (_VSPACE, 2): [2], (_VINDEX, 0): [0, 1], (_VINDEX, 2): [0, 2]}.get((space, index), [0])
+            rows = [r for r in rows if all(r[f] == k for f, k in zip(field, key))]
+        self._reply_ok(frame, {Key.DATA: rows})
+
+    async def _eval(self, frame: Frame) -> None:
+        expr = frame.body.get(Key.EXPR)
+        if not isinstance(expr, str):
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, "EVAL needs EXPR")
+        try:
+            value = await self._node.console(expr)
+        except ConsoleError as exc:
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
+        self._reply_ok(frame, {Key.DATA: [value]})
+
+    def _begin(self, frame: Frame, stream: _Stream) -> None:
+        if frame.stream_id == 0:
+            raise RequestError(ErrorCode.UNABLE_TO_PROCESS_OUT_OF_STREAM, "BEGIN needs a STREAM_ID")
+        if stream.began:
+            raise RequestError(ErrorCode.ACTIVE_TRANSACTION, "Operation is not permitted when there is an active transaction")
+        timeout_s = self._node.config["transaction.stream_timeout_s"]
+        requested = frame.body.get(Key.TIMEOUT)
+        if isinstance(requested, (int, float)) and not isinstance(requested, bool) and requested > 0:
+            timeout_s = min(timeout_s, requested)
+        stream.began, stream.timed_out = True, False
+        stream.deadline = trio.current_time() + timeout_s
+        self._reply_ok(frame)
+
+    async def _finish(self, frame: Frame, stream: _Stream, *, commit: bool) -> None:
+        if frame.stream_id == 0:
+            raise RequestError(ErrorCode.UNABLE_TO_PROCESS_OUT_OF_STREAM, "COMMIT and ROLLBACK need a STREAM_ID")
+        txn, timed_out = stream.txn, stream.timed_out
+        stream.txn, stream.began, stream.timed_out, stream.deadline = None, False, False, math.inf
+        if timed_out and commit:
+            raise RequestError(ErrorCode.TRANSACTION_TIMEOUT, "Transaction has been aborted by timeout")
+        if txn is not None:
+            if commit:
+                try:
+                    await self._node.writer.commit_stream(txn)
+                except SqlError as exc:
+                    raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
+                except WriteFailed as exc:
+                    raise RequestError(ErrorCode.WAL_IO, str(exc)) from exc
+            else:
+                self._node.writer.rollback_stream(txn)
+        self._reply_ok(frame)
+
+
+def _value_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bytes):
+        return "varbinary"
+    return "any"

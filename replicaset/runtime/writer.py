@@ -1,0 +1,185 @@
+"""The single writer: every change to the database passes through here, one at a time.
+
+Statements run at once under the writer token (a one-slot semaphore, so a stream
+transaction may hold it across requests); their transactions join the open batch.
+A flusher task makes the batch durable, with one WAL write and one SQLite commit, as
+soon as the tasks already runnable had their chance to join it (or after
+`group_commit_delay_ms`), or at once when the batch reaches its row or byte bound.
+Clients are answered only after the flush that made their transaction durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from replicaset.storage import Engine, EngineFatal, LocalTxn, SqlError, StatementResult
+from wal import Record
+
+
+class WriteFailed(Exception):
+    """The batch holding a transaction could not be made durable; it was rolled back."""
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A transaction waiting for the flush that makes it durable."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    error: Exception | None = None
+
+    async def wait(self) -> None:
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupCommit:
+    rows_max: int = 1024
+    bytes_max: int = 4 * 1024 * 1024
+    delay_ms: float = 0.0
+
+
+class Writer:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        group_commit: GroupCommit,
+        fsync: bool,
+        on_flush: Callable[[list[Record]], None] = lambda records: None,
+    ) -> None:
+        self.engine = engine
+        self._policy = group_commit
+        self._fsync = fsync
+        self._on_flush = on_flush
+        self.token = trio.Semaphore(1)
+        self._tickets: list[Ticket] = []
+        self._batch_bytes = 0
+        self._wakeup = trio.Event()
+        self.fatal: EngineFatal | None = None
+
+    # ---------------------------------------------------------------- client writes
+
+    async def execute_nowait(
+        self, sql: str, binds: Sequence[Any] | dict[str, Any]
+    ) -> tuple[StatementResult, Ticket]:
+        """Run one statement in its own transaction; the ticket says when it is durable."""
+        async with self.token:
+            txn = self.engine.begin()
+            try:
+                result = self.engine.execute(txn, sql, binds)
+            except SqlError:
+                self.engine.rollback(txn)
+                raise
+            return result, await self._commit(txn)
+
+    async def execute(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult:
+        """One statement in its own transaction, returned once durable."""
+        result, ticket = await self.execute_nowait(sql, binds)
+        await ticket.wait()
+        return result
+
+    async def begin_stream(self) -> LocalTxn:
+        """Take the writer for a stream transaction; the caller must end it."""
+        await self.token.acquire()
+        try:
+            await self._flush_now()
+            return self.engine.begin(explicit=True)
+        except BaseException:
+            self.token.release()
+            raise
+
+    def stream_execute(self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any]) -> StatementResult:
+        return self.engine.execute(txn, sql, binds)
+
+    async def commit_stream(self, txn: LocalTxn) -> None:
+        try:
+            ticket = await self._commit(txn)
+            await self._flush_now()
+        finally:
+            self.token.release()
+        await ticket.wait()
+
+    def rollback_stream(self, txn: LocalTxn) -> None:
+        try:
+            self.engine.rollback(txn)
+        finally:
+            self.token.release()
+
+    async def _commit(self, txn: LocalTxn) -> Ticket:
+        committed = self.engine.commit(txn)
+        ticket = Ticket()
+        self._tickets.append(ticket)
+        if committed is not None:
+            self._batch_bytes += sum(len(r.payload) for r in committed.records)
+        if len(self._tickets) >= self._policy.rows_max or self._batch_bytes >= self._policy.bytes_max:
+            await self._flush_now()
+        else:
+            self._wakeup.set()
+        return ticket
+
+    # ---------------------------------------------------------------- apply
+
+    async def apply(self, records: Sequence[Record]) -> int:
+        """Apply rows of other origins (each once); returns how many were new."""
+        async with self.token:
+            applied = sum(1 for record in records if self.engine.apply(record))
+            if applied:
+                ticket = Ticket()
+                self._tickets.append(ticket)
+                await self._flush_now()
+        return applied
+
+    # ---------------------------------------------------------------- flushing
+
+    async def run_flusher(self) -> None:
+        """Flush batches as they form; runs for the life of the node."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            if self._policy.delay_ms:
+                await trio.sleep(self._policy.delay_ms / 1000)
+            else:
+                await trio.sleep(0)
+            async with self.token:
+                await self._flush_now()
+
+    async def _flush_now(self) -> None:
+        tickets, self._tickets = self._tickets, []
+        self._batch_bytes = 0
+        if not tickets and not self.engine.batch_records:
+            self.engine.flush()
+            return
+        try:
+            if self._fsync:
+                records = await trio.to_thread.run_sync(self.engine.flush)
+            else:
+                records = self.engine.flush()
+        except EngineFatal as exc:
+            self.fatal = exc
+            for ticket in tickets:
+                ticket.error = exc
+                ticket.done.set()
+            raise
+        except Exception as exc:
+            failure = WriteFailed(f"WAL write failed, transaction rolled back: {exc}")
+            for ticket in tickets:
+                ticket.error = failure
+                ticket.done.set()
+            return
+        for ticket in tickets:
+            ticket.done.set()
+        if records:
+            self._on_flush(records)
+
+    async def checkpoint(self) -> str:
+        """Flush what is pending, then copy the database on a reader in a thread."""
+        async with self.token:
+            await self._flush_now()
+        path = await trio.to_thread.run_sync(self.engine.checkpoint)
+        return str(path)

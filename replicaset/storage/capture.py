@@ -1,0 +1,86 @@
+"""Row-level change capture with SQLite's preupdate hook.
+
+The hook fires for every row a statement changes, trigger and cascade changes included
+(depth > 0), and also for changes SQLite later undoes: the engine marks the buffer before
+each statement and truncates it back when the statement's savepoint is rolled back.
+"""
+
+from __future__ import annotations
+
+
+import apsw
+
+from replicaset.storage.keys import intent_key
+from replicaset.storage.rows import CapturedRow, Op
+from replicaset.storage.schema import TableCache, TableInfo, is_internal
+
+
+class Capture:
+    def __init__(self, conn: apsw.Connection, tables: TableCache) -> None:
+        self._tables = tables
+        self.rows: list[CapturedRow] = []
+        self.error: str | None = None
+        conn.preupdate_hook(self._on_change)
+
+    def mark(self) -> int:
+        return len(self.rows)
+
+    def truncate(self, mark: int) -> None:
+        del self.rows[mark:]
+
+    def take(self, mark: int = 0) -> list[CapturedRow]:
+        taken = self.rows[mark:]
+        del self.rows[mark:]
+        return taken
+
+    def _on_change(self, u: apsw.PreUpdate) -> None:
+        if u.database_name != "main" or is_internal(u.table_name):
+            return
+        info = self._tables.get(u.table_name)
+        if info is None:
+            self.error = f"cannot capture a change to unknown table {u.table_name!r}"
+            return
+        rows = self.rows
+        if u.op == "INSERT":
+            new = u.new
+            rows.append(_row(info, Op.INSERT, new, u.rowid_new, new=new))
+        elif u.op == "DELETE":
+            old = u.old
+            rows.append(_row(info, Op.DELETE, old, u.rowid, old=old))
+        else:
+            old, new = u.old, u.new
+            old_key = _key(info, old, u.rowid)
+            new_key = _key(info, new, u.rowid_new)
+            if old_key == new_key:
+                rows.append(_row(info, Op.UPDATE, new, u.rowid_new, old=old, new=new))
+            else:
+                rows.append(_row(info, Op.DELETE, old, u.rowid, old=old))
+                rows.append(_row(info, Op.INSERT, new, u.rowid_new, new=new))
+
+
+def _key(info: TableInfo, values: tuple, rowid: int) -> str:
+    if not info.pk_columns:
+        return f"{info.name}:{rowid}"
+    return intent_key(info.name, info.pk_columns, [values[i] for i in info.pk_positions])
+
+
+def _row(
+    info: TableInfo,
+    op: Op,
+    key_values: tuple,
+    rowid: int,
+    *,
+    old: tuple | None = None,
+    new: tuple | None = None,
+) -> CapturedRow:
+    columns = info.columns
+    return CapturedRow(
+        table=info.name,
+        op=op,
+        key=_key(info, key_values, rowid),
+        old=dict(zip(columns, old)) if old is not None else None,
+        new=dict(zip(columns, new)) if new is not None else None,
+        rowid=rowid if not info.pk_columns else None,
+    )
+
+

@@ -1,0 +1,100 @@
+"""Checkpoints: consistent SQLite copies made with `VACUUM INTO` on a reader connection.
+
+A checkpoint's vclock is the `_rs_vclock` table inside the file, so the file and its
+vclock can never disagree. Files are named `%020d.snap` by that vclock's signature and
+written under a temporary name first, then renamed: a crash leaves no half checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import apsw
+import msgpack
+import xxhash
+
+from replicaset.storage.schema import is_internal, load_table, quote
+from wal import VClock
+
+SUFFIX = ".snap"
+PARTIAL_SUFFIX = ".snap.partial"
+
+
+def vclock_of(path: Path) -> VClock:
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return VClock(dict(conn.execute("SELECT origin, lsn FROM _rs_vclock").fetchall()))
+    finally:
+        conn.close()
+
+
+def listing(snap_dir: Path) -> list[tuple[Path, VClock]]:
+    """Checkpoints from oldest to newest."""
+    found = [(p, vclock_of(p)) for p in sorted(snap_dir.glob("*" + SUFFIX))]
+    return sorted(found, key=lambda item: item[1].signature)
+
+
+def newest_usable(snap_dir: Path, wal_start: VClock, wal_end: VClock) -> Path | None:
+    """The newest checkpoint that the WAL continues without a hole."""
+    usable = [p for p, vc in listing(snap_dir) if wal_start <= vc and vc <= wal_end]
+    return usable[-1] if usable else None
+
+
+def remove_partial(snap_dir: Path) -> None:
+    for path in snap_dir.glob("*" + PARTIAL_SUFFIX):
+        path.unlink()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make(conn: apsw.Connection, snap_dir: Path, *, keep: int, log: Callable[..., None]) -> Path:
+    partial = snap_dir / f"{os.getpid()}{PARTIAL_SUFFIX}"
+    partial.unlink(missing_ok=True)
+    try:
+        conn.execute("VACUUM INTO ?", (str(partial),))
+    finally:
+        conn.close()
+    vclock = vclock_of(partial)
+    final = snap_dir / f"{vclock.signature:020d}{SUFFIX}"
+    _fsync(partial)
+    os.replace(partial, final)
+    _fsync(snap_dir)
+    log("checkpoint_created", path=str(final), vclock=vclock.to_dict(), bytes=final.stat().st_size)
+    for old, _ in listing(snap_dir)[:-keep] if keep > 0 else ():
+        old.unlink()
+        log("checkpoint_removed", path=str(old))
+    return final
+
+
+def digest(conn: apsw.Connection, exclude: Iterable[str] = ()) -> dict[str, int]:
+    """Per-table digest of rows (in primary-key order) and of their versions."""
+    skip = set(exclude)
+    result: dict[str, int] = {}
+    tables = [n for (n,) in conn.execute("SELECT name FROM sqlite_schema WHERE type='table' ORDER BY name")]
+    for table in tables:
+        if is_internal(table) or table in skip:
+            continue
+        info = load_table(conn, table)
+        order = ", ".join(map(quote, info.pk_columns)) if info and info.pk_columns else "rowid"
+        h = xxhash.xxh3_64()
+        for row in conn.execute(f"SELECT * FROM {quote(table)} ORDER BY {order}"):
+            h.update(_pack(row))
+        for row in conn.execute(
+            "SELECT key, hlc, origin, deleted FROM _rs_version WHERE tbl = ? ORDER BY key", (table,)
+        ):
+            h.update(_pack(row))
+        result[table] = h.intdigest()
+    return result
+
+
+def _pack(row: Any) -> bytes:
+    return msgpack.packb(list(row), use_bin_type=True)

@@ -1,0 +1,21 @@
+"""Errors of the storage engine; each says what the user can do about it."""
+
+
+class SqlError(Exception):
+    """A client statement was refused or failed; nothing it did remains."""
+
+
+class ApplyError(Exception):
+    """A replicated row could not be applied; the upstream that sent it stops."""
+
+
+class GapError(ApplyError):
+    """A row arrived whose LSN is beyond the next one expected from its origin."""
+
+
+class SchemaDivergence(ApplyError):
+    """A DDL row was written against a schema that differs from ours."""
+
+
+class EngineFatal(Exception):
+    """The WAL and SQLite may disagree; the process must stop and recover at restart."""

@@ -1,0 +1,123 @@
+"""The payloads of WAL rows: captured row changes and DDL statements.
+
+A DML payload is `{"h": commit hlc, "s": [schema origin, schema lsn], "r": [row, ...]}`;
+each row is `{"t": table, "op": op, "k": intent key, "o": old image, "n": new image}` with
+full images by column name (DESIGN section 5); rows of a table without a primary key
+(allowed for local tables only) also carry their rowid under `"rowid"`.
+A DDL payload is `{"h": hlc, "sql": text as written, "hb": hash before, "ha": hash after}`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import msgpack
+
+
+class Op(IntEnum):
+    INSERT = 0
+    REPLACE = 1
+    UPDATE = 2
+    DELETE = 3
+
+
+@dataclass(slots=True, kw_only=True)
+class CapturedRow:
+    table: str
+    op: Op
+    key: str
+    old: dict[str, Any] | None = None
+    new: dict[str, Any] | None = None
+    rowid: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"t": self.table, "op": int(self.op), "k": self.key}
+        if self.old is not None:
+            row["o"] = self.old
+        if self.new is not None:
+            row["n"] = self.new
+        if self.rowid is not None:
+            row["rowid"] = self.rowid
+        return row
+
+    @classmethod
+    def from_wire(cls, row: Any) -> CapturedRow:
+        if not isinstance(row, dict):
+            raise ValueError(f"captured row is not a map: {row!r:.80}")
+        try:
+            op = Op(row["op"])
+            table, key = row["t"], row["k"]
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"captured row lacks a valid table, op or key: {row!r:.120}") from exc
+        old, new, rowid = row.get("o"), row.get("n"), row.get("rowid")
+        if not isinstance(table, str) or not isinstance(key, str):
+            raise ValueError(f"captured row has a non-text table or key: {row!r:.120}")
+        if (old is not None and not isinstance(old, dict)) or (
+            new is not None and not isinstance(new, dict)
+        ):
+            raise ValueError(f"captured row images are not maps: {row!r:.120}")
+        if op is Op.DELETE and old is None or op is not Op.DELETE and new is None:
+            raise ValueError(f"captured {op.name} row lacks its image: {row!r:.120}")
+        return cls(table=table, op=op, key=key, old=old, new=new, rowid=rowid)
+
+
+@dataclass(slots=True, kw_only=True)
+class DmlPayload:
+    hlc: int
+    schema_id: tuple[int, int]
+    rows: list[CapturedRow] = field(default_factory=list)
+
+    def pack(self) -> bytes:
+        return msgpack.packb(
+            {"h": self.hlc, "s": list(self.schema_id), "r": [r.to_wire() for r in self.rows]},
+            use_bin_type=True,
+        )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> DmlPayload:
+        doc = _unpack_map(data)
+        try:
+            hlc, schema = doc["h"], doc["s"]
+            rows = [CapturedRow.from_wire(r) for r in doc["r"]]
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"DML payload lacks h, s or r: {exc}") from exc
+        if not isinstance(hlc, int) or not isinstance(schema, list) or len(schema) != 2:
+            raise ValueError("DML payload has a bad hlc or schema id")
+        return cls(hlc=hlc, schema_id=(schema[0], schema[1]), rows=rows)
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class DdlPayload:
+    hlc: int
+    sql: str
+    hash_before: int
+    hash_after: int
+
+    def pack(self) -> bytes:
+        return msgpack.packb(
+            {"h": self.hlc, "sql": self.sql, "hb": self.hash_before, "ha": self.hash_after},
+            use_bin_type=True,
+        )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> DdlPayload:
+        doc = _unpack_map(data)
+        try:
+            payload = cls(hlc=doc["h"], sql=doc["sql"], hash_before=doc["hb"], hash_after=doc["ha"])
+        except KeyError as exc:
+            raise ValueError(f"DDL payload lacks {exc}") from exc
+        if not isinstance(payload.sql, str) or not isinstance(payload.hlc, int):
+            raise ValueError("DDL payload has a bad sql text or hlc")
+        return payload
+
+
+def _unpack_map(data: bytes) -> dict[str, Any]:
+    try:
+        doc = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise ValueError(f"payload is not valid msgpack: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ValueError("payload is not a msgpack map")
+    return doc

@@ -1,0 +1,125 @@
+"""What the engine knows about tables: columns, primary keys, unique indexes, hashes.
+
+Internal tables start with `_rs_`; they live in the same SQLite file so that a row, its
+version and the applied vclock always change in one transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import apsw
+import xxhash
+
+INTERNAL_PREFIX = "_rs_"
+
+INTERNAL_DDL = (
+    "CREATE TABLE IF NOT EXISTS _rs_vclock(origin INTEGER PRIMARY KEY, lsn INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS _rs_version(tbl TEXT NOT NULL, key TEXT NOT NULL,"
+    " hlc INTEGER NOT NULL, origin INTEGER NOT NULL, deleted INTEGER NOT NULL,"
+    " PRIMARY KEY (tbl, key)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS _rs_meta(name TEXT PRIMARY KEY, value)",
+)
+
+_REFUSED_ALTER = re.compile(r"^\s*ALTER\s+TABLE\s+\S+\s+(RENAME|DROP)\b", re.IGNORECASE | re.DOTALL)
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def is_internal(table: str) -> bool:
+    return table.startswith(INTERNAL_PREFIX) or table.startswith("sqlite_")
+
+
+def refused_alter(sql: str) -> bool:
+    """RENAME and DROP COLUMN change names that captured rows and keys depend on."""
+    return bool(_REFUSED_ALTER.match(sql))
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    name: str
+    columns: tuple[str, ...]
+    pk_columns: tuple[str, ...]
+    pk_positions: tuple[int, ...]
+    rowid_alias: str | None
+    unique_indexes: tuple[tuple[str, ...], ...]
+
+    def column_positions(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.columns)}
+
+
+def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
+    rows = conn.execute(f"PRAGMA main.table_xinfo({quote(table)})").fetchall()
+    if not rows:
+        return None
+    columns = tuple(r[1] for r in rows if r[6] in (0, 2, 3))
+    pk = sorted((r[5], r[1]) for r in rows if r[5] > 0)
+    pk_columns = tuple(name for _, name in pk)
+    positions = {name: i for i, name in enumerate(columns)}
+    rowid_alias = None
+    if len(pk_columns) == 1:
+        decl = next(r[2] for r in rows if r[1] == pk_columns[0])
+        without_rowid = conn.execute(
+            "SELECT sql LIKE '%WITHOUT ROWID%' FROM sqlite_schema WHERE type='table' AND name=?",
+            (table,),
+        ).fetchone()[0]
+        if decl.upper() == "INTEGER" and not without_rowid:
+            rowid_alias = pk_columns[0]
+    uniques = []
+    for _, index_name, unique, origin, _partial in conn.execute(
+        f"PRAGMA main.index_list({quote(table)})"
+    ).fetchall():
+        if unique and origin != "pk":
+            cols = tuple(
+                r[2] for r in conn.execute(f"PRAGMA main.index_info({quote(index_name)})")
+            )
+            if all(c is not None for c in cols):
+                uniques.append(cols)
+    return TableInfo(
+        name=table,
+        columns=columns,
+        pk_columns=pk_columns,
+        pk_positions=tuple(positions[c] for c in pk_columns),
+        rowid_alias=rowid_alias,
+        unique_indexes=tuple(uniques),
+    )
+
+
+def user_objects(conn: apsw.Connection) -> list[tuple[str, str, str, str]]:
+    """(type, name, tbl_name, sql) of every schema object a client made, in name order."""
+    return [
+        row
+        for row in conn.execute(
+            "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema ORDER BY type, name"
+        ).fetchall()
+        if not is_internal(row[2]) and not is_internal(row[1])
+    ]
+
+
+def schema_hash(conn: apsw.Connection, local_tables: frozenset[str]) -> int:
+    """A digest of the replicated schema; members holding equal schemas hold equal hashes."""
+    digest = xxhash.xxh3_64()
+    for kind, name, tbl_name, sql in user_objects(conn):
+        if tbl_name in local_tables:
+            continue
+        digest.update(f"{kind}\x1f{name}\x1f{sql}\x1e".encode())
+    return digest.intdigest()
+
+
+class TableCache:
+    """Table descriptions for one connection; the engine drops them after every DDL."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+        self._tables: dict[str, TableInfo | None] = {}
+
+    def invalidate(self) -> None:
+        self._tables.clear()
+
+    def get(self, table: str) -> TableInfo | None:
+        if table not in self._tables:
+            self._tables[table] = load_table(self._conn, table)
+        return self._tables[table]
