@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ class Node:
         host, port = parse_address(self.config.listen)
         try:
             async with trio.open_nursery() as nursery:
-                listeners = await nursery.start(trio.serve_tcp, self._serve_connection, port, host)
+                listeners = await nursery.start(partial(trio.serve_tcp, self._serve_connection, port, host=host))
                 sockname = listeners[0].socket.getsockname()
                 self.listen_address = f"{sockname[0]}:{sockname[1]}"
                 nursery.start_soon(self.writer.run_flusher)

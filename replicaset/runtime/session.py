@@ -25,7 +25,7 @@ from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.sql_wire import decode_binds, metadata, sql_info, sql_type_name
 from replicaset.runtime.writer import Ticket, WriteFailed
-from replicaset.storage import LocalTxn, SqlError, StatementResult
+from replicaset.storage import EngineFatal, LocalTxn, SqlError, StatementResult
 
 if TYPE_CHECKING:
     from replicaset.runtime.node import Node
@@ -34,6 +34,10 @@ RECEIVE_BYTES = 64 * 1024
 LANE_QUEUE_MAX = 256
 STREAMS_PER_CONNECTION_MAX = 64
 _VSPACE, _VINDEX = 281, 289
+
+
+class _ConnectionClosed(Exception):
+    """We close this connection: its byte stream can no longer be trusted."""
 
 
 class RequestError(Exception):
@@ -81,6 +85,8 @@ class Session:
             await self._stream.send_all(data)
 
     async def run(self) -> None:
+        """Serve until the peer leaves; whatever goes wrong closes this connection only,
+        except a fatal engine error, which must stop the process."""
         greeting = encode_greeting(version=self._node.version, instance_uuid=self._node.identity.instance_uuid, salt=self._salt)
         try:
             await self._stream.send_all(greeting)
@@ -89,8 +95,12 @@ class Session:
                 nursery.start_soon(self._sender)
                 await self._read_loop(nursery)
                 await self._drain(nursery)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except* EngineFatal:
+            raise
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, _ConnectionClosed):
             pass
+        except* Exception as group:
+            self._node.log.error("session_failed", error=repr(group.exceptions[0]), exc_info=group)
         finally:
             await trio.aclose_forcefully(self._stream)
 
@@ -119,7 +129,7 @@ class Session:
                     self._reply_error(exc.sync or 0, exc.code, exc.message)
                     if exc.fatal:
                         await self._stream.send_all(bytes(self._outbox))
-                        raise trio.ClosedResourceError from exc
+                        raise _ConnectionClosed from exc
                     continue
                 if frame is None:
                     break

@@ -201,8 +201,8 @@ class Engine:
         writer = self._connect()
         if writer.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
             raise EngineFatal("SQLite refused WAL journal mode")
-        for conn_setup in ("PRAGMA synchronous=NORMAL",):
-            writer.execute(conn_setup)
+        writer.execute("PRAGMA synchronous=NORMAL")
+        writer.execute("PRAGMA foreign_keys=ON")
         if writer.execute("PRAGMA synchronous").fetchone()[0] != 1:
             raise EngineFatal("SQLite refused synchronous=NORMAL")
         for ddl in INTERNAL_DDL:

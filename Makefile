@@ -1,0 +1,28 @@
+# Both targets create and use a local virtual environment by themselves.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-deep specs specs-deep bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m replicaset.cli demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-deep: $(STAMP)
+	$(PY) -m pytest -q -m deep
+
+bench: $(STAMP)
+	$(PY) bench/bench_single.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,103 @@
+"""The PyPI `tarantool` connector, default options, against a real server process."""
+
+from __future__ import annotations
+
+import pytest
+import tarantool
+
+from replicaset.iproto.constants import Key, RequestType
+from replicaset.iproto.errors import ServerError
+
+
+@pytest.fixture
+def conn(server):
+    connection = tarantool.connect("127.0.0.1", server.port)
+    yield connection
+    connection.close()
+
+
+def test_sql_round_trip_through_the_connector(conn):
+    conn.execute("CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT NOT NULL, age INTEGER)")
+    inserted = conn.execute("INSERT INTO users(id, name, age) VALUES (?, ?, ?)", [1, "ann", 31])
+    assert inserted.affected_row_count == 1
+    named = conn.execute("INSERT INTO users(name, age) VALUES (:name, :age)", {"name": "bob", "age": 40})
+    assert named.affected_row_count == 1
+    (bob_id,) = named.autoincrement_ids
+    assert bob_id != 1
+
+    rows = conn.execute("SELECT id, name, age FROM users ORDER BY name")
+    assert list(rows) == [[1, "ann", 31], [bob_id, "bob", 40]]
+
+    assert conn.execute("UPDATE users SET age = age + 1 WHERE name = ?", ["ann"]).affected_row_count == 1
+    assert list(conn.execute("SELECT age FROM users WHERE id = 1")) == [[32]]
+    assert conn.execute("DELETE FROM users WHERE id = ?", [bob_id]).affected_row_count == 1
+    assert list(conn.execute("SELECT count(*) FROM users")) == [[1]]
+
+
+def test_bad_statement_is_an_error_and_the_connection_stays_usable(conn):
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT UNIQUE)")
+    conn.execute("INSERT INTO t VALUES (1, 'x')")
+    with pytest.raises(tarantool.error.DatabaseError) as syntax:
+        conn.execute("SELEKT * FROM t")
+    assert "syntax error" in syntax.value.args[1]
+    with pytest.raises(tarantool.error.DatabaseError) as unique:
+        conn.execute("INSERT INTO t VALUES (2, 'x')")
+    assert "UNIQUE" in unique.value.args[1]
+    with pytest.raises(tarantool.error.DatabaseError) as refused:
+        conn.execute("BEGIN")
+    assert "stream" in refused.value.args[1]
+    assert list(conn.execute("SELECT * FROM t")) == [[1, "x"]]
+
+
+def test_schema_is_visible_to_the_connector(server, conn):
+    conn.execute("CREATE TABLE kv(k TEXT PRIMARY KEY, v INTEGER)")
+    fresh = tarantool.connect("127.0.0.1", server.port)
+    try:
+        space = fresh.schema.get_space("kv")
+        assert space.name == "kv"
+        assert {"k", "v"} <= set(space.format)
+        assert fresh.schema.get_index("kv", 0).name == "pk"
+    finally:
+        fresh.close()
+
+
+def test_stream_transaction_commits_atomically_and_rolls_back(server):
+    with server.client() as client:
+        client.execute("CREATE TABLE acc(id INTEGER PRIMARY KEY, balance INTEGER)")
+        client.execute("INSERT INTO acc VALUES (1, 100), (2, 0)")
+        client.call(RequestType.BEGIN, {}, stream_id=7)
+        client.call(RequestType.EXECUTE, {Key.SQL_TEXT: "UPDATE acc SET balance = balance - 30 WHERE id = 1"}, stream_id=7)
+        client.call(RequestType.EXECUTE, {Key.SQL_TEXT: "UPDATE acc SET balance = balance + 30 WHERE id = 2"}, stream_id=7)
+        inside = client.call(RequestType.EXECUTE, {Key.SQL_TEXT: "SELECT balance FROM acc ORDER BY id"}, stream_id=7)
+        assert inside.body[Key.DATA] == [[70], [30]]
+        with server.client() as other:
+            assert other.execute("SELECT balance FROM acc ORDER BY id").rows == [[100], [0]]
+        client.call(RequestType.COMMIT, {}, stream_id=7)
+        assert client.execute("SELECT balance FROM acc ORDER BY id").rows == [[70], [30]]
+
+        client.call(RequestType.BEGIN, {}, stream_id=8)
+        client.call(RequestType.EXECUTE, {Key.SQL_TEXT: "DELETE FROM acc"}, stream_id=8)
+        client.call(RequestType.ROLLBACK, {}, stream_id=8)
+        assert client.execute("SELECT count(*) FROM acc").rows == [[2]]
+
+
+def test_stream_transaction_times_out_and_releases_the_writer(server):
+    with server.client() as client:
+        client.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
+        client.call(RequestType.BEGIN, {Key.TIMEOUT: 0.2}, stream_id=3)
+        client.call(RequestType.EXECUTE, {Key.SQL_TEXT: "INSERT INTO t VALUES (1)"}, stream_id=3)
+        with server.client() as other:
+            other.execute("INSERT INTO t VALUES (2)")  # waits for the timeout, then proceeds
+        with pytest.raises(ServerError) as expired:
+            client.call(RequestType.COMMIT, {}, stream_id=3)
+        assert "timeout" in expired.value.message
+        assert client.execute("SELECT id FROM t").rows == [[2]]
+
+
+def test_oversize_transaction_is_refused(server):
+    with server.client() as client:
+        client.execute("CREATE TABLE blobs(id INTEGER PRIMARY KEY, b BLOB)")
+        with pytest.raises(ServerError) as refused:
+            client.execute("INSERT INTO blobs VALUES (1, zeroblob(9000000))")
+        assert "max_txn_bytes" in refused.value.message
+        assert client.execute("SELECT count(*) FROM blobs").rows == [[0]]

@@ -1,0 +1,51 @@
+from pathlib import Path
+
+import pytest
+
+from replicaset.config import ConfigError, load
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_follow_tarantool():
+    cfg = load()
+    assert cfg.wal_mode == "write"
+    assert cfg.wal_max_size == 64 * 1024 * 1024
+    assert cfg.read_only is False
+    assert cfg["sql.auto_id_mode"] == "compact"
+
+
+def test_file_sections_and_flag_overrides(tmp_path):
+    path = write(tmp_path, 'listen = "127.0.0.1:4000"\nwal_mode = "fsync"\n[wal]\ngroup_commit_rows_max = 8\n[sql]\nauto_id_mode = "extended"\n')
+    cfg = load(path, {"listen": "127.0.0.1:5000"})
+    assert cfg.listen == "127.0.0.1:5000"
+    assert cfg.wal_mode == "fsync"
+    assert cfg["wal.group_commit_rows_max"] == 8
+    assert cfg["sql.auto_id_mode"] == "extended"
+
+
+@pytest.mark.parametrize(
+    "text, option",
+    [
+        ('wal_mode = "sometimes"', "wal_mode"),
+        ("wal_max_size = 10", "wal_max_size"),
+        ('read_only = "yes"', "read_only"),
+        ("checkpoint_count = true", "checkpoint_count"),
+        ('replication = ["nohost"]', "replication"),
+        ("no_such_option = 1", "no_such_option"),
+        ("[sql]\nauto_id_mode = 53", "sql.auto_id_mode"),
+        ("[sql]\nbogus = 1", "sql.bogus"),
+    ],
+)
+def test_invalid_options_are_refused_by_name(tmp_path, text, option):
+    with pytest.raises(ConfigError, match=option.replace(".", r"\.")):
+        load(write(tmp_path, text))
+
+
+def test_unreadable_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load(write(tmp_path, "this is = = not toml"))
