@@ -1,0 +1,85 @@
+"""The iproto wire layer: Tarantool's binary protocol, so Tarantool connectors can talk to us.
+
+Everything but `client` is sans-IO (h11's model): no sockets, no trio, no clocks. The
+server runtime owns the connections and feeds received bytes to a `FrameDecoder`, then
+writes the bytes the `encode_*` functions return. The public names are re-exported here.
+"""
+
+from .auth import CHAP_SHA1, check_scramble, scramble
+from .client import Client, SqlResult
+from .codec import (
+    GREETING_SIZE,
+    SALT_SIZE,
+    Frame,
+    FrameDecoder,
+    Greeting,
+    decode_greeting,
+    encode_error,
+    encode_frame,
+    encode_greeting,
+    encode_ok,
+    encode_request,
+)
+from .constants import (
+    ERROR_TYPE_BIT,
+    GREETING_VERSION,
+    IPROTO_PROTOCOL_VERSION,
+    PRIVATE_REQUEST_TYPE_MIN,
+    ErrorCode,
+    Feature,
+    HeaderFlag,
+    Key,
+    MetaKey,
+    RequestType,
+    SqlInfoKey,
+)
+from .errors import LocalProtocolError, RemoteProtocolError, ServerError
+from .sql_wire import (
+    BIND_COUNT_MAX,
+    decode_binds,
+    metadata,
+    schema_vindex_tuple,
+    schema_vspace_tuple,
+    sql_info,
+    sql_type_name,
+)
+
+__all__ = [
+    "BIND_COUNT_MAX",
+    "CHAP_SHA1",
+    "ERROR_TYPE_BIT",
+    "GREETING_SIZE",
+    "GREETING_VERSION",
+    "IPROTO_PROTOCOL_VERSION",
+    "PRIVATE_REQUEST_TYPE_MIN",
+    "SALT_SIZE",
+    "Client",
+    "ErrorCode",
+    "Feature",
+    "Frame",
+    "FrameDecoder",
+    "Greeting",
+    "HeaderFlag",
+    "Key",
+    "LocalProtocolError",
+    "MetaKey",
+    "RemoteProtocolError",
+    "RequestType",
+    "ServerError",
+    "SqlInfoKey",
+    "SqlResult",
+    "check_scramble",
+    "decode_binds",
+    "decode_greeting",
+    "encode_error",
+    "encode_frame",
+    "encode_greeting",
+    "encode_ok",
+    "encode_request",
+    "metadata",
+    "schema_vindex_tuple",
+    "schema_vspace_tuple",
+    "scramble",
+    "sql_info",
+    "sql_type_name",
+]
