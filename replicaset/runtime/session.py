@@ -1,12 +1,14 @@
 """One client connection speaking iproto.
 
-Theory of operation: the read loop decodes frames and never waits for the database; it
-hands each request to a lane: lane 0 for requests outside streams, one lane per
-STREAM_ID. A lane runs its requests in arrival order; a write's reply is sent once its
-group commit is durable, by a task of its own, so pipelined writes share one flush. A
-stream transaction holds the single writer from its first statement to COMMIT or
-ROLLBACK and is rolled back when `stream_timeout_s` passes or the connection closes.
-Replies are gathered in an outbox and sent with one `send_all` per wake-up.
+Theory of operation: the read loop decodes frames and runs requests outside streams
+itself, in arrival order; a write's reply is sent once its group commit is durable, by a
+task of its own, so pipelined writes share one flush. Each STREAM_ID gets a lane (a task
+and a bounded queue) that runs that stream's requests in order. A stream transaction
+holds the single writer from its first statement to COMMIT or ROLLBACK, and is rolled
+back when `stream_timeout_s` passes or the connection closes; while one does, requests
+outside streams go to lane 0 instead, so the read loop never waits for a writer that
+this very connection holds. Replies gather in an outbox, sent with one `send_all` per
+batch of frames read.
 """
 
 from __future__ import annotations
@@ -60,8 +62,11 @@ class Session:
         self._node = node
         self._stream = stream
         self._outbox = bytearray()
-        self._outbox_ready = trio.Event()
+        self._sending = False
         self._lanes: dict[int, trio.MemorySendChannel[Frame]] = {}
+        self._lane_backlog: dict[int, int] = {}
+        self._writer_holders = 0
+        self._stream0 = _Stream()
         self._salt = os.urandom(32)
         self._user: str | None = "guest" if node.guest_allowed else None
 
@@ -69,20 +74,24 @@ class Session:
 
     def _send(self, data: bytes) -> None:
         self._outbox += data
-        self._outbox_ready.set()
+
+    async def _flush_outbox(self) -> None:
+        """Send what the outbox holds; a task already sending picks up what others add."""
+        if self._sending:
+            return
+        self._sending = True
+        try:
+            while self._outbox:
+                data, self._outbox = bytes(self._outbox), bytearray()
+                await self._stream.send_all(data)
+        finally:
+            self._sending = False
 
     def _reply_ok(self, frame: Frame, body: dict[int, Any] | None = None) -> None:
         self._send(encode_ok(sync=frame.sync, schema_version=self._node.schema_version, body=body, stream_id=frame.stream_id))
 
     def _reply_error(self, sync: int, code: int, message: str) -> None:
         self._send(encode_error(sync=sync, schema_version=self._node.schema_version, code=code, message=message))
-
-    async def _sender(self) -> None:
-        while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready = trio.Event()
-            data, self._outbox = bytes(self._outbox), bytearray()
-            await self._stream.send_all(data)
 
     async def run(self) -> None:
         """Serve until the peer leaves; whatever goes wrong closes this connection only,
@@ -92,7 +101,6 @@ class Session:
             await self._stream.send_all(greeting)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._sender)
                 await self._read_loop(nursery)
                 await self._drain(nursery)
         except* EngineFatal:
@@ -110,8 +118,9 @@ class Session:
             await channel.aclose()
         self._lanes.clear()
         with trio.move_on_after(self._node.shutdown_grace_s):
-            while len(nursery.child_tasks) > 1 or self._outbox:
+            while nursery.child_tasks:
                 await trio.sleep(0.001)
+            await self._flush_outbox()
         nursery.cancel_scope.cancel()
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
@@ -133,7 +142,11 @@ class Session:
                     continue
                 if frame is None:
                     break
-                await self._route(frame, nursery)
+                if frame.stream_id == 0 and not self._writer_holders and not self._lane_backlog.get(0):
+                    await self._handle_reporting(frame, self._stream0)
+                else:
+                    await self._route(frame, nursery)
+            await self._flush_outbox()
 
     async def _route(self, frame: Frame, nursery: trio.Nursery) -> None:
         lane = self._lanes.get(frame.stream_id)
@@ -144,10 +157,11 @@ class Session:
             lane, receive = trio.open_memory_channel[Frame](LANE_QUEUE_MAX)
             self._lanes[frame.stream_id] = lane
             nursery.start_soon(self._lane, frame.stream_id, receive)
+        self._lane_backlog[frame.stream_id] = self._lane_backlog.get(frame.stream_id, 0) + 1
         await lane.send(frame)
 
     async def _lane(self, stream_id: int, frames: trio.MemoryReceiveChannel[Frame]) -> None:
-        stream = _Stream()
+        stream = self._stream0 if stream_id == 0 else _Stream()
         try:
             while True:
                 with trio.move_on_at(stream.deadline) as scope:
@@ -158,21 +172,26 @@ class Session:
                 if scope.cancelled_caught:
                     self._expire(stream)
                     continue
-                try:
-                    await self._handle(frame, stream)
-                except RequestError as exc:
-                    self._reply_error(frame.sync, exc.code, exc.message)
-                except RemoteProtocolError as exc:
-                    self._reply_error(frame.sync, exc.code, exc.message)
+                await self._handle_reporting(frame, stream)
+                self._lane_backlog[stream_id] -= 1
+                await self._flush_outbox()
         finally:
-            if stream.txn is not None:
-                self._node.writer.rollback_stream(stream.txn)
-                stream.txn = None
+            self._release_stream(stream)
 
-    def _expire(self, stream: _Stream) -> None:
+    async def _handle_reporting(self, frame: Frame, stream: _Stream) -> None:
+        try:
+            await self._handle(frame, stream)
+        except (RequestError, RemoteProtocolError) as exc:
+            self._reply_error(frame.sync, exc.code, exc.message)
+
+    def _release_stream(self, stream: _Stream) -> None:
         if stream.txn is not None:
             self._node.writer.rollback_stream(stream.txn)
             stream.txn = None
+            self._writer_holders -= 1
+
+    def _expire(self, stream: _Stream) -> None:
+        self._release_stream(stream)
         stream.timed_out = True
         stream.deadline = math.inf
         self._node.log.info("stream_transaction_timeout")
@@ -240,6 +259,7 @@ class Session:
                 if stream.txn is None:
                     node.check_writable()
                     stream.txn = await node.writer.begin_stream()
+                    self._writer_holders += 1
                 self._reply_result(frame, node.writer.stream_execute(stream.txn, sql, binds))
                 return
             if node.engine.is_read(sql):
@@ -251,15 +271,19 @@ class Session:
             result, ticket = await node.writer.execute_nowait(sql, binds)
         except SqlError as exc:
             raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
-        self._nursery.start_soon(self._reply_when_durable, frame, result, ticket)
+        if ticket.done.is_set() and ticket.error is None:
+            self._reply_result(frame, result)
+        else:
+            self._nursery.start_soon(self._reply_when_durable, frame, result, ticket)
 
     async def _reply_when_durable(self, frame: Frame, result: StatementResult, ticket: Ticket) -> None:
         try:
             await ticket.wait()
         except WriteFailed as exc:
             self._reply_error(frame.sync, ErrorCode.WAL_IO, str(exc))
-            return
-        self._reply_result(frame, result)
+        else:
+            self._reply_result(frame, result)
+        await self._flush_outbox()
 
     def _reply_result(self, frame: Frame, result: StatementResult) -> None:
         if result.columns:
@@ -312,6 +336,8 @@ class Session:
             raise RequestError(ErrorCode.UNABLE_TO_PROCESS_OUT_OF_STREAM, "COMMIT and ROLLBACK need a STREAM_ID")
         txn, timed_out = stream.txn, stream.timed_out
         stream.txn, stream.began, stream.timed_out, stream.deadline = None, False, False, math.inf
+        if txn is not None:
+            self._writer_holders -= 1
         if timed_out and commit:
             raise RequestError(ErrorCode.TRANSACTION_TIMEOUT, "Transaction has been aborted by timeout")
         if txn is not None:

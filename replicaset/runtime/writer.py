@@ -117,7 +117,9 @@ class Writer:
         self._tickets.append(ticket)
         if committed is not None:
             self._batch_bytes += sum(len(r.payload) for r in committed.records)
-        if len(self._tickets) >= self._policy.rows_max or self._batch_bytes >= self._policy.bytes_max:
+        bound_reached = len(self._tickets) >= self._policy.rows_max or self._batch_bytes >= self._policy.bytes_max
+        nobody_to_wait_for = not self._policy.delay_ms and self.token.statistics().tasks_waiting == 0
+        if bound_reached or nobody_to_wait_for:
             await self._flush_now()
         else:
             self._wakeup.set()

@@ -184,7 +184,7 @@ class Engine:
             sqlite_vclock = self._read_vclock(self._writer)
         self.vclock = sqlite_vclock
         self.pending_vclock = sqlite_vclock.copy()
-        self.hlc = HLC(self._id, last_stamp=max(self._wal.max_txn_id, self._meta("hlc", 0)))
+        self.hlc = HLC(self._id, last_stamp=self._wal.max_txn_id)
         self.schema_id = tuple(self._meta("schema_id", [0, 0]))  # type: ignore[assignment]
         self._replay(sqlite_vclock)
         self._install_auto_id_triggers()
@@ -337,7 +337,10 @@ class Engine:
             raise SqlError("ALTER TABLE ... RENAME and DROP COLUMN are refused: captured rows name columns and tables")
         mark = self._capture.mark()
         version_before = self._schema_version()
-        self._internal("SAVEPOINT rs_stmt")
+        # An autocommit transaction has one statement: its savepoint is the statement's.
+        savepoint = "rs_stmt" if txn.explicit else txn.savepoint
+        if txn.explicit:
+            self._internal("SAVEPOINT rs_stmt")
         self._auto_ids.clear()
         self._capture.error = None
         self._deny_reason = None
@@ -350,32 +353,34 @@ class Engine:
             finally:
                 self._client_sql = False
         except apsw.Error as exc:
-            self._undo_statement(mark)
+            self._undo_statement(savepoint, mark)
             raise SqlError(self._deny_reason or _sql_message(exc)) from exc
         except (TypeError, ValueError, OverflowError) as exc:
-            self._undo_statement(mark)
+            self._undo_statement(savepoint, mark)
             raise SqlError(f"bad bind value: {exc}") from exc
         if self._capture.error:
-            self._undo_statement(mark)
+            self._undo_statement(savepoint, mark)
             raise SqlError(self._capture.error)
         if self._schema_version() != version_before:
-            self._ddl_statement(txn, sql, mark)
-        self._internal("RELEASE rs_stmt")
+            self._ddl_statement(txn, sql, savepoint, mark)
+        if txn.explicit:
+            self._internal("RELEASE rs_stmt")
         auto_ids = list(self._auto_ids)
         return StatementResult(
             columns=columns, rows=rows, row_count=changes + len(auto_ids), autoincrement_ids=auto_ids
         )
 
-    def _undo_statement(self, mark: int) -> None:
-        self._internal("ROLLBACK TO rs_stmt")
-        self._internal("RELEASE rs_stmt")
+    def _undo_statement(self, savepoint: str, mark: int) -> None:
+        self._internal(f"ROLLBACK TO {savepoint}")
+        if savepoint == "rs_stmt":
+            self._internal("RELEASE rs_stmt")
         self._capture.truncate(mark)
         self._writer_tables.invalidate()
 
     def _schema_version(self) -> int:
         return self._writer.execute("PRAGMA main.schema_version", can_cache=False).fetchone()[0]
 
-    def _ddl_statement(self, txn: LocalTxn, sql: str, mark: int) -> None:
+    def _ddl_statement(self, txn: LocalTxn, sql: str, savepoint: str, mark: int) -> None:
         """Validate a schema change and turn it into the transaction's DDL payload."""
         self._writer_tables.invalidate()
         self._apply_tables.invalidate()
@@ -395,7 +400,7 @@ class Engine:
                         "(rowids differ between members); list it in local_tables to keep it local"
                     )
         if error:
-            self._undo_statement(mark)
+            self._undo_statement(savepoint, mark)
             raise SqlError(error)
         self._capture.truncate(mark)
         after = schema_hash(self._writer, self.config.local_tables)
@@ -490,10 +495,6 @@ class Engine:
                 batch.conn.execute(
                     "INSERT OR REPLACE INTO _rs_vclock(origin, lsn) VALUES (?, ?)", (origin, lsn)
                 )
-            batch.conn.execute(
-                "INSERT OR REPLACE INTO _rs_meta(name, value) VALUES ('hlc', ?)",
-                (msgpack.packb(self.hlc.last_stamp),),
-            )
             if batch.log_records:
                 try:
                     self._wal.append(records)
