@@ -1,24 +1,34 @@
 """Apply captured rows by version: last-writer-wins on `(hlc, origin)` (DESIGN 4.2).
 
-Inserts and updates write the full after-image by column name with
+Every key has one latest version in `_rs_version`; a row of another origin applies when
+its version is at least the stored one (equal versions only come from earlier rows of the
+same transaction). Inserts and updates write the full after-image by column name with
 `INSERT ... ON CONFLICT(pk) DO UPDATE`, never `INSERT OR REPLACE`, which would silently
-delete rows colliding on another UNIQUE index. Such a collision is resolved by version,
-the same way on every member: the newer row stays, the older row is deleted with a
-tombstone at the winner's version. A change is applied when its version is at least
-the stored one: equal versions only come from earlier rows of the same transaction.
+delete rows colliding on another UNIQUE index; deletes leave a tombstone.
+
+Secondary UNIQUE indexes: the visible table must not depend on arrival order, so it is
+defined from the latest image of every key alone: taking live images from the newest
+version down, an image is visible unless it collides with a newer visible one. A loser is
+not deleted: its image waits in `_rs_latent` with its own version, and comes back as soon
+as the value it needs is released (its rival moved to another value, was deleted, or lost
+in turn). Applying a row therefore places it (demoting older colliding rows to latent),
+then re-resolves the latent rows of the table until nothing changes. Local writes release
+values too, so the writer runs the same re-resolution after each transaction.
 Rows of local tables (origin 0) are replayed without versions: only this member has them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import apsw
+import msgpack
 
 from replicaset.storage.errors import ApplyError
+from replicaset.storage.keys import intent_key
 from replicaset.storage.rows import CapturedRow, Op
 from replicaset.storage.schema import TableCache, TableInfo, quote
-from replicaset.storage.keys import intent_key
 
 Version = tuple[int, int]
 
@@ -28,7 +38,7 @@ _SET_VERSION = (
     " deleted = excluded.deleted"
 )
 _GET_VERSION = "SELECT hlc, origin FROM _rs_version WHERE tbl = ? AND key = ?"
-UNIQUE_RETRIES_MAX = 16
+RESOLVE_ROUNDS_MAX = 10_000
 
 
 def set_version(conn: apsw.Connection, table: str, key: str, version: Version, deleted: bool) -> None:
@@ -40,14 +50,121 @@ def get_version(conn: apsw.Connection, table: str, key: str) -> Version | None:
     return (row[0], row[1]) if row else None
 
 
+class UniqueResolver:
+    """Keeps a table's visible rows the greedy resolution of its latest images."""
+
+    def __init__(self, conn: apsw.Connection, *, cache_statements: bool = True) -> None:
+        self._conn = conn
+        self._cache = cache_statements
+
+    def drop_latent(self, table: str, key: str) -> bool:
+        self._conn.execute("DELETE FROM _rs_latent WHERE tbl = ? AND key = ?", (table, key))
+        return self._conn.changes() > 0
+
+    def has_latent(self, table: str) -> bool:
+        return self._conn.execute("SELECT 1 FROM _rs_latent WHERE tbl = ? LIMIT 1", (table,)).fetchone() is not None
+
+    def rivals(self, info: TableInfo, key: str, image: dict[str, Any]) -> dict[str, tuple[dict[str, Any], Version]]:
+        """Visible rows that hold one of `image`'s unique values: key -> (image, version)."""
+        found: dict[str, tuple[dict[str, Any], Version]] = {}
+        for columns in info.unique_indexes:
+            values = [image.get(c) for c in columns]
+            if any(v is None for v in values):
+                continue
+            where = " AND ".join(f"{quote(c)} = ?" for c in columns)
+            select = ", ".join(map(quote, info.columns))
+            for row in self._conn.execute(f"SELECT {select} FROM {quote(info.name)} WHERE {where}", values):
+                other = dict(zip(info.columns, row))
+                other_key = intent_key(info.name, info.pk_columns, [other[c] for c in info.pk_columns])
+                if other_key != key and other_key not in found:
+                    found[other_key] = (other, get_version(self._conn, info.name, other_key) or (0, 0))
+        return found
+
+    def place(self, info: TableInfo, key: str, image: dict[str, Any], version: Version) -> bool:
+        """Make `image` the key's visible row unless a newer row holds one of its values;
+        older holders become latent. Returns whether the image is visible."""
+        rivals = self.rivals(info, key, image)
+        if any(v > version for _, v in rivals.values()):
+            self._delete_visible(info, key, image)
+            self._store_latent(info.name, key, image)
+            return False
+        for rival_key, (rival_image, _) in rivals.items():
+            self._delete_visible(info, rival_key, rival_image)
+            self._store_latent(info.name, rival_key, rival_image)
+        self.drop_latent(info.name, key)
+        sql, values = upsert_sql(info, image)
+        try:
+            self._conn.execute(sql, values, can_cache=self._cache)
+        except apsw.ConstraintError as exc:
+            raise ApplyError(f"row {key!r} cannot be applied: {exc}") from exc
+        return True
+
+    def resolve(self, info: TableInfo) -> None:
+        """Bring back latent rows whose values are free, newest first, until stable."""
+        for _ in range(RESOLVE_ROUNDS_MAX):
+            latent = self._conn.execute(
+                "SELECT l.key, l.image, v.hlc, v.origin FROM _rs_latent l JOIN _rs_version v"
+                " ON v.tbl = l.tbl AND v.key = l.key WHERE l.tbl = ? ORDER BY v.hlc DESC, v.origin DESC",
+                (info.name,),
+            ).fetchall()
+            for key, blob, hlc, origin in latent:
+                image = msgpack.unpackb(blob, raw=False)
+                version = (hlc, origin)
+                if not any(v > version for _, v in self.rivals(info, key, image).values()):
+                    self.place(info, key, image, version)
+                    break
+            else:
+                return
+        raise ApplyError(f"unique resolution of table {info.name!r} did not settle")
+
+    def _store_latent(self, table: str, key: str, image: dict[str, Any]) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO _rs_latent(tbl, key, image) VALUES (?, ?, ?)",
+            (table, key, msgpack.packb(image, use_bin_type=True)),
+        )
+
+    def _delete_visible(self, info: TableInfo, key: str, image: dict[str, Any]) -> None:
+        delete_row(self._conn, info, image, key, cache=self._cache)
+
+
+def delete_row(conn: apsw.Connection, info: TableInfo, image: dict[str, Any], key: str, *, cache: bool = True) -> None:
+    try:
+        values = [image[c] for c in info.pk_columns]
+    except KeyError as exc:
+        raise ApplyError(f"delete of {key!r} lacks primary-key column {exc}") from exc
+    where = " AND ".join(f"{quote(c)} IS ?" for c in info.pk_columns)
+    conn.execute(f"DELETE FROM {quote(info.name)} WHERE {where}", values, can_cache=cache)
+
+
+def upsert_sql(info: TableInfo, image: dict[str, Any]) -> tuple[str, list[Any]]:
+    known = set(info.columns)
+    unknown = [c for c in image if c not in known]
+    if unknown:
+        raise ApplyError(f"table {info.name!r} has no column(s) {', '.join(unknown)}")
+    cols = list(image)
+    updates = [c for c in cols if c not in info.pk_columns]
+    sql = (
+        f"INSERT INTO {quote(info.name)}({', '.join(map(quote, cols))})"
+        f" VALUES ({', '.join('?' * len(cols))})"
+        f" ON CONFLICT({', '.join(map(quote, info.pk_columns))}) DO "
+    )
+    if updates:
+        sql += "UPDATE SET " + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in updates)
+    else:
+        sql += "NOTHING"
+    return sql, list(image.values())
+
+
 class RowApplier:
     """Applies rows on the apply connection (triggers and foreign keys off)."""
 
     def __init__(self, conn: apsw.Connection, tables: TableCache) -> None:
         self._conn = conn
         self._tables = tables
+        self._unique = UniqueResolver(conn)
 
     def apply_rows(self, rows: list[CapturedRow], version: Version, *, versioned: bool) -> None:
+        touched: dict[str, TableInfo] = {}
         for row in rows:
             info = self._tables.get(row.table)
             if info is None:
@@ -58,18 +175,27 @@ class RowApplier:
             stored = get_version(self._conn, row.table, row.key)
             if stored is not None and stored > version:
                 continue
+            if info.unique_indexes:
+                touched[info.name] = info
+                self._unique.drop_latent(info.name, row.key)
             if row.op is Op.DELETE:
-                self._delete(info, row.old or {}, row.key)
+                delete_row(self._conn, info, row.old or {}, row.key)
                 set_version(self._conn, row.table, row.key, version, True)
             else:
-                self._upsert(info, row, version)
+                set_version(self._conn, row.table, row.key, version, False)
+                if info.unique_indexes:
+                    self._unique.place(info, row.key, row.new or {}, version)
+                else:
+                    self._conn.execute(*upsert_sql(info, row.new or {}))
+        for info in touched.values():
+            self._unique.resolve(info)
 
     def _apply_unversioned(self, info: TableInfo, row: CapturedRow) -> None:
         if info.pk_columns:
             if row.op is Op.DELETE:
-                self._delete(info, row.old or {}, row.key)
+                delete_row(self._conn, info, row.old or {}, row.key)
             else:
-                self._conn.execute(*self._upsert_sql(info, row.new or {}))
+                self._conn.execute(*upsert_sql(info, row.new or {}))
             return
         if row.op is Op.DELETE:
             self._conn.execute(f"DELETE FROM {quote(info.name)} WHERE rowid = ?", (row.rowid,))
@@ -82,76 +208,18 @@ class RowApplier:
                 (row.rowid, *values.values()),
             )
 
-    def _delete(self, info: TableInfo, image: dict[str, Any], key: str) -> None:
-        try:
-            values = [image[c] for c in info.pk_columns]
-        except KeyError as exc:
-            raise ApplyError(f"delete of {key!r} lacks primary-key column {exc}") from exc
-        where = " AND ".join(f"{quote(c)} IS ?" for c in info.pk_columns)
-        self._conn.execute(f"DELETE FROM {quote(info.name)} WHERE {where}", values)
 
-    def _upsert_sql(self, info: TableInfo, image: dict[str, Any]) -> tuple[str, list[Any]]:
-        known = set(info.columns)
-        unknown = [c for c in image if c not in known]
-        if unknown:
-            raise ApplyError(f"table {info.name!r} has no column(s) {', '.join(unknown)}")
-        cols = list(image)
-        updates = [c for c in cols if c not in info.pk_columns]
-        sql = (
-            f"INSERT INTO {quote(info.name)}({', '.join(map(quote, cols))})"
-            f" VALUES ({', '.join('?' * len(cols))})"
-            f" ON CONFLICT({', '.join(map(quote, info.pk_columns))}) DO "
-        )
-        if updates:
-            sql += "UPDATE SET " + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in updates)
-        else:
-            sql += "NOTHING"
-        return sql, list(image.values())
-
-    def _upsert(self, info: TableInfo, row: CapturedRow, version: Version) -> None:
-        image = row.new or {}
-        sql, values = self._upsert_sql(info, image)
-        for _ in range(UNIQUE_RETRIES_MAX):
-            try:
-                self._conn.execute(sql, values)
-                break
-            except apsw.ConstraintError as exc:
-                if not self._resolve_unique(info, row, version, exc):
-                    return
-        else:
-            raise ApplyError(f"row {row.key!r} still collides after {UNIQUE_RETRIES_MAX} resolutions")
-        set_version(self._conn, info.name, row.key, version, False)
-
-    def _resolve_unique(
-        self, info: TableInfo, row: CapturedRow, version: Version, exc: apsw.ConstraintError
-    ) -> bool:
-        """Settle a secondary-UNIQUE collision by version; True means retry the upsert."""
-        image = row.new or {}
-        rivals: dict[str, tuple[list[Any], Version]] = {}
-        for columns in info.unique_indexes:
-            values = [image.get(c) for c in columns]
-            if any(v is None for v in values):
-                continue
-            where = " AND ".join(f"{quote(c)} = ?" for c in columns)
-            pk_list = ", ".join(map(quote, info.pk_columns))
-            for pk_values in self._conn.execute(
-                f"SELECT {pk_list} FROM {quote(info.name)} WHERE {where}", values
-            ).fetchall():
-                key = intent_key(info.name, info.pk_columns, pk_values)
-                if key != row.key:
-                    rivals[key] = (list(pk_values), get_version(self._conn, info.name, key) or (0, 0))
-        if not rivals:
-            raise ApplyError(f"row {row.key!r} cannot be applied: {exc}") from exc
-        # As if every row were applied in version order: the incoming row first removes
-        # the older rivals, then any newer rival removes the incoming row.
-        for key, (pk_values, rival_version) in rivals.items():
-            if rival_version < version:
-                self._delete(info, dict(zip(info.pk_columns, pk_values)), key)
-                set_version(self._conn, info.name, key, version, True)
-        winner = max(v for _, v in rivals.values())
-        if winner > version:
-            own = {c: image[c] for c in info.pk_columns}
-            self._delete(info, own, row.key)
-            set_version(self._conn, info.name, row.key, winner, True)
-            return False
-        return True
+def resolve_after_local_write(
+    resolver: UniqueResolver, tables: TableCache, rows: Iterable[CapturedRow]
+) -> None:
+    """A local transaction supersedes latent images of the keys it wrote and may release
+    values latent rows wait for: settle them exactly as an applier will."""
+    touched: dict[str, TableInfo] = {}
+    for row in rows:
+        info = tables.get(row.table)
+        if info is not None and info.unique_indexes:
+            resolver.drop_latent(info.name, row.key)
+            touched[info.name] = info
+    for info in touched.values():
+        if resolver.has_latent(info.name):
+            resolver.resolve(info)

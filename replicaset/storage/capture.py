@@ -20,6 +20,7 @@ class Capture:
         self._tables = tables
         self.rows: list[CapturedRow] = []
         self.error: str | None = None
+        self.paused = False
         conn.preupdate_hook(self._on_change)
 
     def mark(self) -> int:
@@ -34,7 +35,7 @@ class Capture:
         return taken
 
     def _on_change(self, u: apsw.PreUpdate) -> None:
-        if u.database_name != "main" or is_internal(u.table_name):
+        if self.paused or u.database_name != "main" or is_internal(u.table_name):
             return
         info = self._tables.get(u.table_name)
         if info is None:

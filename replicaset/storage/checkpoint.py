@@ -92,6 +92,8 @@ def digest(conn: apsw.Connection, exclude: Iterable[str] = ()) -> dict[str, int]
             "SELECT key, hlc, origin, deleted FROM _rs_version WHERE tbl = ? ORDER BY key", (table,)
         ):
             h.update(_pack(row))
+        for row in conn.execute("SELECT key, image FROM _rs_latent WHERE tbl = ? ORDER BY key", (table,)):
+            h.update(_pack(row))
         result[table] = h.intdigest()
     return result
 

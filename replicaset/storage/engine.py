@@ -31,10 +31,10 @@ import msgpack
 
 from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
-from replicaset.storage.apply import RowApplier, set_version
+from replicaset.storage.apply import RowApplier, UniqueResolver, resolve_after_local_write, set_version
 from replicaset.storage.capture import Capture
 from replicaset.storage.errors import ApplyError, EngineFatal, GapError, SchemaDivergence, SqlError
-from replicaset.storage.rows import DdlPayload, DmlPayload, Op
+from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import (
     INTERNAL_DDL,
     INTERNAL_PREFIX,
@@ -45,7 +45,7 @@ from replicaset.storage.schema import (
     schema_hash,
     user_objects,
 )
-from wal import Record, RecordType, VClock, Wal, WalMode
+from wal import Record, RecordType, RowsUnavailable, VClock, Wal, WalMode
 
 LOCAL_ORIGIN = 0
 AUTO_ID_NODE_BITS = 5
@@ -60,6 +60,11 @@ _TABLE_IN_P2 = (
     apsw.SQLITE_CREATE_TRIGGER,
     apsw.SQLITE_DROP_INDEX,
     apsw.SQLITE_DROP_TRIGGER,
+)
+# PRAGMAs that take an argument but only describe the schema; the capture hook itself
+# runs `table_xinfo` inside client statements.
+_INTROSPECTION_PRAGMAS = frozenset(
+    {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
 )
 _TABLE_WRITE_OPS = (apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE, apsw.SQLITE_DROP_TABLE, *_TABLE_IN_P2)
 
@@ -212,6 +217,9 @@ class Engine:
         self._capture = Capture(writer, self._writer_tables)
         writer.authorizer = self._authorize
         writer.create_scalar_function("rs_next_id", self._next_auto_id, 1)
+        # Statements of the writer's own resolution are never cached: they must be
+        # prepared while triggers are off, as on the apply connection.
+        self._writer_unique = UniqueResolver(writer, cache_statements=False)
 
         applier = self._connect()
         applier.execute("PRAGMA synchronous=NORMAL")
@@ -294,7 +302,7 @@ class Engine:
             reason = "transaction control is not allowed in a statement: use BEGIN/COMMIT/ROLLBACK on an iproto stream"
         elif op in (apsw.SQLITE_ATTACH, apsw.SQLITE_DETACH):
             reason = "ATTACH and DETACH are not allowed"
-        elif op == apsw.SQLITE_PRAGMA and p2 is not None:
+        elif op == apsw.SQLITE_PRAGMA and p2 is not None and (p1 or "").lower() not in _INTROSPECTION_PRAGMAS:
             reason = f"PRAGMA {p1} cannot be set by a client"
         elif op in _TABLE_WRITE_OPS:
             table = p2 if op in _TABLE_IN_P2 else p1
@@ -449,9 +457,20 @@ class Engine:
         else:
             for row in shared:
                 set_version(self._writer, row.table, row.key, (stamp, self._id), row.op is Op.DELETE)
+            self._resolve_unique_locally(shared)
         assert self._batch is not None
         self._batch.records.extend(records)
         return Committed(records=tuple(records), txn_id=stamp) if records else None
+
+    def _resolve_unique_locally(self, rows: list[CapturedRow]) -> None:
+        """Settle latent rows as appliers will (DESIGN 4.2): not captured, no triggers."""
+        self._capture.paused = True
+        self._writer.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
+        try:
+            resolve_after_local_write(self._writer_unique, self._writer_tables, rows)
+        finally:
+            self._writer.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 1)
+            self._capture.paused = False
 
     def rollback(self, txn: LocalTxn) -> None:
         if txn.done:
@@ -473,9 +492,10 @@ class Engine:
                 "INSERT OR REPLACE INTO _rs_meta(name, value) VALUES ('schema_id', ?)",
                 (msgpack.packb(list(self.schema_id)),),
             )
-        conn.execute(
-            "DELETE FROM _rs_version WHERE tbl NOT IN (SELECT name FROM sqlite_schema WHERE type = 'table')"
-        )
+        for internal in ("_rs_version", "_rs_latent"):
+            conn.execute(
+                f"DELETE FROM {internal} WHERE tbl NOT IN (SELECT name FROM sqlite_schema WHERE type = 'table')"
+            )
         self._writer_tables.invalidate()
         self._apply_tables.invalidate()
         self._known_objects = set(user_objects(conn))
@@ -522,9 +542,11 @@ class Engine:
 
     # ------------------------------------------------------------------ apply
 
-    def apply(self, record: Record) -> bool:
-        """Apply a row of another origin once; False when it is a copy already held."""
-        return self._apply_record(record, log_records=True, own_allowed=False)
+    def apply(self, record: Record, *, own_allowed: bool = False) -> bool:
+        """Apply a row of another origin once; False when it is a copy already held.
+        `own_allowed` admits rows of our own origin: only the start-up fetch of rows we
+        lost (DESIGN 4.4) may use it."""
+        return self._apply_record(record, log_records=True, own_allowed=own_allowed)
 
     def _apply_record(self, record: Record, *, log_records: bool, own_allowed: bool) -> bool:
         origin, lsn = record.origin, record.lsn
@@ -579,6 +601,26 @@ class Engine:
                 f"its origin had {payload.hash_after:016x}"
             )
         self._schema_hash = after
+
+    def txn_at(self, origin: int, lsn: int) -> int | None:
+        """The txn id of row `origin:lsn` in our log, None when we do not hold it; the
+        relay compares it with a subscriber's to catch a reused LSN (split brain)."""
+        if not 0 < lsn <= self._wal.vclock.get(origin):
+            return None
+        probe = self._wal.vclock
+        probe.reset(origin, lsn - 1)
+        try:
+            for record in self._wal.read_from(probe):
+                if record.origin == origin:
+                    return record.txn_id if record.lsn == lsn else None
+        except RowsUnavailable:
+            return None
+        return None
+
+    def last_txn(self) -> dict[int, tuple[int, int]]:
+        """Per replicated origin, the `(lsn, txn_id)` of the last row held (for SUBSCRIBE)."""
+        last = self._wal.last_txn_id
+        return {o: (lsn, last[o]) for o, lsn in self.vclock.items() if o != LOCAL_ORIGIN and o in last}
 
     # ------------------------------------------------------------------ reads
 

@@ -20,6 +20,8 @@ INTERNAL_DDL = (
     " hlc INTEGER NOT NULL, origin INTEGER NOT NULL, deleted INTEGER NOT NULL,"
     " PRIMARY KEY (tbl, key)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS _rs_meta(name TEXT PRIMARY KEY, value)",
+    "CREATE TABLE IF NOT EXISTS _rs_latent(tbl TEXT NOT NULL, key TEXT NOT NULL, image BLOB NOT NULL,"
+    " PRIMARY KEY (tbl, key)) WITHOUT ROWID",
 )
 
 _REFUSED_ALTER = re.compile(r"^\s*ALTER\s+TABLE\s+\S+\s+(RENAME|DROP)\b", re.IGNORECASE | re.DOTALL)

@@ -101,3 +101,12 @@ def test_oversize_transaction_is_refused(server):
             client.execute("INSERT INTO blobs VALUES (1, zeroblob(9000000))")
         assert "max_txn_bytes" in refused.value.message
         assert client.execute("SELECT count(*) FROM blobs").rows == [[0]]
+
+
+def test_introspection_pragmas_work_and_settings_do_not(conn):
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(t)")]
+    assert columns == ["id", "v"]
+    with pytest.raises(tarantool.error.DatabaseError) as refused:
+        conn.execute("PRAGMA user_version = 5")
+    assert "cannot be set" in refused.value.args[1]
