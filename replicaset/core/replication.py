@@ -1,0 +1,340 @@
+"""Replication cores: the applier (receiving side) and the relay (sending side).
+
+Theory of operation (DESIGN 4.3, Tarantool's relay/applier):
+- An applier follows one upstream peer. It connects, subscribes with its vclock and, per
+  origin, the `(lsn, txn_id)` of the last row it holds, then receives rows. Rows go to the
+  single writer (`ApplyRows`), which applies each `(origin, lsn)` once against its pending
+  vclock; the applier only acknowledges what the writer made durable (`SendAck`). It is in
+  SYNC until it holds everything the relay had at subscribe time, then in FOLLOW. A peer
+  silent for `4 * timeout_s` is disconnected; reconnects back off, capped at
+  `backoff_max_s`. A row that cannot be applied stops it (STOPPED) unless conflicts may be
+  skipped.
+- A relay serves one subscriber. At SUBSCRIBE it refuses a split brain (the subscriber
+  holds, at some LSN of an origin, a row with another txn id than ours) and a request for
+  rows its log no longer has (never streams a hole). Then it sends, in log order, every
+  durable row the subscriber lacks, skipping rows of origin 0 (local) and, unless asked
+  for them, of the subscriber's own origin. Heartbeats carry its vclock when idle.
+- Time is an argument (`now_s`), never read; actions are returned, never performed.
+
+Action and method names are those of `specs/VClockReplication.tla`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from wal import Record, VClock
+
+LOCAL_ORIGIN = 0
+SILENCE_TIMEOUTS = 4
+
+
+class LocalProtocolError(Exception):
+    """The runtime fed a core an event its state does not allow."""
+
+
+# ---------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Connect:
+    peer: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendSubscribe:
+    peer: str
+    vclock: dict[int, int]
+    last_txn: dict[int, tuple[int, int]]
+    include_own: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplyRows:
+    peer: str
+    records: tuple[Record, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendAck:
+    peer: str
+    vclock: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Disconnect:
+    peer: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendRows:
+    subscriber: int
+    records: tuple[Record, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendHeartbeat:
+    subscriber: int
+    vclock: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refuse:
+    code: str
+    message: str
+
+
+Action = Connect | SendSubscribe | ApplyRows | SendAck | Disconnect | SendRows | SendHeartbeat
+
+
+# ---------------------------------------------------------------- applier
+
+
+class ApplierState(Enum):
+    CONNECT = "connect"
+    AUTH = "auth"
+    SYNC = "sync"
+    FOLLOW = "follow"
+    STOPPED = "stopped"
+    DISCONNECTED = "disconnected"
+
+
+S = ApplierState
+# state -> events allowed in it; anything else is a LocalProtocolError.
+APPLIER_TRANSITIONS: dict[ApplierState, frozenset[str]] = {
+    S.DISCONNECTED: frozenset({"start", "tick", "disconnected"}),
+    S.CONNECT: frozenset({"connected", "disconnected", "tick"}),
+    S.AUTH: frozenset({"subscribed", "refused", "disconnected", "tick"}),
+    S.SYNC: frozenset({"rows_received", "rows_applied", "apply_failed", "heartbeat", "disconnected", "tick"}),
+    S.FOLLOW: frozenset({"rows_received", "rows_applied", "apply_failed", "heartbeat", "disconnected", "tick"}),
+    S.STOPPED: frozenset({"tick", "disconnected", "rows_applied"}),
+}
+
+
+@dataclass
+class Applier:
+    peer: str
+    timeout_s: float
+    backoff_max_s: float = 30.0
+    skip_conflict: bool = False
+    state: ApplierState = ApplierState.DISCONNECTED
+    message: str | None = None
+    last_heard_s: float = 0.0
+    retry_at_s: float = 0.0
+    attempts: int = 0
+    sync_target: VClock = field(default_factory=VClock)
+    upstream_vclock: VClock = field(default_factory=VClock)
+    last_row_hlc_s: float | None = None
+
+    def _event(self, name: str) -> None:
+        if name not in APPLIER_TRANSITIONS[self.state]:
+            raise LocalProtocolError(f"applier for {self.peer}: {name} in state {self.state.value}")
+
+    def start(self, now_s: float) -> list[Action]:
+        self._event("start")
+        self.state, self.last_heard_s = S.CONNECT, now_s
+        return [Connect(peer=self.peer)]
+
+    def connected(self, now_s: float, vclock: VClock, last_txn: Mapping[int, tuple[int, int]], *, include_own: bool = False) -> list[Action]:
+        self._event("connected")
+        self.state, self.last_heard_s = S.AUTH, now_s
+        return [
+            SendSubscribe(
+                peer=self.peer, vclock=replicated_part(vclock).to_dict(), last_txn=dict(last_txn), include_own=include_own
+            )
+        ]
+
+    def subscribed(self, now_s: float, relay_vclock: VClock, local_vclock: VClock) -> list[Action]:
+        self._event("subscribed")
+        self.attempts, self.message, self.last_heard_s = 0, None, now_s
+        self.sync_target = relay_vclock.copy()
+        self.upstream_vclock = relay_vclock.copy()
+        self.state = S.FOLLOW if _covers(local_vclock, relay_vclock) else S.SYNC
+        return []
+
+    def refused(self, now_s: float, message: str) -> list[Action]:
+        """The peer refused SUBSCRIBE (split brain, rows gone): stop, the operator decides."""
+        self._event("refused")
+        self.state, self.message = S.STOPPED, message
+        return [Disconnect(peer=self.peer, reason=message)]
+
+    def rows_received(self, now_s: float, records: Sequence[Record]) -> list[Action]:
+        self._event("rows_received")
+        self.last_heard_s = now_s
+        for record in records:
+            if record.lsn > self.upstream_vclock.get(record.origin):
+                self.upstream_vclock.reset(record.origin, record.lsn)
+        return [ApplyRows(peer=self.peer, records=tuple(records))] if records else []
+
+    def rows_applied(self, now_s: float, durable_vclock: VClock) -> list[Action]:
+        """The writer made rows durable: acknowledge, and leave SYNC once caught up."""
+        self._event("rows_applied")
+        if self.state is S.STOPPED:
+            return []
+        if self.state is S.SYNC and _covers(durable_vclock, self.sync_target):
+            self.state = S.FOLLOW
+        return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
+
+    def apply_failed(self, now_s: float, error: str) -> list[Action]:
+        """A row could not be applied; with skip_conflict the runtime skipped it already."""
+        self._event("apply_failed")
+        if self.skip_conflict:
+            return []
+        self.state, self.message = S.STOPPED, error
+        return [Disconnect(peer=self.peer, reason=error)]
+
+    def heartbeat(self, now_s: float, relay_vclock: VClock, durable_vclock: VClock) -> list[Action]:
+        """The relay is alive; answer with what we hold so it knows we are too."""
+        self._event("heartbeat")
+        self.last_heard_s = now_s
+        self.upstream_vclock = self.upstream_vclock.merge(relay_vclock)
+        return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
+
+    def disconnected(self, now_s: float, reason: str) -> list[Action]:
+        """The link broke; try again after a capped exponential backoff."""
+        self._event("disconnected")
+        if self.state is S.STOPPED:
+            return []
+        self.state, self.message = S.DISCONNECTED, reason
+        self.attempts += 1
+        self.retry_at_s = now_s + min(self.backoff_max_s, self.timeout_s * 2 ** min(self.attempts - 1, 16))
+        return []
+
+    def tick(self, now_s: float) -> list[Action]:
+        self._event("tick")
+        if self.state is S.DISCONNECTED and now_s >= self.retry_at_s:
+            self.state, self.last_heard_s = S.CONNECT, now_s
+            return [Connect(peer=self.peer)]
+        if self.state in (S.CONNECT, S.AUTH, S.SYNC, S.FOLLOW) and now_s - self.last_heard_s > SILENCE_TIMEOUTS * self.timeout_s:
+            reason = f"no message from {self.peer} for {now_s - self.last_heard_s:.1f} s"
+            self.disconnected(now_s, reason)
+            return [Disconnect(peer=self.peer, reason=reason)]
+        return []
+
+    def check_invariants(self) -> None:
+        assert self.state in APPLIER_TRANSITIONS
+        assert self.state is not S.STOPPED or self.message, "a stopped applier says why"
+        assert self.attempts >= 0
+
+
+# ---------------------------------------------------------------- relay
+
+
+class RelayState(Enum):
+    SUBSCRIBE = "subscribe"
+    FOLLOW = "follow"
+    STOPPED = "stopped"
+
+
+@dataclass
+class Relay:
+    """Serves one subscriber; `sent` is what it has sent, `acked` what it confirmed."""
+
+    subscriber: int
+    timeout_s: float
+    state: RelayState = RelayState.SUBSCRIBE
+    include_own: bool = False
+    sent: VClock = field(default_factory=VClock)
+    acked: VClock = field(default_factory=VClock)
+    last_sent_s: float = 0.0
+    last_ack_s: float = 0.0
+
+    def subscribe(
+        self,
+        now_s: float,
+        *,
+        vclock: VClock,
+        last_txn: Mapping[int, tuple[int, int]],
+        local_txn_at: Mapping[int, int | None],
+        log_start: VClock,
+        include_own: bool = False,
+    ) -> Refuse | None:
+        """Accept a subscriber, or say why not. `local_txn_at[origin]` is the txn id this
+        member holds at `last_txn[origin]`'s LSN (None when it does not hold that row)."""
+        if self.state is not RelayState.SUBSCRIBE:
+            raise LocalProtocolError(f"relay for {self.subscriber}: subscribe in state {self.state.value}")
+        for origin, (lsn, txn_id) in sorted(last_txn.items()):
+            ours = local_txn_at.get(origin)
+            if ours is not None and ours != txn_id:
+                self.state = RelayState.STOPPED
+                return Refuse(
+                    code="split_brain",
+                    message=(
+                        f"split brain at origin {origin} lsn {lsn}: the subscriber holds txn "
+                        f"{txn_id:#x}, this member holds {ours:#x}"
+                    ),
+                )
+        wanted = vclock.copy()
+        if not include_own:
+            wanted.reset(self.subscriber, max(wanted.get(self.subscriber), log_start.get(self.subscriber)))
+        wanted.reset(LOCAL_ORIGIN, log_start.get(LOCAL_ORIGIN))
+        if not _covers(wanted, log_start):
+            self.state = RelayState.STOPPED
+            return Refuse(
+                code="rows_unavailable",
+                message=(
+                    f"this member's log starts at {log_start.to_dict()}; the subscriber needs rows after "
+                    f"{vclock.to_dict()}: join again from a checkpoint"
+                ),
+            )
+        self.state = RelayState.FOLLOW
+        self.include_own = include_own
+        replicated = replicated_part(vclock)
+        self.sent, self.acked = replicated, replicated.copy()
+        self.last_sent_s = self.last_ack_s = now_s
+        return None
+
+    def rows(self, now_s: float, records: Sequence[Record]) -> list[Action]:
+        """Rows made durable here (from the log, in log order): send what the subscriber lacks."""
+        if self.state is not RelayState.FOLLOW:
+            return []
+        out = []
+        for record in records:
+            origin = record.origin
+            if origin == LOCAL_ORIGIN or (origin == self.subscriber and not self.include_own):
+                continue
+            expected = self.sent.get(origin) + 1
+            if record.lsn < expected:
+                continue
+            if record.lsn > expected:
+                raise LocalProtocolError(
+                    f"relay for {self.subscriber}: row {origin}:{record.lsn} after {origin}:{expected - 1} is a hole"
+                )
+            self.sent.follow(origin, record.lsn)
+            out.append(record)
+        if not out:
+            return []
+        self.last_sent_s = now_s
+        return [SendRows(subscriber=self.subscriber, records=tuple(out))]
+
+    def ack(self, now_s: float, vclock: VClock) -> None:
+        self.last_ack_s = now_s
+        self.acked = self.acked.merge(vclock)
+
+    def tick(self, now_s: float, local_vclock: VClock) -> list[Action]:
+        if self.state is not RelayState.FOLLOW:
+            return []
+        if now_s - self.last_ack_s > SILENCE_TIMEOUTS * self.timeout_s:
+            self.state = RelayState.STOPPED
+            return [Disconnect(peer=str(self.subscriber), reason=f"subscriber {self.subscriber} silent")]
+        if now_s - self.last_sent_s >= self.timeout_s:
+            self.last_sent_s = now_s
+            return [SendHeartbeat(subscriber=self.subscriber, vclock=local_vclock.to_dict())]
+        return []
+
+    def check_invariants(self) -> None:
+        assert self.state in RelayState
+        assert self.sent.get(LOCAL_ORIGIN) == 0 or self.state is RelayState.SUBSCRIBE, "local rows are never relayed"
+
+
+def replicated_part(vclock: VClock) -> VClock:
+    """The vclock without origin 0, whose rows are never replicated."""
+    return VClock({origin: lsn for origin, lsn in vclock.items() if origin != LOCAL_ORIGIN})
+
+
+def _covers(have: VClock, need: VClock) -> bool:
+    """True when `have` holds every row `need` counts (ignoring the local origin 0)."""
+    return all(have.get(origin) >= lsn for origin, lsn in need.items() if origin != LOCAL_ORIGIN)

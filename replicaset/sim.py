@@ -1,0 +1,457 @@
+"""Deterministic simulation of a replica set: real engines, the replication cores, a fake
+network and crashes, all driven from one seed in virtual time (TigerBeetle's VOPR).
+
+Each member has a real `Engine` in its own directory, one `Applier` per peer and one
+`Relay` per subscriber connection. Links are FIFO connections, as TCP is; the seed decides
+delays (so rows from different peers interleave in every order), cut connections, whole
+partitions, duplicated and reordered deliveries (which the apply-once check must absorb
+and a gap must turn into a resubscribe), process crashes and OS crashes that lose the
+WAL bytes written since the member's last sync point. After the fault phase the network
+heals, crashed members restart, and the run must converge: equal vclocks, equal tables,
+one payload per `(origin, lsn)` everywhere, every acknowledged write present.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replicaset.core import replication as repl
+from replicaset.storage import ApplyError, Engine, EngineConfig, GapError
+from wal import Record, VClock
+from wal.segment import list_segments
+
+TIMEOUT_S = 0.1
+TICK_S = 0.05
+
+
+@dataclass(frozen=True)
+class Faults:
+    delay_max_s: float = 0.05
+    cut_per_s: float = 0.5
+    partition_per_s: float = 0.2
+    duplicate_p: float = 0.02
+    reorder_p: float = 0.02
+    crash_per_s: float = 0.2
+    os_crash_share: float = 0.5
+    restart_after_s: float = 0.3
+
+
+NO_FAULTS = Faults(delay_max_s=0.01, cut_per_s=0, partition_per_s=0, duplicate_p=0, reorder_p=0, crash_per_s=0)
+
+
+@dataclass
+class Link:
+    """One applier connection from `applier_of` to `relay_on`; FIFO unless reordered."""
+
+    conn: int
+    applier_of: int
+    relay_on: int
+    last_delivery_s: float = 0.0
+    open: bool = True
+
+
+@dataclass
+class Member:
+    id: int
+    data_dir: Path
+    engine: Engine | None = None
+    appliers: dict[int, repl.Applier] = field(default_factory=dict)
+    relays: dict[int, repl.Relay] = field(default_factory=dict)
+    links: dict[int, int] = field(default_factory=dict)  # peer -> conn of our applier
+    recovering: bool = False
+    synced_with: set[int] = field(default_factory=set)
+    sync_point: dict[str, int] = field(default_factory=dict)
+
+
+class Simulation:
+    def __init__(self, root: Path, *, seed: int, members: int = 3, writes: int = 60, faults: Faults = Faults(),
+                 keys: int = 6, fault_phase_s: float = 3.0, trace: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.root = root
+        self.faults = faults
+        self.keys = keys
+        self.writes_left = writes
+        self.fault_phase_s = fault_phase_s
+        self.now_s = 0.0
+        self.healed = False
+        self._queue: list[tuple[float, int, str, tuple[Any, ...]]] = []
+        self._seq = itertools.count()
+        self._conns = itertools.count(1)
+        self.links: dict[int, Link] = {}
+        self.partitioned: set[frozenset[int]] = set()
+        self.acked: list[tuple[int, int, bytes]] = []
+        self.durable: set[tuple[int, int]] = set()
+        self.trace = trace or (lambda event: None)
+        self.members = {i: Member(i, root / f"m{i}") for i in range(1, members + 1)}
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _at(self, delay_s: float, kind: str, *args: Any) -> None:
+        heapq.heappush(self._queue, (self.now_s + delay_s, next(self._seq), kind, args))
+
+    def _clock_ms(self) -> int:
+        return 1_700_000_000_000 + int(self.now_s * 1000)
+
+    def _open(self, member: Member) -> None:
+        member.engine = Engine.open(
+            EngineConfig(data_dir=member.data_dir, instance_id=member.id), clock_ms=self._clock_ms
+        )
+        for peer in self.members:
+            if peer != member.id:
+                applier = repl.Applier(peer=str(peer), timeout_s=TIMEOUT_S, backoff_max_s=0.4)
+                member.appliers[peer] = applier
+                self._do(member, applier.start(self.now_s))
+
+    # ---------------------------------------------------------------- the run
+
+    def run(self, max_events: int = 200_000) -> None:
+        first = self.members[1]
+        self._open(first)
+        engine = first.engine
+        assert engine is not None
+        txn = engine.begin()
+        engine.execute(txn, "CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, u INTEGER UNIQUE)")
+        engine.commit(txn)
+        self._flushed(first, engine.flush())
+        for member in self.members.values():
+            if member.engine is None:
+                self._open(member)
+            self._at(TICK_S, "tick", member.id)
+        self._at(0.01, "write")
+        self._at(self.fault_phase_s, "heal")
+        for _ in range(max_events):
+            if not self._queue:
+                break
+            self.now_s, _, kind, args = heapq.heappop(self._queue)
+            getattr(self, f"_on_{kind}")(*args)
+            if self.healed and self.writes_left == 0 and self._converged():
+                return
+        raise AssertionError(f"seed {self.seed}: no convergence after {max_events} events: {self.vclocks()}")
+
+    def _on_heal(self) -> None:
+        self.healed = True
+        self.partitioned.clear()
+        for member in self.members.values():
+            if member.engine is None:
+                self._on_restart(member.id)
+
+    def _on_tick(self, member_id: int) -> None:
+        self._at(TICK_S, "tick", member_id)
+        member = self.members[member_id]
+        if member.engine is None:
+            return
+        for applier in member.appliers.values():
+            self._do(member, applier.tick(self.now_s))
+            applier.check_invariants()
+        for conn, relay in list(member.relays.items()):
+            self._do(member, relay.tick(self.now_s, member.engine.vclock), conn=conn)
+            relay.check_invariants()
+        if not self.healed:
+            self._maybe_fault(member)
+
+    def _maybe_fault(self, member: Member) -> None:
+        f, rng = self.faults, self.rng
+        if rng.random() < f.cut_per_s * TICK_S and member.links:
+            self._cut(rng.choice(sorted(member.links.values())), "cut by the simulator")
+        if rng.random() < f.partition_per_s * TICK_S:
+            other = rng.choice([m for m in self.members if m != member.id])
+            pair = frozenset({member.id, other})
+            self.partitioned.add(pair)
+            for link in list(self.links.values()):
+                if {link.applier_of, link.relay_on} == set(pair):
+                    self._cut(link.conn, "partition")
+            self._at(rng.uniform(0.1, 0.6), "unpartition", pair)
+        if rng.random() < f.crash_per_s * TICK_S and member.id != 1 or rng.random() < f.crash_per_s * TICK_S / 4:
+            self._crash(member, os_crash=rng.random() < f.os_crash_share)
+
+    def _on_unpartition(self, pair: frozenset[int]) -> None:
+        self.partitioned.discard(pair)
+
+    def _on_restart(self, member_id: int) -> None:
+        member = self.members[member_id]
+        if member.engine is not None:
+            return
+        member.recovering, member.synced_with = True, set()
+        self.trace({"event": "Restart", "member": member_id, "t": self.now_s})
+        self._open(member)
+
+    def _crash(self, member: Member, *, os_crash: bool) -> None:
+        """A process crash loses nothing the WAL holds; an OS crash under wal_mode=write
+        also loses the WAL bytes written since the member's last sync point."""
+        assert member.engine is not None
+        self.trace({"event": "Crash", "member": member.id, "os": os_crash, "t": self.now_s})
+        member.engine.close()
+        member.engine = None
+        for conn in list(member.links.values()) + list(member.relays):
+            self._cut(conn, "crash")
+        member.appliers.clear()
+        if os_crash:
+            self._lose_unsynced_tail(member)
+        self._at(self.faults.restart_after_s, "restart", member.id)
+
+    def _sync(self, member: Member) -> None:
+        """What the member wrote so far survives an OS crash from now on (an fsync)."""
+        member.sync_point = {p.name: p.stat().st_size for p in list_segments(member.data_dir / "wal")}
+        assert member.engine is not None
+        own_lsn = member.engine.vclock.get(member.id)
+        self.durable.update((o, lsn) for o, lsn, _ in self.acked if o == member.id and lsn <= own_lsn)
+
+    def _lose_unsynced_tail(self, member: Member) -> None:
+        for path in list_segments(member.data_dir / "wal"):
+            size = member.sync_point.get(path.name)
+            if size is None:
+                path.unlink()
+            elif path.stat().st_size > size:
+                with open(path, "r+b") as f:
+                    f.truncate(self.rng.randint(size, path.stat().st_size))
+
+    # ---------------------------------------------------------------- network
+
+    def _connect(self, member: Member, peer: int) -> None:
+        conn = next(self._conns)
+        self.links[conn] = Link(conn, member.id, peer)
+        member.links[peer] = conn
+        self._send(conn, member.id, peer, "hello")
+
+    def _cut(self, conn: int, reason: str) -> None:
+        link = self.links.get(conn)
+        if link is None or not link.open:
+            return
+        link.open = False
+        applier_side, relay_side = self.members[link.applier_of], self.members[link.relay_on]
+        relay_side.relays.pop(conn, None)
+        if applier_side.links.get(link.relay_on) == conn:
+            del applier_side.links[link.relay_on]
+            applier = applier_side.appliers.get(link.relay_on)
+            if applier is not None and applier_side.engine is not None:
+                self._do(applier_side, applier.disconnected(self.now_s, reason))
+
+    def _send(self, conn: int, src: int, dst: int, kind: str, *payload: Any) -> None:
+        link = self.links[conn]
+        if not link.open:
+            return
+        if frozenset({src, dst}) in self.partitioned:
+            self._cut(conn, "partition")
+            return
+        deliver = max(self.now_s + self.rng.uniform(0.0005, self.faults.delay_max_s), link.last_delivery_s)
+        # TCP neither duplicates nor reorders; row frames still get both, to prove that
+        # apply-once absorbs copies and that a gap ends in a resubscribe, never a hole.
+        garble = kind == "rows" and not self.healed
+        if garble and self.rng.random() < self.faults.reorder_p:
+            deliver = self.now_s + self.rng.uniform(0.0, self.faults.delay_max_s)
+        else:
+            link.last_delivery_s = deliver
+        heapq.heappush(self._queue, (deliver, next(self._seq), "deliver", (conn, dst, kind, payload)))
+        if garble and self.rng.random() < self.faults.duplicate_p:
+            heapq.heappush(self._queue, (deliver + 0.001, next(self._seq), "deliver", (conn, dst, kind, payload)))
+
+    def _on_deliver(self, conn: int, dst: int, kind: str, payload: tuple[Any, ...]) -> None:
+        link = self.links[conn]
+        member = self.members[dst]
+        if not link.open or member.engine is None:
+            return
+        getattr(self, f"_recv_{kind}")(member, conn, link, *payload)
+
+    # ---------------------------------------------------------------- messages
+
+    def _recv_hello(self, relay_side: Member, conn: int, link: Link) -> None:
+        self._send(conn, relay_side.id, link.applier_of, "welcome")
+
+    def _recv_welcome(self, member: Member, conn: int, link: Link) -> None:
+        applier = member.appliers[link.relay_on]
+        engine = member.engine
+        assert engine is not None
+        self._do(member, applier.connected(self.now_s, engine.vclock, engine.last_txn(), include_own=member.recovering), conn=conn)
+
+    def _recv_subscribe(self, member: Member, conn: int, link: Link, vclock: dict, last_txn: dict, include_own: bool) -> None:
+        engine = member.engine
+        assert engine is not None
+        relay = repl.Relay(subscriber=link.applier_of, timeout_s=TIMEOUT_S)
+        segments = engine.wal.segments()
+        refusal = relay.subscribe(
+            self.now_s,
+            vclock=VClock(vclock),
+            last_txn=last_txn,
+            local_txn_at={o: engine.txn_at(o, lsn) for o, (lsn, _) in last_txn.items()},
+            log_start=segments[0][1] if segments else VClock(),
+            include_own=include_own,
+        )
+        if refusal is not None:
+            self._send(conn, member.id, link.applier_of, "refused", refusal.message)
+            return
+        member.relays[conn] = relay
+        self._send(conn, member.id, link.applier_of, "subscribed", engine.vclock.to_dict())
+        self._do(member, relay.rows(self.now_s, list(engine.wal.read_from(VClock(vclock)))), conn=conn)
+
+    def _recv_subscribed(self, member: Member, conn: int, link: Link, vclock: dict) -> None:
+        applier = member.appliers[link.relay_on]
+        engine = member.engine
+        assert engine is not None
+        self._do(member, applier.subscribed(self.now_s, VClock(vclock), engine.vclock), conn=conn)
+        self._note_synced(member, link.relay_on, applier)
+
+    def _recv_refused(self, member: Member, conn: int, link: Link, message: str) -> None:
+        self._do(member, member.appliers[link.relay_on].refused(self.now_s, message), conn=conn)
+
+    def _recv_rows(self, member: Member, conn: int, link: Link, records: tuple[Record, ...]) -> None:
+        applier = member.appliers[link.relay_on]
+        if applier.state in (repl.ApplierState.SYNC, repl.ApplierState.FOLLOW):
+            self._do(member, applier.rows_received(self.now_s, records), conn=conn)
+
+    def _recv_heartbeat(self, member: Member, conn: int, link: Link, vclock: dict) -> None:
+        applier = member.appliers[link.relay_on]
+        if applier.state in (repl.ApplierState.SYNC, repl.ApplierState.FOLLOW):
+            assert member.engine is not None
+            self._do(member, applier.heartbeat(self.now_s, VClock(vclock), member.engine.vclock), conn=conn)
+
+    def _recv_ack(self, member: Member, conn: int, link: Link, vclock: dict) -> None:
+        relay = member.relays.get(conn)
+        if relay is not None:
+            relay.ack(self.now_s, VClock(vclock))
+
+    # ---------------------------------------------------------------- actions
+
+    def _do(self, member: Member, actions: list[repl.Action], *, conn: int | None = None) -> None:
+        for action in actions:
+            if isinstance(action, repl.Connect):
+                self._connect(member, int(action.peer))
+            elif isinstance(action, repl.SendSubscribe):
+                self._send(member.links[int(action.peer)], member.id, int(action.peer), "subscribe",
+                           action.vclock, action.last_txn, action.include_own)
+            elif isinstance(action, repl.ApplyRows):
+                self._apply(member, int(action.peer), action.records)
+            elif isinstance(action, repl.SendAck):
+                if int(action.peer) in member.links:
+                    self._send(member.links[int(action.peer)], member.id, int(action.peer), "ack", action.vclock)
+            elif isinstance(action, repl.Disconnect):
+                target = conn if conn is not None else member.links.get(int(action.peer))
+                if target is not None:
+                    self._cut(target, action.reason)
+            elif isinstance(action, repl.SendRows):
+                assert conn is not None
+                self._send(conn, member.id, action.subscriber, "rows", action.records)
+            elif isinstance(action, repl.SendHeartbeat):
+                assert conn is not None
+                self._send(conn, member.id, action.subscriber, "heartbeat", action.vclock)
+
+    def _apply(self, member: Member, peer: int, records: tuple[Record, ...]) -> None:
+        engine = member.engine
+        assert engine is not None
+        applier = member.appliers[peer]
+        try:
+            for record in records:
+                if engine.apply(record, own_allowed=member.recovering):
+                    self.trace({"event": "ApplierReceive", "member": member.id, "origin": record.origin,
+                                "lsn": record.lsn, "t": self.now_s})
+        except GapError as exc:
+            self._flushed(member, engine.flush())
+            conn = member.links.get(peer)
+            if conn is not None:
+                self._cut(conn, str(exc))
+            return
+        except ApplyError as exc:
+            self._flushed(member, engine.flush())
+            self._do(member, applier.apply_failed(self.now_s, str(exc)))
+            return
+        self._flushed(member, engine.flush())
+        if member.engine is not None and applier.state is not repl.ApplierState.STOPPED:
+            self._do(member, applier.rows_applied(self.now_s, engine.vclock), conn=member.links.get(peer))
+            self._note_synced(member, peer, applier)
+
+    def _note_synced(self, member: Member, peer: int, applier: repl.Applier) -> None:
+        """A recovering member takes writes once every other member has answered."""
+        if member.recovering and applier.state is repl.ApplierState.FOLLOW:
+            member.synced_with.add(peer)
+            if member.synced_with >= set(member.appliers):
+                member.recovering = False
+                self.trace({"event": "RecoveryDone", "member": member.id, "t": self.now_s})
+
+    def _flushed(self, member: Member, records: list[Record]) -> None:
+        if not records:
+            return
+        if self.rng.random() < 0.3:
+            self._sync(member)
+        for conn, relay in list(member.relays.items()):
+            self._do(member, relay.rows(self.now_s, records), conn=conn)
+
+    # ---------------------------------------------------------------- client writes
+
+    def _on_write(self) -> None:
+        if self.writes_left <= 0:
+            return
+        self._at(self.rng.uniform(0.005, 0.05), "write")
+        candidates = [m for m in self.members.values() if m.engine is not None and not m.recovering]
+        if not candidates:
+            return
+        member = self.rng.choice(candidates)
+        engine = member.engine
+        assert engine is not None
+        key, rng = self.rng.randrange(self.keys), self.rng
+        statement = rng.choice([
+            ("INSERT INTO kv(k, v, u) VALUES (?, ?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v, u = excluded.u",
+             (key, f"v{member.id}-{self.writes_left}", rng.randrange(self.keys * 2))),
+            ("UPDATE kv SET v = ? WHERE k = ?", (f"u{member.id}-{self.writes_left}", key)),
+            ("DELETE FROM kv WHERE k = ?", (key,)),
+            ("UPDATE kv SET k = ? WHERE k = ?", (rng.randrange(self.keys), key)),
+        ])
+        txn = engine.begin()
+        try:
+            engine.execute(txn, *statement)
+        except Exception:
+            engine.rollback(txn)
+            return
+        committed = engine.commit(txn)
+        records = engine.flush()
+        if committed is not None:
+            self.writes_left -= 1
+            for record in committed.records:
+                self.acked.append((record.origin, record.lsn, record.payload))
+                self.trace({"event": "LocalWrite", "member": member.id, "lsn": record.lsn, "t": self.now_s})
+        self._flushed(member, records)
+
+    # ---------------------------------------------------------------- checks
+
+    def vclocks(self) -> dict[int, dict[int, int]]:
+        return {i: repl.replicated_part(m.engine.vclock).to_dict() for i, m in self.members.items() if m.engine}
+
+    def _converged(self) -> bool:
+        if any(m.engine is None or m.recovering for m in self.members.values()):
+            return False
+        clocks = list(self.vclocks().values())
+        return all(c == clocks[0] for c in clocks)
+
+    def check(self) -> None:
+        """The end-of-run checks; each failure names the seed."""
+        where = f"seed {self.seed}"
+        self.final_vclocks = self.vclocks()
+        digests = {i: m.engine.table_digest() for i, m in self.members.items() if m.engine}
+        assert len(set(map(str, digests.values()))) == 1, f"{where}: table digests differ: {digests}"
+        payloads: dict[tuple[int, int], bytes] = {}
+        for i, member in self.members.items():
+            assert member.engine is not None
+            seen: set[tuple[int, int]] = set()
+            for record in member.engine.wal.read_from(VClock()):
+                key = (record.origin, record.lsn)
+                if record.origin == 0:
+                    continue
+                assert key not in seen, f"{where}: member {i} holds {key} twice"
+                seen.add(key)
+                first = payloads.setdefault(key, record.payload)
+                assert first == record.payload, f"{where}: {key} has two payloads"
+        for origin, lsn, payload in self.acked:
+            held = payloads.get((origin, lsn))
+            if (origin, lsn) in self.durable:
+                assert held is not None, f"{where}: acknowledged durable write {origin}:{lsn} is lost"
+
+    def close(self) -> None:
+        for member in self.members.values():
+            if member.engine is not None:
+                member.engine.close()
+                member.engine = None
