@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import signal
+import tomllib
 import sys
 import uuid
 from collections.abc import Sequence
@@ -52,6 +52,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", required=True, type=Path)
     serve.add_argument("--listen")
     serve.add_argument("--config", type=Path)
+    serve.add_argument("--force-recovery", action="store_true",
+                       help="take writes after an unclean stop without waiting for every member")
+
+    join = sub.add_parser("join", help="join an existing replica set through one of its members")
+    join.add_argument("--uuid", required=True, help="the replica set UUID")
+    join.add_argument("--peer", required=True, action="append", help="HOST:PORT of a member (repeatable)")
+    join.add_argument("--data-dir", required=True, type=Path)
+    join.add_argument("--listen", required=True)
+    join.add_argument("--config", type=Path)
 
     sql = sub.add_parser("sql", help="run one SQL statement and print the result")
     sql.add_argument("address", type=_address)
@@ -77,12 +86,21 @@ def _load_config(args: argparse.Namespace, data_dir: Path) -> configuration.Conf
     return configuration.load(path, {"listen": args.listen})
 
 
-def _serve(data_dir: Path, cfg: configuration.Config, identity: Identity) -> int:
+def _keep_config(data_dir: Path, config: Path | None, listen: str) -> None:
+    """Keep the config in the data directory, with the address the instance listens on,
+    so that a later `replicaset serve --data-dir DIR` needs no flags."""
+    text = config.read_text() if config else ""
+    if "listen" not in tomllib.loads(text):
+        text = f'listen = "{listen}"\n' + text
+    (data_dir / CONFIG_FILE).write_text(text)
+
+
+def _serve(data_dir: Path, cfg: configuration.Config, identity: Identity, *, force_recovery: bool = False) -> int:
     from replicaset.runtime.logging import configure
     from replicaset.runtime.node import Node
 
     configure(cfg.log_level)
-    node = Node(config=cfg, identity=identity, data_dir=data_dir)
+    node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -108,15 +126,30 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
         instance_id=1,
     )
     data_dir.mkdir(parents=True, exist_ok=True)
-    if args.config:
-        shutil.copyfile(args.config, data_dir / CONFIG_FILE)
+    _keep_config(data_dir, args.config, cfg.listen)
     identity.save(data_dir)
     return _serve(data_dir, cfg, identity)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     identity = Identity.load(args.data_dir)
-    return _serve(args.data_dir, _load_config(args, args.data_dir), identity)
+    return _serve(args.data_dir, _load_config(args, args.data_dir), identity, force_recovery=args.force_recovery)
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    from replicaset.runtime.join import join
+
+    data_dir: Path = args.data_dir
+    if Identity.exists(data_dir):
+        raise IdentityError(f"{data_dir} already holds an instance: use `replicaset serve`")
+    replicaset_uuid = parse_uuid(args.uuid, "--uuid")
+    cfg = _load_config(args, data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _keep_config(data_dir, args.config, cfg.listen)
+    identity = join(data_dir, replicaset_uuid=replicaset_uuid, peers=args.peer, listen=cfg.listen)
+    if identity is None:
+        return 1
+    return _serve(data_dir, cfg, identity)
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
@@ -185,6 +218,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 COMMANDS = {
     "bootstrap": cmd_bootstrap,
     "serve": cmd_serve,
+    "join": cmd_join,
     "sql": cmd_sql,
     "console": cmd_console,
     "demo": cmd_demo,

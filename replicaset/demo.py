@@ -28,9 +28,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_instance(args: list[str], log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """Start `replicaset <args> --listen 127.0.0.1:<free port>` and wait until it answers."""
-    port = free_port()
+def start_instance(args: list[str], log_path: Path, port: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """Start `replicaset <args> --listen 127.0.0.1:<port>` (a free one by default) and wait
+    until it answers."""
+    port = port or free_port()
     log = open(log_path, "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "replicaset.cli", *args, "--listen", f"127.0.0.1:{port}"],

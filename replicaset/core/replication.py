@@ -127,7 +127,7 @@ class Applier:
     attempts: int = 0
     sync_target: VClock = field(default_factory=VClock)
     upstream_vclock: VClock = field(default_factory=VClock)
-    last_row_hlc_s: float | None = None
+    lag_s: float = 0.0
 
     def _event(self, name: str) -> None:
         if name not in APPLIER_TRANSITIONS[self.state]:
@@ -192,6 +192,11 @@ class Applier:
         self.last_heard_s = now_s
         self.upstream_vclock = self.upstream_vclock.merge(relay_vclock)
         return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
+
+    def stop(self, now_s: float, message: str) -> list[Action]:
+        """A refusal no retry can fix (another replica set, a split brain): wait for the operator."""
+        self.state, self.message = S.STOPPED, message
+        return [Disconnect(peer=self.peer, reason=message)]
 
     def disconnected(self, now_s: float, reason: str) -> list[Action]:
         """The link broke; try again after a capped exponential backoff."""

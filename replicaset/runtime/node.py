@@ -25,6 +25,11 @@ from replicaset.iproto.constants import ErrorCode
 from wal import WalMode
 
 USER_SPACE_ID_MIN = 512
+REGISTRAR_ID = 1
+MEMBERS_MAX = 31
+CLEAN_STOP_FILE = "clean_stop"
+CLUSTER_DDL = "CREATE TABLE _cluster(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, address TEXT NOT NULL)"
+MEMBER_WAIT_POLL_S = 0.02
 
 
 def wall_clock_ms() -> int:
@@ -46,10 +51,20 @@ class Node:
     version = __version__
     shutdown_grace_s = 5.0
 
-    def __init__(self, *, config: Config, identity: Identity, data_dir: Path) -> None:
+    def __init__(self, *, config: Config, identity: Identity, data_dir: Path, force_recovery: bool = False) -> None:
         self.config = config
         self.identity = identity
         self.data_dir = data_dir
+        self.force_recovery = force_recovery
+        self.appliers: dict[str, Any] = {}
+        self.self_addresses: set[str] = set()
+        self.upstream_uuids: dict[str, str] = {}
+        self.downstreams: dict[int, Any] = {}
+        self._feeds: set[Any] = set()
+        self.recovering = False
+        self._synced_once: set[str] = set()
+        self._connect_deadline = 0.0
+        self._quorum_reached = False
         self.log = get_logger(identity.instance_id)
         self.started_monotonic = time.monotonic()
         self.schema_version = 1
@@ -63,6 +78,14 @@ class Node:
     def check_writable(self) -> None:
         if self.config.read_only:
             raise RequestError(ErrorCode.READONLY, "Can't modify data on a read-only instance - box.cfg.read_only is true")
+        status = self.status()
+        if status != "running":
+            why = (
+                "it is recovering rows of its own origin from the other members after an unclean stop"
+                if self.recovering
+                else f"it reached fewer than replication_connect_quorum = {self.connect_quorum()} peers"
+            )
+            raise RequestError(ErrorCode.READONLY, f"Can't modify data on an instance in status {status}: {why}")
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -78,12 +101,24 @@ class Node:
                 local_tables=frozenset(cfg.local_tables),
                 auto_id_mode=cfg["sql.auto_id_mode"],
                 checkpoint_count=cfg.checkpoint_count,
+                ddl_refusal=self.ddl_refusal(),
             ),
             clock_ms=wall_clock_ms,
             log=event_sink(self.log),
         )
 
+    def ddl_refusal(self) -> str | None:
+        if self.identity.instance_id == REGISTRAR_ID:
+            return None
+        return (
+            f"DDL is accepted only on instance {REGISTRAR_ID}, the member that bootstrapped the replica set, "
+            "until the quorum DDL lock exists"
+        )
+
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        clean_marker = self.data_dir / CLEAN_STOP_FILE
+        unclean = not clean_marker.exists() and (self.data_dir / "db.sqlite").exists()
+        clean_marker.unlink(missing_ok=True)
         self.engine = self.open_engine()
         self.writer = Writer(
             self.engine,
@@ -104,6 +139,18 @@ class Node:
                 nursery.start_soon(self.writer.run_flusher)
                 if self.config.checkpoint_interval:
                     nursery.start_soon(self._checkpoint_daemon)
+                self._nursery = nursery
+                await self._bootstrap_cluster()
+                peers = self.peer_addresses()
+                self.recovering = (
+                    unclean and self.config.wal_mode == "write" and bool(peers) and not self.force_recovery
+                )
+                if self.recovering:
+                    self.log.warning("recovering_own_rows", peers=sorted(peers))
+                self._connect_deadline = trio.current_time() + self.config.replication_connect_timeout
+                for address in sorted(peers):
+                    self._start_applier(address)
+                nursery.start_soon(self._watch_members)
                 self.log.info(
                     "listening", listen=self.listen_address, vclock=self.engine.vclock.to_dict(),
                     replicaset_uuid=self.identity.replicaset_uuid, instance_uuid=self.identity.instance_uuid,
@@ -118,7 +165,142 @@ class Node:
             async with self.writer.token:
                 await self.writer._flush_now()
         self.engine.close()
+        if self.writer.fatal is None:
+            (self.data_dir / CLEAN_STOP_FILE).touch()
         self.log.info("stopped")
+
+    # ---------------------------------------------------------------- membership
+
+    async def _bootstrap_cluster(self) -> None:
+        """The first start of a replica set's first member creates `_cluster` with itself."""
+        if self.identity.instance_id != REGISTRAR_ID or self.members():
+            await self._update_own_address()
+            return
+        async with self.writer.token:
+            for sql, binds in (
+                (CLUSTER_DDL, ()),
+                ("INSERT INTO _cluster(id, uuid, address) VALUES (?, ?, ?)",
+                 (REGISTRAR_ID, self.identity.instance_uuid, self.listen_address)),
+            ):
+                txn = self.engine.begin()
+                self.engine.execute(txn, sql, binds, trusted=True)
+                self.engine.commit(txn)
+                await self.writer._flush_now()
+
+    async def _update_own_address(self) -> None:
+        row = [m for m in self.members() if m[1] == self.identity.instance_uuid]
+        if row and row[0][2] != self.listen_address and not self.config.read_only:
+            await self.writer.execute_trusted("UPDATE _cluster SET address = ? WHERE uuid = ?", (self.listen_address, self.identity.instance_uuid))
+
+    def members(self) -> list[tuple[int, str, str]]:
+        try:
+            return [tuple(r) for r in self.engine._reader.execute("SELECT id, uuid, address FROM _cluster ORDER BY id")]  # type: ignore[misc]
+        except Exception:
+            return []
+
+    def member_id(self, uuid: str) -> int | None:
+        return next((i for i, u, _ in self.members() if u == uuid), None)
+
+    def peer_addresses(self) -> set[str]:
+        mine = {self.listen_address, self.config.listen}
+        found = {a for i, u, a in self.members() if u != self.identity.instance_uuid and a}
+        return (found | set(self.config.replication)) - mine - self.self_addresses
+
+    def _start_applier(self, address: str) -> None:
+        from replicaset.runtime.replication import run_applier
+
+        if address not in self.appliers:
+            self._nursery.start_soon(run_applier, self, address)
+
+    async def _watch_members(self) -> None:
+        """Full mesh: follow every registered member, including those that join later."""
+        while True:
+            await trio.sleep(self.config.replication_timeout)
+            for address in self.peer_addresses():
+                self._start_applier(address)
+            self.on_upstream_change()
+
+    async def register(self, uuid: str, address: str) -> int:
+        """The smallest free id for `uuid` (its old id if it has one), by the registrar alone."""
+        existing = self.member_id(uuid)
+        if existing is not None:
+            return existing
+        if self.identity.instance_id != REGISTRAR_ID:
+            from replicaset.runtime.replication import register_with
+
+            registrar = next((a for i, _, a in self.members() if i == REGISTRAR_ID), None)
+            if registrar is None:
+                raise RequestError(ErrorCode.NO_CONNECTION, "the registrar (instance 1) is unknown here")
+            return await register_with(registrar, replicaset_uuid=self.identity.replicaset_uuid,
+                                       instance_uuid=uuid, listen=address, max_frame_bytes=self.config.max_frame_bytes)
+        taken = {i for i, _, _ in self.members()}
+        free = next((i for i in range(1, MEMBERS_MAX + 1) if i not in taken), None)
+        if free is None:
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"the replica set already has {MEMBERS_MAX} members")
+        await self.writer.execute_trusted("INSERT INTO _cluster(id, uuid, address) VALUES (?, ?, ?)", (free, uuid, address))
+        self.log.info("member_registered", instance_id=free, instance_uuid=uuid, address=address)
+        return free
+
+    async def wait_for_member(self, uuid: str) -> None:
+        with trio.fail_after(self.config.replication_connect_timeout):
+            while self.member_id(uuid) is None:
+                await trio.sleep(MEMBER_WAIT_POLL_S)
+
+    # ---------------------------------------------------------------- relays
+
+    def open_feed(self) -> Any:
+        from replicaset.runtime.replication import Feed
+
+        feed = Feed()
+        self._feeds.add(feed)
+        return feed
+
+    def close_feed(self, feed: Any) -> None:
+        self._feeds.discard(feed)
+
+    def add_downstream(self, relay: Any, uuid: str) -> Any:
+        from replicaset.runtime.replication import Downstream
+
+        downstream = Downstream(relay=relay, uuid=uuid)
+        self.downstreams[relay.subscriber] = downstream
+        return downstream
+
+    def remove_downstream(self, relay: Any) -> None:
+        current = self.downstreams.get(relay.subscriber)
+        if current is not None and current.relay is relay:
+            del self.downstreams[relay.subscriber]
+
+    # ---------------------------------------------------------------- status
+
+    def connect_quorum(self) -> int:
+        configured = self.config.replication_connect_quorum
+        peers = len(self.peer_addresses())
+        return peers if configured is None else min(configured, peers)
+
+    def _connected(self) -> set[str]:
+        from replicaset.core.replication import ApplierState
+
+        return {a for a, core in self.appliers.items() if core.state in (ApplierState.SYNC, ApplierState.FOLLOW)}
+
+    def on_upstream_change(self) -> None:
+        from replicaset.core.replication import ApplierState
+
+        followed = {a for a, core in self.appliers.items() if core.state is ApplierState.FOLLOW}
+        self._synced_once |= followed
+        if not self._quorum_reached and len(self._connected()) >= self.connect_quorum():
+            self._quorum_reached = True
+            self.log.info("connect_quorum_reached", quorum=self.connect_quorum())
+        if self.recovering and self._synced_once >= self.peer_addresses():
+            self.recovering = False
+            self.log.info("recovery_done", vclock=self.engine.vclock.to_dict())
+
+    def status(self) -> str:
+        if self.recovering:
+            return "orphan"
+        if self._quorum_reached or len(self._connected()) >= self.connect_quorum():
+            self._quorum_reached = True
+            return "running"
+        return "loading" if trio.current_time() < self._connect_deadline else "orphan"
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         await Session(self, stream).run()
@@ -132,6 +314,8 @@ class Node:
         if any(r.type == 2 for r in records):
             self.schema_version += 1
             self._schema_cache = None
+        for feed in self._feeds:
+            feed.push(records)
 
     # ---------------------------------------------------------------- views
 
@@ -165,13 +349,42 @@ class Node:
             "lsn": vclock.get(me.instance_id),
             "vclock": vclock.to_dict(),
             "signature": vclock.signature,
-            "status": "running",
-            "ro": bool(self.config.read_only),
+            "status": self.status(),
+            "ro": bool(self.config.read_only) or self.status() != "running",
             "uptime": int(time.monotonic() - self.started_monotonic),
             "listen": self.listen_address,
             "pid": os.getpid(),
-            "replication": {me.instance_id: {"id": me.instance_id, "uuid": me.instance_uuid, "lsn": vclock.get(me.instance_id)}},
+            "replication": self.replication_info(),
         }
+
+    def replication_info(self) -> dict[int, dict[str, Any]]:
+        """`box.info.replication`: every registered member, with our link to it each way."""
+        now = trio.current_time()
+        vclock = self.engine.vclock
+        by_uuid = {uuid: address for address, uuid in self.upstream_uuids.items()}
+        result: dict[int, dict[str, Any]] = {}
+        for instance_id, uuid, address in self.members() or [(self.identity.instance_id, self.identity.instance_uuid, self.listen_address)]:
+            entry: dict[str, Any] = {"id": instance_id, "uuid": uuid, "lsn": vclock.get(instance_id)}
+            core = self.appliers.get(by_uuid.get(uuid, address))
+            if core is not None and uuid != self.identity.instance_uuid:
+                entry["upstream"] = {
+                    "status": core.state.value,
+                    "idle": round(now - core.last_heard_s, 3),
+                    "peer": core.peer,
+                    "lag": round(core.lag_s, 3),
+                    **({"message": core.message} if core.message else {}),
+                }
+            downstream = self.downstreams.get(instance_id)
+            if downstream is not None:
+                relay = downstream.relay
+                entry["downstream"] = {
+                    "status": relay.state.value,
+                    "vclock": relay.acked.to_dict(),
+                    "idle": round(now - relay.last_ack_s, 3),
+                    "lag": round(max(0.0, relay.last_sent_s - relay.last_ack_s), 3),
+                }
+            result[instance_id] = entry
+        return result
 
     async def console(self, expr: str) -> Any:
         values: dict[str, Callable[[], Any]] = {

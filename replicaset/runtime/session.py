@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,11 @@ from replicaset.iproto.codec import FrameDecoder, Frame, encode_error, encode_gr
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.sql_wire import decode_binds, metadata, sql_info, sql_type_name
+from replicaset.core import replication as repl
+from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.runtime.replication import Downstream, run_relay, serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
+from wal import VClock
 from replicaset.storage import EngineFatal, LocalTxn, SqlError, StatementResult
 
 if TYPE_CHECKING:
@@ -67,6 +72,7 @@ class Session:
         self._lane_backlog: dict[int, int] = {}
         self._writer_holders = 0
         self._stream0 = _Stream()
+        self._downstream: Downstream | None = None
         self._salt = os.urandom(32)
         self._user: str | None = "guest" if node.guest_allowed else None
 
@@ -74,6 +80,11 @@ class Session:
 
     def _send(self, data: bytes) -> None:
         self._outbox += data
+
+    send_frame = _send
+
+    async def flush_outbox(self) -> None:
+        await self._flush_outbox()
 
     async def _flush_outbox(self) -> None:
         """Send what the outbox holds; a task already sending picks up what others add."""
@@ -224,8 +235,86 @@ class Session:
             await self._finish(frame, stream, commit=True)
         elif kind == RequestType.ROLLBACK:
             await self._finish(frame, stream, commit=False)
+        elif kind == RequestType.SUBSCRIBE:
+            await self._subscribe(frame)
+        elif kind == PeerRequest.ACK:
+            if self._downstream is not None:
+                self._downstream.relay.ack(trio.current_time(), VClock(frame.body.get(Key.VCLOCK, {})))
+        elif kind == RequestType.JOIN:
+            await self._join(frame)
+        elif kind == PeerRequest.REGISTER:
+            instance_id = await self._node.register(*self._peer_identity(frame))
+            self._reply_ok(frame, {PeerKey.INSTANCE_ID: instance_id})
         else:
             raise RequestError(ErrorCode.UNKNOWN_REQUEST_TYPE, f"Unknown request type {kind}")
+
+    def _peer_identity(self, frame: Frame) -> tuple[str, str]:
+        """(instance uuid, address) of a peer request, after checking its replica set."""
+        node = self._node
+        theirs = frame.body.get(Key.REPLICASET_UUID)
+        ours = node.identity.replicaset_uuid
+        if theirs != ours:
+            raise RequestError(
+                ErrorCode.REPLICASET_UUID_MISMATCH,
+                f"Replica set UUID mismatch: expected {ours}, got {theirs}",
+            )
+        uuid = frame.body.get(Key.INSTANCE_UUID)
+        if not isinstance(uuid, str):
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, "a peer request needs INSTANCE_UUID")
+        address = frame.body.get(PeerKey.ADDRESS, "")
+        return uuid, address if isinstance(address, str) else ""
+
+    async def _join(self, frame: Frame) -> None:
+        uuid, address = self._peer_identity(frame)
+        node = self._node
+        instance_id = await node.register(uuid, address)
+        await node.wait_for_member(uuid)
+        path = Path(await node.writer.checkpoint())
+        node.log.info("join_serving", instance_uuid=uuid, instance_id=instance_id, checkpoint=str(path))
+        await serve_checkpoint(self, frame.sync, path, instance_id, node.schema_version)
+
+    async def _subscribe(self, frame: Frame) -> None:
+        uuid, _ = self._peer_identity(frame)
+        node = self._node
+        subscriber = node.member_id(uuid)
+        if subscriber is None:
+            raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {uuid} is not registered in replica set {node.identity.replicaset_uuid}: join first")
+        claimed = frame.header.get(Key.REPLICA_ID)
+        if isinstance(claimed, int) and claimed != subscriber:
+            raise RequestError(ErrorCode.INSTANCE_UUID_MISMATCH, f"instance {uuid} is registered as id {subscriber}, it says it is id {claimed}")
+        if self._downstream is not None:
+            raise RequestError(ErrorCode.PROTOCOL, "this connection already relays")
+        vclock = VClock(frame.body.get(Key.VCLOCK) or {})
+        last_txn = {int(o): (int(v[0]), int(v[1])) for o, v in (frame.body.get(PeerKey.LAST_TXN) or {}).items()}
+        relay = repl.Relay(subscriber=subscriber, timeout_s=node.config.replication_timeout)
+        engine = node.engine
+        segments = engine.wal.segments()
+        refusal = relay.subscribe(
+            trio.current_time(),
+            vclock=vclock,
+            last_txn=last_txn,
+            local_txn_at={o: engine.txn_at(o, lsn) for o, (lsn, _) in last_txn.items()},
+            log_start=segments[0][1] if segments else VClock(),
+            include_own=bool(frame.body.get(PeerKey.INCLUDE_OWN)),
+        )
+        if refusal is not None:
+            node.log.error("subscribe_refused", subscriber=subscriber, error=refusal.message)
+            code = ErrorCode.SPLIT_BRAIN if refusal.code == "split_brain" else ErrorCode.XLOG_GAP
+            raise RequestError(code, refusal.message)
+        feed = node.open_feed()
+        self._downstream = node.add_downstream(relay, uuid)
+        self._reply_ok(frame, {Key.VCLOCK: repl.replicated_part(engine.vclock).to_dict(), Key.INSTANCE_UUID: node.identity.instance_uuid})
+        node.log.info("relay_started", subscriber=subscriber, vclock=vclock.to_dict())
+
+        async def relay_then_close() -> None:
+            try:
+                await run_relay(node, self, relay, feed)
+            finally:
+                node.close_feed(feed)
+                node.remove_downstream(relay)
+            await trio.aclose_forcefully(self._stream)
+
+        self._nursery.start_soon(relay_then_close)
 
     def _auth(self, frame: Frame) -> None:
         user = frame.body.get(Key.USER_NAME)

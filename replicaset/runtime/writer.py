@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from replicaset.storage import Engine, EngineFatal, LocalTxn, SqlError, StatementResult
+from replicaset.storage import ApplyError, Engine, EngineFatal, GapError, LocalTxn, SqlError, StatementResult
 from wal import Record
 
 
@@ -78,6 +78,20 @@ class Writer:
                 raise
             return result, await self._commit(txn)
 
+    async def execute_trusted(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult:
+        """A statement of the node itself (system tables), durable on return."""
+        async with self.token:
+            txn = self.engine.begin()
+            try:
+                result = self.engine.execute(txn, sql, binds, trusted=True)
+            except SqlError:
+                self.engine.rollback(txn)
+                raise
+            ticket = await self._commit(txn)
+            await self._flush_now()
+        await ticket.wait()
+        return result
+
     async def execute(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult:
         """One statement in its own transaction, returned once durable."""
         result, ticket = await self.execute_nowait(sql, binds)
@@ -127,14 +141,27 @@ class Writer:
 
     # ---------------------------------------------------------------- apply
 
-    async def apply(self, records: Sequence[Record]) -> int:
-        """Apply rows of other origins (each once); returns how many were new."""
+    async def apply(
+        self, records: Sequence[Record], *, own_allowed: bool = False, skip_conflicts: bool = False, log: Any = None
+    ) -> int:
+        """Apply rows of other origins, each once, and make them durable; returns how many
+        were new. A gap or a conflict raises after the rows before it are flushed."""
+        applied = 0
         async with self.token:
-            applied = sum(1 for record in records if self.engine.apply(record))
-            if applied:
-                ticket = Ticket()
-                self._tickets.append(ticket)
-                await self._flush_now()
+            try:
+                for record in records:
+                    try:
+                        applied += self.engine.apply(record, own_allowed=own_allowed)
+                    except ApplyError as exc:
+                        if not skip_conflicts or isinstance(exc, GapError):
+                            raise
+                        if log is not None:
+                            log.warning("conflict_skipped", origin=record.origin, lsn=record.lsn, error=str(exc))
+                        applied += self.engine.skip(record)
+            finally:
+                if applied:
+                    self._tickets.append(Ticket())
+                    await self._flush_now()
         return applied
 
     # ---------------------------------------------------------------- flushing

@@ -48,6 +48,8 @@ from replicaset.storage.schema import (
 from wal import Record, RecordType, RowsUnavailable, VClock, Wal, WalMode
 
 LOCAL_ORIGIN = 0
+# Replicated tables that only the node itself writes (membership, Tarantool's _cluster).
+SYSTEM_TABLES = frozenset({"_cluster"})
 AUTO_ID_NODE_BITS = 5
 AUTO_ID_MAX = {"compact": (1 << 53) - 1, "extended": (1 << 63) - 1}
 REPLAY_BATCH_ROWS = 1000
@@ -189,7 +191,12 @@ class Engine:
             sqlite_vclock = self._read_vclock(self._writer)
         self.vclock = sqlite_vclock
         self.pending_vclock = sqlite_vclock.copy()
-        self.hlc = HLC(self._id, last_stamp=self._wal.max_txn_id)
+        seed = self._wal.max_txn_id
+        if seed == 0:
+            # A log with no rows (a joiner's, started at its checkpoint): the versions the
+            # checkpoint holds are the only record of the stamps already used.
+            seed = self._writer.execute("SELECT coalesce(max(hlc), 0) FROM _rs_version").fetchone()[0]
+        self.hlc = HLC(self._id, last_stamp=seed)
         self.schema_id = tuple(self._meta("schema_id", [0, 0]))  # type: ignore[assignment]
         self._replay(sqlite_vclock)
         self._install_auto_id_triggers()
@@ -306,8 +313,8 @@ class Engine:
             reason = f"PRAGMA {p1} cannot be set by a client"
         elif op in _TABLE_WRITE_OPS:
             table = p2 if op in _TABLE_IN_P2 else p1
-            if table and table.startswith(INTERNAL_PREFIX):
-                reason = f"internal table {table} cannot be changed by a client"
+            if table and (table.startswith(INTERNAL_PREFIX) or table in SYSTEM_TABLES):
+                reason = f"system table {table} cannot be changed by a client"
         if reason is None:
             return apsw.SQLITE_OK
         self._deny_reason = reason
@@ -333,8 +340,11 @@ class Engine:
         self._internal(f"SAVEPOINT {txn.savepoint}")
         return txn
 
-    def execute(self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult:
-        """Run one client statement in its own savepoint; a failure leaves nothing behind."""
+    def execute(
+        self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any] = (), *, trusted: bool = False
+    ) -> StatementResult:
+        """Run one client statement in its own savepoint; a failure leaves nothing behind.
+        `trusted` statements come from the node itself (system tables) and skip the authorizer."""
         if txn.done:
             raise SqlError("the transaction is already finished")
         if txn.ddl is not None:
@@ -354,7 +364,7 @@ class Engine:
         self._deny_reason = None
         cursor = self._writer.cursor()
         try:
-            self._client_sql = True
+            self._client_sql = not trusted
             try:
                 columns, rows = _run(cursor, sql, binds)
                 changes = self._writer.changes()
@@ -370,7 +380,7 @@ class Engine:
             self._undo_statement(savepoint, mark)
             raise SqlError(self._capture.error)
         if self._schema_version() != version_before:
-            self._ddl_statement(txn, sql, savepoint, mark)
+            self._ddl_statement(txn, sql, savepoint, mark, trusted=trusted)
         if txn.explicit:
             self._internal("RELEASE rs_stmt")
         auto_ids = list(self._auto_ids)
@@ -388,7 +398,7 @@ class Engine:
     def _schema_version(self) -> int:
         return self._writer.execute("PRAGMA main.schema_version", can_cache=False).fetchone()[0]
 
-    def _ddl_statement(self, txn: LocalTxn, sql: str, savepoint: str, mark: int) -> None:
+    def _ddl_statement(self, txn: LocalTxn, sql: str, savepoint: str, mark: int, *, trusted: bool = False) -> None:
         """Validate a schema change and turn it into the transaction's DDL payload."""
         self._writer_tables.invalidate()
         self._apply_tables.invalidate()
@@ -397,7 +407,7 @@ class Engine:
             error = "a DDL statement must run alone, outside a stream transaction"
         touched = self._touched_tables()
         local = bool(touched) and all(t in self.config.local_tables for t in touched)
-        if error is None and not local and self.config.ddl_refusal:
+        if error is None and not local and self.config.ddl_refusal and not trusted:
             error = self.config.ddl_refusal
         if error is None:
             for table in touched:
@@ -548,7 +558,12 @@ class Engine:
         lost (DESIGN 4.4) may use it."""
         return self._apply_record(record, log_records=True, own_allowed=own_allowed)
 
-    def _apply_record(self, record: Record, *, log_records: bool, own_allowed: bool) -> bool:
+    def skip(self, record: Record) -> bool:
+        """`replication_skip_conflict`: hold the row (log it, count it, relay it) without
+        applying its changes, as Tarantool does, so the stream can go on."""
+        return self._apply_record(record, log_records=True, own_allowed=False, skip=True)
+
+    def _apply_record(self, record: Record, *, log_records: bool, own_allowed: bool, skip: bool = False) -> bool:
         origin, lsn = record.origin, record.lsn
         if origin == self._id and not own_allowed:
             return False
@@ -561,7 +576,9 @@ class Engine:
         conn = batch.conn
         conn.execute("SAVEPOINT rs_apply", can_cache=False)
         try:
-            if record.type == RecordType.DDL:
+            if skip:
+                pass
+            elif record.type == RecordType.DDL:
                 self._apply_ddl(record)
             elif record.type == RecordType.DML:
                 payload = DmlPayload.unpack(record.payload)
@@ -580,7 +597,7 @@ class Engine:
         conn.execute("RELEASE rs_apply", can_cache=False)
         self.pending_vclock.follow(origin, lsn)
         batch.records.append(record)
-        if record.type == RecordType.DDL:
+        if record.type == RecordType.DDL and not skip:
             self._after_ddl(record)
         return True
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,10 @@ import pytest
 
 from replicaset.demo import start_instance, stop_instance
 from replicaset.iproto.client import Client
+
+
+# A new replica set's first rows: CREATE TABLE _cluster, then the bootstrap member's row.
+BOOTSTRAP_ROWS = 2
 
 
 class Server:
@@ -23,7 +28,9 @@ class Server:
 
     def start(self, *extra: str) -> Server:
         command = "serve" if (self.data_dir / "instance.toml").exists() else "bootstrap"
-        self.proc, self.port = start_instance([command, "--data-dir", str(self.data_dir), *extra], self.log_path)
+        self.proc, self.port = start_instance(
+            [command, "--data-dir", str(self.data_dir), *extra], self.log_path, port=self.port or None
+        )
         return self
 
     def client(self, **kwargs: object) -> Client:
@@ -57,3 +64,84 @@ def server(tmp_path: Path) -> Iterator[Server]:
         if srv.proc is not None and srv.proc.poll() is None:
             srv.proc.kill()
             srv.proc.wait(10)
+
+
+REPLICASET_UUID = "8c5e4a52-0000-4000-8000-00000000abcd"
+FAST_CONFIG = "replication_timeout = 0.1\nreplication_connect_timeout = 3\n"
+WAIT_S = 20.0
+
+
+class ReplicaSet:
+    """Members started by the test: `bootstrap` first, then `join` through any member."""
+
+    def __init__(self, root: Path, extra_config: str = "") -> None:
+        self.root = root
+        self.config = root / "fast.toml"
+        self.config.write_text(FAST_CONFIG + extra_config)
+        self.members: list[Server] = []
+
+    def bootstrap(self) -> Server:
+        server = Server(self.root / "m1", self.root / "m1.log")
+        server.start("--uuid", REPLICASET_UUID, "--config", str(self.config))
+        self.members.append(server)
+        return server
+
+    def join(self, through: Server, config: Path | None = None) -> Server:
+        n = len(self.members) + 1
+        server = Server(self.root / f"m{n}", self.root / f"m{n}.log")
+        server.proc, server.port = start_instance(
+            ["join", "--uuid", REPLICASET_UUID, "--peer", f"127.0.0.1:{through.port}",
+             "--data-dir", str(server.data_dir), "--config", str(config or self.config)],
+            server.log_path,
+        )
+        self.members.append(server)
+        return server
+
+    def info(self, server: Server) -> dict:
+        with server.client() as client:
+            return client.eval("box.info")[0]
+
+    def wait_converged(self, members: list[Server] | None = None) -> dict:
+        """Equal vclocks on every running member; returns that vclock."""
+        members = members or [m for m in self.members if m.proc and m.proc.poll() is None]
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            clocks = [self.info(m)["vclock"] for m in members]
+            if all(c == clocks[0] for c in clocks):
+                return clocks[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"vclocks did not converge: {clocks}")
+            time.sleep(0.05)
+
+    def wait_full_mesh(self) -> dict:
+        """Every running member follows every other one, both ways; returns member 1's view."""
+        members = [m for m in self.members if m.proc and m.proc.poll() is None]
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            views = [self.info(m)["replication"] for m in members]
+            links = [
+                (entry.get("upstream", {}).get("status"), entry.get("downstream", {}).get("status"))
+                for view, me in zip(views, members)
+                for peer_id, entry in view.items()
+                if peer_id != self.info(me)["id"]
+            ]
+            if links and all(link == ("follow", "follow") for link in links):
+                return views[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the mesh did not form: {links}")
+            time.sleep(0.05)
+
+    def stop_all(self) -> None:
+        for member in self.members:
+            if member.proc is not None and member.proc.poll() is None:
+                member.proc.kill()
+                member.proc.wait(10)
+
+
+@pytest.fixture
+def replicaset(tmp_path: Path) -> Iterator[ReplicaSet]:
+    rs = ReplicaSet(tmp_path)
+    try:
+        yield rs
+    finally:
+        rs.stop_all()

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from replicaset.iproto.errors import ServerError
-from tests.server.conftest import Server
+from tests.server.conftest import BOOTSTRAP_ROWS, Server
 
 
 def cli(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
@@ -24,7 +24,7 @@ def test_console_prints_box_info_as_yaml(server):
     assert info["listen"] == f"127.0.0.1:{server.port}"
     assert set(info) >= {"version", "uuid", "cluster", "lsn", "vclock", "signature", "uptime", "pid", "replication"}
     vclock = yaml.safe_load(cli("console", f"127.0.0.1:{server.port}", "-e", "box.info.vclock").stdout)
-    assert vclock == [{}]
+    assert vclock == [{1: BOOTSTRAP_ROWS}], "bootstrap writes _cluster's DDL and its own row"
     cfg = yaml.safe_load(cli("console", f"127.0.0.1:{server.port}", "-e", "box.cfg").stdout)[0]
     assert cfg["wal_mode"] == "write"
     bad = cli("console", f"127.0.0.1:{server.port}", "-e", "box.info.nothing")
@@ -48,7 +48,7 @@ def test_snapshot_creates_a_checkpoint_named_by_signature(server):
         client.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
         client.execute("INSERT INTO t VALUES (1)")
         assert client.eval("box.snapshot()") == ["ok"]
-    assert [p.name for p in (server.data_dir / "snap").glob("*.snap")] == [f"{2:020d}.snap"]
+    assert [p.name for p in (server.data_dir / "snap").glob("*.snap")] == [f"{BOOTSTRAP_ROWS + 2:020d}.snap"]
 
 
 def test_sigterm_stops_cleanly_and_serve_resumes(server):
@@ -60,7 +60,7 @@ def test_sigterm_stops_cleanly_and_serve_resumes(server):
     server.start()
     with server.client() as client:
         assert client.execute("SELECT id FROM t").rows == [[1]]
-        assert client.eval("box.info.lsn") == [2]
+        assert client.eval("box.info.lsn") == [BOOTSTRAP_ROWS + 2]
 
 
 def test_every_log_line_is_json_with_instance_id(server):

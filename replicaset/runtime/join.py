@@ -1,0 +1,52 @@
+"""The joiner's side of `replicaset join`: an id, a checkpoint, a log starting there."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import trio
+from tqdm import tqdm
+
+from replicaset.identity import Identity
+from replicaset.iproto.errors import RemoteProtocolError
+from replicaset.runtime.logging import configure, get_logger
+from replicaset.runtime.replication import PeerError, fetch_checkpoint
+from wal import Wal
+
+PROGRESS_LOG_STEP = 0.1
+
+
+def join(data_dir: Path, *, replicaset_uuid: str, peers: list[str], listen: str) -> Identity | None:
+    """Try each peer in turn; None when none of them could serve the join."""
+    configure()
+    log = get_logger(None, replicaset_uuid=replicaset_uuid)
+    instance_uuid = str(uuid.uuid4())
+    for peer in peers:
+        bar = tqdm(total=0, unit="B", unit_scale=True, desc=f"join via {peer}", disable=not sys.stderr.isatty())
+        logged = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+            if not sys.stderr.isatty() and (done == total or done / total >= logged[0] + PROGRESS_LOG_STEP):
+                logged[0] = done / total
+                log.info("join_progress", peer=peer, bytes=done, total_bytes=total, percent=round(100 * done / total))
+
+        try:
+            joined = trio.run(lambda: fetch_checkpoint(
+                peer, replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid, listen=listen,
+                target=data_dir / "db.sqlite", progress=progress,
+            ))
+        except (OSError, PeerError, RemoteProtocolError, trio.TooSlowError) as exc:
+            log.error("join_failed", peer=peer, error=str(exc) or type(exc).__name__)
+            continue
+        finally:
+            bar.close()
+        Wal.open(data_dir / "wal", start_vclock=joined.vclock).close()
+        identity = Identity(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid, instance_id=joined.instance_id)
+        identity.save(data_dir)
+        log.info("joined", peer=peer, instance_id=joined.instance_id, vclock=joined.vclock.to_dict(), bytes=joined.size_bytes)
+        return identity
+    return None

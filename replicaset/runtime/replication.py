@@ -1,0 +1,385 @@
+"""Replication over iproto: the relay task (serving a SUBSCRIBE), the applier task (one
+per upstream peer), and both ends of JOIN (registration plus the checkpoint transfer).
+
+The protocol decisions live in the sans-IO cores (`replicaset.core.replication`); these
+tasks only move bytes, keep time, and hand rows to the single writer.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+import xxhash
+
+from replicaset.core import replication as repl
+from replicaset.iproto.codec import FrameDecoder, Frame, GREETING_SIZE, decode_greeting, encode_ok, encode_request
+from replicaset.iproto.constants import ErrorCode, Key, RequestType
+from replicaset.iproto.errors import RemoteProtocolError
+from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.storage import ApplyError, EngineFatal, GapError
+from wal import Record, VClock, WalError, decode_record, encode_record
+
+if TYPE_CHECKING:
+    from replicaset.runtime.node import Node
+    from replicaset.runtime.session import Session
+
+RELAY_BATCH_ROWS = 256
+FEED_QUEUE_MAX = 64
+CHECKPOINT_CHUNK_BYTES = 1024 * 1024
+RECEIVE_BYTES = 256 * 1024
+CONNECT_TIMEOUT_S = 5.0
+
+
+class PeerError(Exception):
+    """A peer refused us or spoke nonsense; the message names both sides' values."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+_LINK_ERRORS = (
+    OSError, trio.TooSlowError, PeerError, RemoteProtocolError, WalError, trio.BrokenResourceError, trio.ClosedResourceError,
+)
+
+
+def record_bytes(record: Record) -> bytes:
+    return encode_record(record, max_record_bytes=1 << 31)
+
+
+# ---------------------------------------------------------------- the relay
+
+
+class Feed:
+    """Rows flushed locally, for one relay; overflowing means "re-read the log"."""
+
+    def __init__(self) -> None:
+        self.send, self.receive = trio.open_memory_channel[list[Record]](FEED_QUEUE_MAX)
+        self.overflowed = False
+
+    def push(self, records: list[Record]) -> None:
+        try:
+            self.send.send_nowait(records)
+        except trio.WouldBlock:
+            self.overflowed = True
+
+
+@dataclass
+class Downstream:
+    relay: repl.Relay
+    uuid: str
+
+
+async def run_relay(node: Node, session: Session, relay: repl.Relay, feed: Feed) -> None:
+    """Send the subscriber every durable row it lacks, then follow new flushes."""
+    engine = node.engine
+    timeout_s = node.config.replication_timeout
+
+    async def catch_up() -> None:
+        batch: list[Record] = []
+        for record in engine.wal.read_from(relay.sent):
+            batch.append(record)
+            if len(batch) >= RELAY_BATCH_ROWS:
+                await send(relay.rows(trio.current_time(), batch))
+                batch = []
+        await send(relay.rows(trio.current_time(), batch))
+
+    async def send(actions: list[repl.Action]) -> None:
+        for action in actions:
+            if isinstance(action, repl.SendRows):
+                body = {PeerKey.RECORDS: [record_bytes(r) for r in action.records]}
+                session.send_frame(encode_request(PeerRequest.ROWS, 0, body))
+            elif isinstance(action, repl.SendHeartbeat):
+                session.send_frame(encode_request(PeerRequest.HEARTBEAT, 0, {Key.VCLOCK: action.vclock}))
+            elif isinstance(action, repl.Disconnect):
+                node.log.info("relay_stopped", subscriber=relay.subscriber, reason=action.reason)
+                raise _RelayStop(action.reason)
+        await session.flush_outbox()
+
+    try:
+        await catch_up()
+        while True:
+            with trio.move_on_after(timeout_s / 2) as idle:
+                records = await feed.receive.receive()
+            if idle.cancelled_caught:
+                await send(relay.tick(trio.current_time(), engine.vclock))
+                continue
+            if feed.overflowed:
+                feed.overflowed = False
+                while True:
+                    try:
+                        feed.receive.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                await catch_up()
+                continue
+            await send(relay.rows(trio.current_time(), records))
+    except _RelayStop:
+        return
+
+
+class _RelayStop(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- the applier
+
+
+_FINAL_REFUSALS = (
+    ErrorCode.REPLICASET_UUID_MISMATCH,
+    ErrorCode.INSTANCE_UUID_MISMATCH,
+    ErrorCode.SPLIT_BRAIN,
+    ErrorCode.UNKNOWN_REPLICA,
+)
+
+
+class PeerLink:
+    """A blocking-free iproto client connection for an applier or a join."""
+
+    def __init__(self, stream: trio.SocketStream, max_frame_bytes: int) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder(max_frame_bytes)
+        self.greeting_uuid = ""
+        self._sync = 0
+
+    @classmethod
+    async def open(cls, address: str, max_frame_bytes: int) -> PeerLink:
+        host, _, port = address.rpartition(":")
+        with trio.fail_after(CONNECT_TIMEOUT_S):
+            stream = await trio.open_tcp_stream(host, int(port))
+            link = cls(stream, max_frame_bytes)
+            buf = b""
+            while len(buf) < GREETING_SIZE:
+                chunk = await stream.receive_some(GREETING_SIZE - len(buf))
+                if not chunk:
+                    raise PeerError(ErrorCode.NO_CONNECTION, f"{address} closed the connection during the greeting")
+                buf += chunk
+        link.greeting_uuid = decode_greeting(buf).instance_uuid
+        return link
+
+    async def send(self, request_type: int, body: dict[int, Any]) -> int:
+        self._sync += 1
+        await self.stream.send_all(encode_request(request_type, self._sync, body))
+        return self._sync
+
+    async def receive(self) -> Frame:
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is not None:
+                if frame.is_error:
+                    message = frame.body.get(Key.ERROR_24, "")
+                    raise PeerError(frame.request_type & 0x7FFF, str(message))
+                return frame
+            data = await self.stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                raise PeerError(ErrorCode.NO_CONNECTION, "the peer closed the connection")
+            self.decoder.feed(data)
+
+    async def aclose(self) -> None:
+        await trio.aclose_forcefully(self.stream)
+
+
+async def run_applier(node: Node, address: str) -> None:
+    """Follow one upstream peer for the life of the node, reconnecting with backoff."""
+    cfg = node.config
+    core = repl.Applier(
+        peer=address,
+        timeout_s=cfg.replication_timeout,
+        backoff_max_s=max(cfg.replication_timeout * 8, 1.0),
+        skip_conflict=cfg.replication_skip_conflict,
+    )
+    node.appliers[address] = core
+    core.start(trio.current_time())
+    while True:
+        if core.state is repl.ApplierState.CONNECT:
+            try:
+                await _follow(node, core, address)
+            except _LINK_ERRORS as exc:
+                reason = str(exc) or type(exc).__name__
+                if isinstance(exc, PeerError) and exc.code in _FINAL_REFUSALS:
+                    core.stop(trio.current_time(), reason)
+                    node.log.error("upstream_refused", peer=address, error=reason)
+                elif core.state is not repl.ApplierState.STOPPED:
+                    core.disconnected(trio.current_time(), reason)
+                    node.log.info("upstream_disconnected", peer=address, reason=reason)
+                node.on_upstream_change()
+            except EngineFatal:
+                raise
+            except Exception as exc:  # a bug must cost this link, not the node
+                node.log.error("applier_failed", peer=address, error=repr(exc), exc_info=exc)
+                if core.state is not repl.ApplierState.STOPPED:
+                    core.disconnected(trio.current_time(), repr(exc))
+            if core.state is repl.ApplierState.STOPPED and address in node.self_addresses:
+                return
+        await trio.sleep(cfg.replication_timeout / 2)
+        core.tick(trio.current_time())
+
+
+async def _follow(node: Node, core: repl.Applier, address: str) -> None:
+    link = await PeerLink.open(address, node.config.max_frame_bytes)
+    try:
+        if link.greeting_uuid == node.identity.instance_uuid:
+            node.self_addresses.add(address)
+            core.state, core.message = repl.ApplierState.STOPPED, "this is the instance itself"
+            return
+        engine = node.engine
+        (subscribe,) = core.connected(trio.current_time(), engine.vclock, engine.last_txn(), include_own=node.recovering)
+        assert isinstance(subscribe, repl.SendSubscribe)
+        await link.send(RequestType.SUBSCRIBE, {
+            Key.REPLICASET_UUID: node.identity.replicaset_uuid,
+            Key.INSTANCE_UUID: node.identity.instance_uuid,
+            Key.VCLOCK: subscribe.vclock,
+            PeerKey.LAST_TXN: {o: list(v) for o, v in subscribe.last_txn.items()},
+            PeerKey.INCLUDE_OWN: subscribe.include_own,
+        })
+        reply = await link.receive()
+        core.subscribed(trio.current_time(), VClock(reply.body.get(Key.VCLOCK, {})), engine.vclock)
+        node.upstream_uuids[address] = str(reply.body.get(Key.INSTANCE_UUID, ""))
+        node.log.info("upstream_subscribed", peer=address, state=core.state.value)
+        node.on_upstream_change()
+        silence_s = repl.SILENCE_TIMEOUTS * core.timeout_s
+        while True:
+            try:
+                with trio.fail_after(silence_s):
+                    frame = await link.receive()
+            except trio.TooSlowError:
+                raise PeerError(ErrorCode.TIMEOUT, f"no message from {address} for {silence_s:.1f} s") from None
+            actions: list[repl.Action] = []
+            if frame.request_type == PeerRequest.ROWS:
+                records = [decode_record(raw)[0] for raw in frame.body.get(PeerKey.RECORDS, [])]
+                if records:
+                    # Tarantool's lag: from the row's creation (its stamp) to its receipt.
+                    core.lag_s = max(0.0, (now_ms() - (records[-1].txn_id >> 22)) / 1000)
+                for action in core.rows_received(trio.current_time(), records):
+                    actions += await _apply(node, core, action)
+            elif frame.request_type == PeerRequest.HEARTBEAT:
+                actions = core.heartbeat(trio.current_time(), VClock(frame.body.get(Key.VCLOCK, {})), engine.vclock)
+            for action in actions:
+                if isinstance(action, repl.SendAck):
+                    await link.send(PeerRequest.ACK, {Key.VCLOCK: action.vclock})
+                elif isinstance(action, repl.Disconnect):
+                    raise PeerError(ErrorCode.NO_CONNECTION, action.reason)
+            node.on_upstream_change()
+    finally:
+        await link.aclose()
+
+
+async def _apply(node: Node, core: repl.Applier, action: repl.Action) -> list[repl.Action]:
+    assert isinstance(action, repl.ApplyRows)
+    try:
+        await node.writer.apply(action.records, own_allowed=node.recovering, skip_conflicts=core.skip_conflict, log=node.log)
+    except GapError as exc:
+        raise PeerError(ErrorCode.PROTOCOL, str(exc)) from exc
+    except ApplyError as exc:
+        node.log.error("apply_failed", peer=core.peer, error=str(exc))
+        return core.apply_failed(trio.current_time(), str(exc)) + [repl.Disconnect(peer=core.peer, reason=str(exc))]
+    return core.rows_applied(trio.current_time(), node.engine.vclock)
+
+
+# ---------------------------------------------------------------- join: the joiner
+
+
+@dataclass(frozen=True)
+class Joined:
+    instance_id: int
+    vclock: VClock
+    size_bytes: int
+
+
+async def fetch_checkpoint(
+    address: str,
+    *,
+    replicaset_uuid: str,
+    instance_uuid: str,
+    listen: str,
+    target: Path,
+    progress: Callable[[int, int], None],
+    max_frame_bytes: int = 64 * 1024 * 1024,
+) -> Joined:
+    """JOIN through `address`: get an id and the newest checkpoint, verified chunk by chunk
+    with xxhash, into `target` (written under a temporary name, then renamed)."""
+    link = await PeerLink.open(address, max_frame_bytes)
+    partial = target.with_name(target.name + ".partial")
+    try:
+        await link.send(RequestType.JOIN, {
+            Key.REPLICASET_UUID: replicaset_uuid,
+            Key.INSTANCE_UUID: instance_uuid,
+            PeerKey.ADDRESS: listen,
+        })
+        whole = xxhash.xxh3_64()
+        with open(partial, "wb") as out:
+            while True:
+                frame = await link.receive()
+                body = frame.body
+                if frame.request_type == PeerRequest.CHECKPOINT_CHUNK:
+                    chunk, offset = body[PeerKey.CHUNK], body[PeerKey.OFFSET]
+                    if xxhash.xxh3_64_intdigest(chunk) != body[PeerKey.DIGEST] or offset != out.tell():
+                        raise PeerError(ErrorCode.PROTOCOL, f"checkpoint chunk at {offset} failed its check")
+                    out.write(chunk)
+                    whole.update(chunk)
+                    progress(out.tell(), body[PeerKey.SIZE])
+                    continue
+                size = body[PeerKey.SIZE]
+                if out.tell() != size or whole.intdigest() != body[PeerKey.DIGEST]:
+                    raise PeerError(ErrorCode.PROTOCOL, "the checkpoint arrived incomplete or damaged")
+                out.flush()
+                os.fsync(out.fileno())
+                os.replace(partial, target)
+                return Joined(instance_id=body[PeerKey.INSTANCE_ID], vclock=VClock(body[Key.VCLOCK]), size_bytes=size)
+    finally:
+        partial.unlink(missing_ok=True)
+        await link.aclose()
+
+
+async def register_with(address: str, *, replicaset_uuid: str, instance_uuid: str, listen: str, max_frame_bytes: int) -> int:
+    """Ask the registrar at `address` for an id (a join that came through another member)."""
+    link = await PeerLink.open(address, max_frame_bytes)
+    try:
+        await link.send(PeerRequest.REGISTER, {
+            Key.REPLICASET_UUID: replicaset_uuid,
+            Key.INSTANCE_UUID: instance_uuid,
+            PeerKey.ADDRESS: listen,
+        })
+        reply = await link.receive()
+        return int(reply.body[PeerKey.INSTANCE_ID])
+    finally:
+        await link.aclose()
+
+
+# ---------------------------------------------------------------- join: the member serving it
+
+
+async def serve_checkpoint(session: Session, sync: int, path: Path, instance_id: int, schema_version: int) -> None:
+    """Stream a checkpoint file in bounded chunks, each with its xxhash, then its vclock."""
+    from replicaset.storage.checkpoint import vclock_of
+
+    size = path.stat().st_size
+    whole = xxhash.xxh3_64()
+    with open(path, "rb") as f:
+        offset = 0
+        while True:
+            chunk = f.read(CHECKPOINT_CHUNK_BYTES)
+            if not chunk:
+                break
+            whole.update(chunk)
+            session.send_frame(encode_request(PeerRequest.CHECKPOINT_CHUNK, sync, {
+                PeerKey.CHUNK: chunk, PeerKey.OFFSET: offset, PeerKey.SIZE: size,
+                PeerKey.DIGEST: xxhash.xxh3_64_intdigest(chunk),
+            }))
+            offset += len(chunk)
+            await session.flush_outbox()
+    session.send_frame(encode_ok(sync=sync, schema_version=schema_version, body={
+        Key.VCLOCK: vclock_of(path).to_dict(), PeerKey.SIZE: size, PeerKey.DIGEST: whole.intdigest(),
+        PeerKey.INSTANCE_ID: instance_id,
+    }))
+    await session.flush_outbox()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000

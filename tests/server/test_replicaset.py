@@ -1,0 +1,199 @@
+"""Several real processes on 127.0.0.1 forming one replica set (consistency ONE)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import tarantool
+
+from replicaset.demo import start_instance
+from replicaset.iproto.errors import ServerError
+from tests.server.conftest import REPLICASET_UUID, Server
+
+
+@pytest.fixture
+def trio_set(replicaset):
+    first = replicaset.bootstrap()
+    with first.client() as client:
+        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, n INTEGER DEFAULT 0)")
+    second = replicaset.join(first)
+    third = replicaset.join(second)  # registered through the registrar by member 2
+    replicaset.wait_converged()
+    return replicaset, (first, second, third)
+
+
+def rows(server: Server, sql: str = "SELECT * FROM kv ORDER BY k") -> list:
+    with server.client() as client:
+        return client.execute(sql).rows
+
+
+def test_joined_members_get_ids_and_everyone_takes_writes(trio_set):
+    rs, members = trio_set
+    assert [rs.info(m)["id"] for m in members] == [1, 2, 3]
+    for i, member in enumerate(members):
+        conn = tarantool.connect("127.0.0.1", member.port)
+        conn.execute("INSERT INTO kv(k, v) VALUES (?, ?)", [100 + i, f"from {i + 1}"])
+        conn.close()
+    vclock = rs.wait_converged()
+    assert vclock[2] >= 1 and vclock[3] >= 1
+    contents = [rows(m) for m in members]
+    assert contents[0] == contents[1] == contents[2]
+    assert [r[1] for r in contents[0]] == ["from 1", "from 2", "from 3"]
+    info = rs.info(members[0])
+    assert info["cluster"]["uuid"] == REPLICASET_UUID and info["status"] == "running"
+    replication = rs.wait_full_mesh()
+    assert set(replication) == {1, 2, 3}
+    assert {replication[p]["upstream"]["peer"] for p in (2, 3)} == {f"127.0.0.1:{m.port}" for m in members[1:]}
+
+
+def test_concurrent_writes_to_the_same_rows_converge(trio_set):
+    rs, members = trio_set
+    with members[0].client() as client:
+        client.execute("INSERT INTO kv(k, v) VALUES (1, 'seed'), (2, 'seed'), (3, 'seed')")
+    rs.wait_converged()
+
+    def hammer(member: Server, tag: str) -> None:
+        with member.client() as client:
+            for i in range(60):
+                key = 1 + i % 3
+                if i % 7 == 6:
+                    client.execute("DELETE FROM kv WHERE k = ?", [key])
+                else:
+                    client.execute("INSERT INTO kv(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", [key, f"{tag}-{i}"])
+
+    threads = [threading.Thread(target=hammer, args=(m, f"m{i}")) for i, m in enumerate(members)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    rs.wait_converged()
+    assert rows(members[0]) == rows(members[1]) == rows(members[2])
+
+
+def test_inserts_without_ids_on_all_members_never_collide(trio_set):
+    rs, members = trio_set
+    ids: list[list[int]] = [[] for _ in members]
+
+    def insert(i: int) -> None:
+        with members[i].client() as client:
+            for n in range(80):
+                ids[i] += client.execute("INSERT INTO kv(v) VALUES (?)", [f"m{i}-{n}"]).autoincrement_ids
+
+    threads = [threading.Thread(target=insert, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    all_ids = [x for member_ids in ids for x in member_ids]
+    assert len(all_ids) == 240 and len(set(all_ids)) == 240
+    assert all(x % 32 == i + 1 for i, member_ids in enumerate(ids) for x in member_ids), "each member has its residue"
+    rs.wait_converged()
+    assert len(rows(members[2])) == 240
+
+
+def test_killed_member_catches_up_after_restart(trio_set):
+    rs, (first, second, third) = trio_set
+    third.kill()
+    with first.client() as client:
+        for n in range(50):
+            client.execute("INSERT INTO kv(k, v) VALUES (?, ?)", [1000 + n, "while down"])
+    third.start()
+    rs.wait_converged()
+    assert rows(third) == rows(first)
+    assert rs.info(third)["status"] == "running"
+
+
+def test_join_under_write_load_loses_no_row(replicaset):
+    first = replicaset.bootstrap()
+    with first.client() as client:
+        client.execute("CREATE TABLE log(id INTEGER PRIMARY KEY, v TEXT)")
+    stop = threading.Event()
+    written: list[int] = []
+
+    def load() -> None:
+        with first.client() as client:
+            n = 0
+            while not stop.is_set() and n < 20_000:
+                client.execute("INSERT INTO log(id, v) VALUES (?, ?)", [n, "x" * 32])
+                written.append(n)
+                n += 1
+
+    writer = threading.Thread(target=load)
+    writer.start()
+    time.sleep(0.3)
+    joined = replicaset.join(first)
+    time.sleep(0.3)
+    stop.set()
+    writer.join(30)
+    replicaset.wait_converged()
+    assert [r[0] for r in rows(joined, "SELECT id FROM log ORDER BY id")] == sorted(written)
+
+
+def test_wrong_replicaset_uuid_is_refused_naming_both(replicaset, tmp_path):
+    first = replicaset.bootstrap()
+    wrong = "00000000-1111-4222-8333-444444444444"
+    log = tmp_path / "wrong.log"
+    with pytest.raises(RuntimeError, match="exited"):
+        start_instance(["join", "--uuid", wrong, "--peer", f"127.0.0.1:{first.port}", "--data-dir", str(tmp_path / "w")], log)
+    text = log.read_text()
+    assert REPLICASET_UUID in text and wrong in text
+
+
+def test_member_without_quorum_is_orphan_and_refuses_writes(trio_set):
+    rs, (first, second, third) = trio_set
+    first.kill()
+    second.kill()
+    third.stop()
+    third.start()
+    with third.client() as client:
+        deadline = time.monotonic() + 10
+        while client.eval("box.info.status")[0] != "orphan" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert client.eval("box.info.status") == ["orphan"]
+        with pytest.raises(ServerError) as refused:
+            client.execute("INSERT INTO kv(k, v) VALUES (1, 'no')")
+        assert "orphan" in refused.value.message
+        assert client.execute("SELECT count(*) FROM kv").rows == [[0]], "reads still work"
+    first.start()
+    second.start()
+    with third.client() as client:
+        deadline = time.monotonic() + 10
+        while client.eval("box.info.status")[0] != "running" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert client.eval("box.info.status") == ["running"]
+
+
+def test_ddl_only_on_the_bootstrap_member(trio_set):
+    _, (first, second, _) = trio_set
+    with second.client() as client:
+        with pytest.raises(ServerError) as refused:
+            client.execute("CREATE TABLE other(id INTEGER PRIMARY KEY)")
+        assert "instance 1" in refused.value.message
+
+
+def test_local_tables_stay_local_and_a_stopped_upstream_shows_its_error(replicaset, tmp_path):
+    first = replicaset.bootstrap()
+    local_config = tmp_path / "local.toml"
+    local_config.write_text(replicaset.config.read_text() + 'local_tables = ["scratch"]\n')
+    second = replicaset.join(first, config=local_config)
+    replicaset.wait_converged()
+    with second.client() as client:
+        client.execute("CREATE TABLE scratch(id INTEGER PRIMARY KEY, note TEXT)")
+        client.execute("INSERT INTO scratch VALUES (1, 'only here')")
+        assert client.eval("box.info.vclock")[0].get(2) is None, "local rows do not advance the replicated vclock"
+    with first.client() as client:
+        with pytest.raises(ServerError):
+            client.execute("SELECT * FROM scratch")
+        # The bootstrap member creates a replicated table of the same name: member 2
+        # cannot apply it, and says so instead of diverging silently.
+        client.execute("CREATE TABLE scratch(id INTEGER PRIMARY KEY, other TEXT)")
+    deadline = time.monotonic() + 10
+    while True:
+        upstream = replicaset.info(second)["replication"][1].get("upstream", {})
+        if upstream.get("status") == "stopped" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert upstream["status"] == "stopped"
+    assert "scratch" in upstream["message"]
