@@ -75,9 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     con.add_argument("--user")
     con.add_argument("--password")
 
-    demo = sub.add_parser("demo", help="start a local instance, run a short workload, show box.info")
+    demo = sub.add_parser("demo", help="start a local three-member set, run a workload on all, compare them")
     demo.add_argument("--data-dir", type=Path)
-    demo.add_argument("--rows", type=int, default=2000)
+    demo.add_argument("--rows", type=int, default=1000, help="statements per member")
     return parser
 
 

@@ -22,7 +22,7 @@ from replicaset.iproto.codec import FrameDecoder, Frame, GREETING_SIZE, decode_g
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.peer import PeerKey, PeerRequest
-from replicaset.storage import ApplyError, EngineFatal, GapError
+from replicaset.storage import ApplyError, EngineFatal, GapError, SchemaPending
 from wal import Record, VClock, WalError, decode_record, encode_record
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ FEED_QUEUE_MAX = 64
 CHECKPOINT_CHUNK_BYTES = 1024 * 1024
 RECEIVE_BYTES = 256 * 1024
 CONNECT_TIMEOUT_S = 5.0
+SCHEMA_WAIT_POLL_S = 0.01
 
 
 class PeerError(Exception):
@@ -272,8 +273,21 @@ async def _follow(node: Node, core: repl.Applier, address: str) -> None:
 
 async def _apply(node: Node, core: repl.Applier, action: repl.Action) -> list[repl.Action]:
     assert isinstance(action, repl.ApplyRows)
+    records = list(action.records)
     try:
-        await node.writer.apply(action.records, own_allowed=node.recovering, skip_conflicts=core.skip_conflict, log=node.log)
+        with trio.fail_after(repl.SILENCE_TIMEOUTS * core.timeout_s):
+            while True:
+                try:
+                    await node.writer.apply(records, own_allowed=node.recovering, skip_conflicts=core.skip_conflict, log=node.log)
+                    break
+                except SchemaPending as pending:
+                    # DESIGN 4.6: a data row waits for its schema, which another path brings.
+                    origin, lsn = pending.schema_id
+                    records = [r for r in records if r.lsn > node.engine.pending_vclock.get(r.origin)]
+                    while node.engine.pending_vclock.get(origin) < lsn:
+                        await trio.sleep(SCHEMA_WAIT_POLL_S)
+    except trio.TooSlowError as exc:
+        raise PeerError(ErrorCode.TIMEOUT, "a row waited too long for its schema") from exc
     except GapError as exc:
         raise PeerError(ErrorCode.PROTOCOL, str(exc)) from exc
     except ApplyError as exc:

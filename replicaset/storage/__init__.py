@@ -6,6 +6,7 @@ from replicaset.storage.errors import (
     EngineFatal,
     GapError,
     SchemaDivergence,
+    SchemaPending,
     SqlError,
 )
 
@@ -17,6 +18,7 @@ __all__ = [
     "GapError",
     "LocalTxn",
     "SchemaDivergence",
+    "SchemaPending",
     "SqlError",
     "StatementResult",
 ]

@@ -33,7 +33,7 @@ from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
 from replicaset.storage.apply import RowApplier, UniqueResolver, resolve_after_local_write, set_version
 from replicaset.storage.capture import Capture
-from replicaset.storage.errors import ApplyError, EngineFatal, GapError, SchemaDivergence, SqlError
+from replicaset.storage.errors import ApplyError, EngineFatal, GapError, SchemaDivergence, SchemaPending, SqlError
 from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import (
     INTERNAL_DDL,
@@ -572,6 +572,17 @@ class Engine:
             return False
         if lsn > expected:
             raise GapError(f"row {origin}:{lsn} arrived but {origin}:{expected} is the next expected")
+        try:
+            payload = DmlPayload.unpack(record.payload) if record.type == RecordType.DML and not skip else None
+        except ValueError as exc:
+            raise ApplyError(f"row {origin}:{lsn} has a bad payload: {exc}") from exc
+        if payload is not None:
+            schema_origin, schema_lsn = payload.schema_id
+            if schema_origin != origin and self.pending_vclock.get(schema_origin) < schema_lsn:
+                raise SchemaPending(
+                    f"row {origin}:{lsn} needs schema {schema_origin}:{schema_lsn}, not applied here yet",
+                    payload.schema_id,
+                )
         batch = self._open_batch(_BatchKind.APPLY, log_records=log_records)
         conn = batch.conn
         conn.execute("SAVEPOINT rs_apply", can_cache=False)
@@ -580,8 +591,7 @@ class Engine:
                 pass
             elif record.type == RecordType.DDL:
                 self._apply_ddl(record)
-            elif record.type == RecordType.DML:
-                payload = DmlPayload.unpack(record.payload)
+            elif payload is not None:
                 self.hlc.receive(payload.hlc, self._clock_ms())
                 self._applier.apply_rows(
                     payload.rows, (payload.hlc, origin), versioned=origin != LOCAL_ORIGIN

@@ -13,6 +13,14 @@ class GapError(ApplyError):
     """A row arrived whose LSN is beyond the next one expected from its origin."""
 
 
+class SchemaPending(GapError):
+    """A data row names a schema (the DDL row `origin:lsn`) not applied here yet: wait for it."""
+
+    def __init__(self, message: str, schema_id: tuple[int, int]) -> None:
+        super().__init__(message)
+        self.schema_id = schema_id
+
+
 class SchemaDivergence(ApplyError):
     """A DDL row was written against a schema that differs from ours."""
 

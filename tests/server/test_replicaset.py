@@ -197,3 +197,14 @@ def test_local_tables_stay_local_and_a_stopped_upstream_shows_its_error(replicas
         time.sleep(0.1)
     assert upstream["status"] == "stopped"
     assert "scratch" in upstream["message"]
+
+
+def test_demo_runs_three_members_and_they_agree(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "replicaset.cli", "demo", "--rows", "40", "--data-dir", str(tmp_path / "demo")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "vclocks agree: True" in out.stdout and "table digests agree: True" in out.stdout
+    assert out.stdout.count("box.info of member") == 3
