@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import tomllib
 import sys
@@ -54,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path)
     serve.add_argument("--force-recovery", action="store_true",
                        help="take writes after an unclean stop without waiting for every member")
+    serve.add_argument("--rejoin", action="store_true",
+                       help="when no member has the rows this instance needs, join again from a checkpoint")
 
     join = sub.add_parser("join", help="join an existing replica set through one of its members")
     join.add_argument("--uuid", required=True, help="the replica set UUID")
@@ -95,16 +98,23 @@ def _keep_config(data_dir: Path, config: Path | None, listen: str) -> None:
     (data_dir / CONFIG_FILE).write_text(text)
 
 
-def _serve(data_dir: Path, cfg: configuration.Config, identity: Identity, *, force_recovery: bool = False) -> int:
+def _serve(
+    data_dir: Path, cfg: configuration.Config, identity: Identity, *, force_recovery: bool = False, rejoin: bool = False
+) -> int:
     from replicaset.runtime.logging import configure
     from replicaset.runtime.node import Node
 
     configure(cfg.log_level)
-    node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery)
+    node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery, rejoin=rejoin)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(node.run)
+
+            async def run_node() -> None:
+                await node.run()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(run_node)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for signum in signals:
                     node.log.info("signal", signal=signal.Signals(signum).name)
@@ -112,7 +122,27 @@ def _serve(data_dir: Path, cfg: configuration.Config, identity: Identity, *, for
                     return
 
     trio.run(main)
+    if node.rejoin_through:
+        return _rejoin(data_dir, cfg, identity, node.rejoin_through)
     return 0
+
+
+def _rejoin(data_dir: Path, cfg: configuration.Config, identity: Identity, peer: str) -> int:
+    """Keep the old data directory aside, join again under the same UUID (and so id)."""
+    from replicaset.runtime.join import join
+
+    backup = data_dir.with_name(data_dir.name + ".before-rejoin")
+    if backup.exists():
+        shutil.rmtree(backup)
+    data_dir.rename(backup)
+    data_dir.mkdir()
+    if (backup / CONFIG_FILE).exists():
+        shutil.copyfile(backup / CONFIG_FILE, data_dir / CONFIG_FILE)
+    again = join(data_dir, replicaset_uuid=identity.replicaset_uuid, peers=[peer], listen=cfg.listen,
+                 instance_uuid=identity.instance_uuid)
+    if again is None:
+        return 1
+    return _serve(data_dir, cfg, again)
 
 
 def cmd_bootstrap(args: argparse.Namespace) -> int:
@@ -133,7 +163,8 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     identity = Identity.load(args.data_dir)
-    return _serve(args.data_dir, _load_config(args, args.data_dir), identity, force_recovery=args.force_recovery)
+    return _serve(args.data_dir, _load_config(args, args.data_dir), identity,
+                  force_recovery=args.force_recovery, rejoin=args.rejoin)
 
 
 def cmd_join(args: argparse.Namespace) -> int:

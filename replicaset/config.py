@@ -65,6 +65,7 @@ OPTIONS: dict[str, Option] = {
     "wal.group_commit_rows_max": Option(1024, int, _positive, "> 0"),
     "wal.group_commit_bytes_max": Option(4 * MIB, int, _positive, "> 0"),
     "wal.group_commit_delay_ms": Option(0.0, (int, float), lambda v: v >= 0, ">= 0 ms"),
+    "replication.auto_rejoin": Option(False, bool),
     "transaction.stream_timeout_s": Option(10.0, (int, float), _positive, "> 0 seconds"),
     "sql.auto_id_mode": Option("compact", str, lambda v: v in ("compact", "extended"), "compact or extended"),
     "auth.users": Option({}, dict, lambda v: all(isinstance(p, str) for p in v.values()), "a table of user = password"),

@@ -18,11 +18,14 @@ from wal import Wal
 PROGRESS_LOG_STEP = 0.1
 
 
-def join(data_dir: Path, *, replicaset_uuid: str, peers: list[str], listen: str) -> Identity | None:
-    """Try each peer in turn; None when none of them could serve the join."""
+def join(
+    data_dir: Path, *, replicaset_uuid: str, peers: list[str], listen: str, instance_uuid: str | None = None
+) -> Identity | None:
+    """Try each peer in turn; None when none of them could serve the join. A re-join passes
+    the instance's own UUID and so keeps its id."""
     configure()
     log = get_logger(None, replicaset_uuid=replicaset_uuid)
-    instance_uuid = str(uuid.uuid4())
+    instance_uuid = instance_uuid or str(uuid.uuid4())
     for peer in peers:
         bar = tqdm(total=0, unit="B", unit_scale=True, desc=f"join via {peer}", disable=not sys.stderr.isatty())
         logged = [0.0]

@@ -51,7 +51,9 @@ class Node:
     version = __version__
     shutdown_grace_s = 5.0
 
-    def __init__(self, *, config: Config, identity: Identity, data_dir: Path, force_recovery: bool = False) -> None:
+    def __init__(
+        self, *, config: Config, identity: Identity, data_dir: Path, force_recovery: bool = False, rejoin: bool = False
+    ) -> None:
         self.config = config
         self.identity = identity
         self.data_dir = data_dir
@@ -65,6 +67,9 @@ class Node:
         self._synced_once: set[str] = set()
         self._connect_deadline = 0.0
         self._quorum_reached = False
+        self.rows_unavailable: set[str] = set()
+        self.allow_rejoin = rejoin or config["replication.auto_rejoin"]
+        self.rejoin_through: str | None = None
         self.log = get_logger(identity.instance_id)
         self.started_monotonic = time.monotonic()
         self.schema_version = 1
@@ -219,6 +224,32 @@ class Node:
             for address in self.peer_addresses():
                 self._start_applier(address)
             self.on_upstream_change()
+            peers = self.peer_addresses()
+            if peers and self.rows_unavailable >= peers and self.rejoin_through is None:
+                await self._rejoin_if_allowed()
+
+    async def _rejoin_if_allowed(self) -> None:
+        """No member has the rows we lack (their logs start later): only a new checkpoint
+        can bring us back. Our own rows beyond it must first be held by the member we
+        re-join through (DESIGN 4.4), or they would be thrown away."""
+        if not self.allow_rejoin:
+            self.log.error("rejoin_needed", reason="no member has the rows this instance needs",
+                           hint="restart with `replicaset serve --rejoin` or set [replication] auto_rejoin = true")
+            self.rejoin_through = ""
+            return
+        own = self.engine.vclock.get(self.identity.instance_id)
+        addresses = {i: a for i, _, a in self.members()}
+        with trio.move_on_after(self.config.replication_connect_timeout):
+            while True:
+                holders = [i for i, d in self.downstreams.items() if d.relay.acked.get(self.identity.instance_id) >= own]
+                if holders:
+                    self.rejoin_through = addresses[holders[0]]
+                    self.log.warning("rejoin", through=self.rejoin_through, own_lsn=own)
+                    self._nursery.cancel_scope.cancel()
+                    return
+                await trio.sleep(MEMBER_WAIT_POLL_S)
+        self.log.error("rejoin_refused", reason=f"no member acknowledged this instance's rows up to lsn {own}")
+        self.rejoin_through = ""
 
     async def register(self, uuid: str, address: str) -> int:
         """The smallest free id for `uuid` (its old id if it has one), by the registrar alone."""

@@ -133,6 +133,7 @@ class _RelayStop(Exception):
 
 
 _FINAL_REFUSALS = (
+    ErrorCode.XLOG_GAP,
     ErrorCode.REPLICASET_UUID_MISMATCH,
     ErrorCode.INSTANCE_UUID_MISMATCH,
     ErrorCode.SPLIT_BRAIN,
@@ -206,6 +207,8 @@ async def run_applier(node: Node, address: str) -> None:
                 if isinstance(exc, PeerError) and exc.code in _FINAL_REFUSALS:
                     core.stop(trio.current_time(), reason)
                     node.log.error("upstream_refused", peer=address, error=reason)
+                    if exc.code == ErrorCode.XLOG_GAP:
+                        node.rows_unavailable.add(address)
                 elif core.state is not repl.ApplierState.STOPPED:
                     core.disconnected(trio.current_time(), reason)
                     node.log.info("upstream_disconnected", peer=address, reason=reason)

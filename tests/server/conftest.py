@@ -106,7 +106,10 @@ class ReplicaSet:
         members = members or [m for m in self.members if m.proc and m.proc.poll() is None]
         deadline = time.monotonic() + WAIT_S
         while True:
-            clocks = [self.info(m)["vclock"] for m in members]
+            try:
+                clocks = [self.info(m)["vclock"] for m in members]
+            except OSError:  # a member restarting (a re-join happens in the same process)
+                clocks = [None, {}]
             if all(c == clocks[0] for c in clocks):
                 return clocks[0]
             if time.monotonic() > deadline:

@@ -208,3 +208,54 @@ def test_demo_runs_three_members_and_they_agree(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "vclocks agree: True" in out.stdout and "table digests agree: True" in out.stdout
     assert out.stdout.count("box.info of member") == 3
+
+
+def test_member_whose_rows_are_gone_everywhere_rejoins(tmp_path):
+    from tests.server.conftest import ReplicaSet
+
+    rs = ReplicaSet(tmp_path, extra_config="wal_max_size = 65536\n")
+    try:
+        first = rs.bootstrap()
+        with first.client() as client:
+            client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
+        second = rs.join(first)
+        third = rs.join(first)
+        with third.client() as client:
+            mine = [client.execute("INSERT INTO kv(v) VALUES (?)", [f"third-{n}"]).autoincrement_ids[0] for n in range(5)]
+        rs.wait_converged()
+        assert third.stop() == 0
+        with first.client() as client:
+            for n in range(400):
+                client.execute("INSERT INTO kv(k, v) VALUES (?, ?)", [10_000 + n, "x" * 400])
+        rs.wait_converged([first, second])
+        for member in (first, second):
+            assert member.stop() == 0
+            segments = sorted((member.data_dir / "wal").glob("*.wal"))
+            assert len(segments) > 2, "the log rolled"
+            for old in segments[:-1]:
+                old.unlink()  # nothing deletes WAL yet (GC comes later): do what GC will do
+            member.start()
+        rs.wait_converged([first, second])
+
+        third.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            upstreams = [e.get("upstream", {}) for i, e in rs.info(third)["replication"].items() if i != 3]
+            if upstreams and all(u.get("status") == "stopped" for u in upstreams):
+                break
+            time.sleep(0.1)
+        assert all("join again" in u["message"] for u in upstreams), upstreams
+        deadline = time.monotonic() + 5
+        while '"event": "rejoin_needed"' not in third.log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert '"event": "rejoin_needed"' in third.log_path.read_text()
+        assert third.stop() == 0
+
+        third.start("--rejoin")
+        vclock = rs.wait_converged()
+        assert vclock[3] == len(mine)
+        assert rows(third, "SELECT count(*) FROM kv") == [[405]]
+        assert rs.info(third)["id"] == 3, "a re-join keeps the instance's id"
+        assert (third.data_dir.parent / "m3.before-rejoin").exists(), "the old data directory is kept aside"
+    finally:
+        rs.stop_all()
