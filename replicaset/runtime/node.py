@@ -309,9 +309,10 @@ class Node:
         return peers if configured is None else min(configured, peers)
 
     def _connected(self) -> set[str]:
+        """Peers we are synced with: in FOLLOW, we hold all they had when we subscribed."""
         from replicaset.core.replication import ApplierState
 
-        return {a for a, core in self.appliers.items() if core.state in (ApplierState.SYNC, ApplierState.FOLLOW)}
+        return {a for a, core in self.appliers.items() if core.state is ApplierState.FOLLOW}
 
     def on_upstream_change(self) -> None:
         from replicaset.core.replication import ApplierState
