@@ -1,0 +1,138 @@
+"""Helpers that drive storage engines in tests: a fake clock, one-call transactions, shipping
+rows between members, and readable views of WAL payloads."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from replicaset.storage import Engine, EngineConfig
+from replicaset.storage.engine import Committed
+from replicaset.storage.rows import DdlPayload, DmlPayload, Op
+from wal import Record, RecordType, VClock
+
+START_MS = 1_700_000_000_000
+
+Statement = str | tuple[str, Any]
+
+
+class FakeClock:
+    """Milliseconds that advance by `step_ms` at every reading (0: time stands still)."""
+
+    def __init__(self, start_ms: int = START_MS, step_ms: int = 1) -> None:
+        self.ms = start_ms
+        self.step_ms = step_ms
+
+    def __call__(self) -> int:
+        value = self.ms
+        self.ms += self.step_ms
+        return value
+
+
+class EventLog:
+    """The engine's `log` callback, kept for assertions."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        self.events.append((event, fields))
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        return [fields for name, fields in self.events if name == event]
+
+
+_opened: list[Engine] = []
+
+
+def open_engine(
+    data_dir: Path, instance_id: int, clock: Any, *, log: Any = None, **config: Any
+) -> Engine:
+    """Open an engine; `close_all` (run after every test) closes it unless the test did."""
+    if "local_tables" in config:
+        config["local_tables"] = frozenset(config["local_tables"])
+    cfg = EngineConfig(data_dir=data_dir, instance_id=instance_id, **config)
+    engine = Engine.open(cfg, clock_ms=clock) if log is None else Engine.open(cfg, clock_ms=clock, log=log)
+    _opened.append(engine)
+    return engine
+
+
+def close_all() -> None:
+    """Close every engine still open, keeping file descriptors bounded across examples."""
+    while _opened:
+        engine = _opened.pop()
+        try:
+            engine.close()
+        except Exception:  # a test may have left an engine half-broken on purpose
+            pass
+
+
+def run(engine: Engine, *statements: Statement, explicit: bool = False) -> Committed | None:
+    """One client transaction, committed and flushed; every statement must succeed."""
+    txn = engine.begin(explicit=explicit)
+    for statement in statements:
+        sql, binds = (statement, ()) if isinstance(statement, str) else statement
+        engine.execute(txn, sql, binds)
+    committed = engine.commit(txn)
+    engine.flush()
+    return committed
+
+
+def select(engine: Engine, sql: str, binds: Any = ()) -> list[list[Any]]:
+    result = engine.query(sql, binds)
+    assert result is not None, f"{sql!r} is not a read"
+    return result.rows
+
+
+def wal_records(engine: Engine) -> list[Record]:
+    return list(engine.wal.read_from(VClock()))
+
+
+def dml_records(engine: Engine) -> list[Record]:
+    return [r for r in wal_records(engine) if r.type == RecordType.DML]
+
+
+def changes(record: Record) -> list[tuple[str, str, str, dict | None, dict | None]]:
+    """(table, op name, key, old image, new image) of every row of a DML record."""
+    assert record.type == RecordType.DML
+    return [
+        (row.table, Op(row.op).name, row.key, row.old, row.new)
+        for row in DmlPayload.unpack(record.payload).rows
+    ]
+
+
+def ddl(record: Record) -> DdlPayload:
+    assert record.type == RecordType.DDL
+    return DdlPayload.unpack(record.payload)
+
+
+def ship(source: Engine, target: Engine) -> int:
+    """Apply to `target` every row of `source`'s WAL it does not hold yet (one batch), as a
+    relay would: rows of origin 0 (local tables) never leave their member."""
+    applied = sum(target.apply(record) for record in wal_records(source) if record.origin != 0)
+    target.flush()
+    return applied
+
+
+def apply_all(target: Engine, records: Iterable[Record]) -> int:
+    applied = sum(target.apply(record) for record in records)
+    target.flush()
+    return applied
+
+
+def versions(engine: Engine, table: str) -> dict[str, tuple[int, int, int]]:
+    return {
+        key: (hlc, origin, deleted)
+        for key, hlc, origin, deleted in select(
+            engine, "SELECT key, hlc, origin, deleted FROM _rs_version WHERE tbl = ?", (table,)
+        )
+    }
+
+
+def b64(value: Any) -> str:
+    """base64 of msgpack, the encoding of non-integer key values (DESIGN section 5)."""
+    return base64.b64encode(msgpack.packb(value, use_bin_type=True)).decode("ascii")
