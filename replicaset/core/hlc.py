@@ -41,13 +41,20 @@ def unpack_stamp(stamp: int) -> tuple[int, int, int]:
 
 
 class HLC:
-    """The clock of one node; physical time is passed in by the caller."""
+    """The clock of one node; physical time is passed in by the caller.
+
+    Marmot's rules, plus one step they lack: the node bits sit above the logical counter,
+    so a stamp of a higher node in the same millisecond cannot be passed by counting; when
+    the receive rule (or a seed) leaves our next stamp at or below a stamp already seen,
+    the clock borrows the next millisecond.
+    """
 
     def __init__(self, node_id: int, *, last_stamp: int = 0) -> None:
         if not 0 <= node_id <= NODE_MAX:
             raise ValueError(f"node id {node_id} does not fit in {NODE_BITS} bits")
         self.node_id = node_id
         self._physical_ms, _, self._logical = unpack_stamp(last_stamp)
+        self._pass(last_stamp)
 
     @property
     def last_stamp(self) -> int:
@@ -75,6 +82,13 @@ class HLC:
             self._tick()
         else:
             self._physical_ms, self._logical = wall, 0
+        self._pass(remote_stamp)
+
+    def _pass(self, seen: int) -> None:
+        """Make sure the current stamp is not below `seen`, whatever node issued it; the
+        next `now()` then ticks strictly above it."""
+        if self.last_stamp < seen:
+            self._physical_ms, self._logical = (seen >> (NODE_BITS + LOGICAL_BITS)) + 1, 0
 
     def _tick(self) -> None:
         if self._logical < LOGICAL_MAX:

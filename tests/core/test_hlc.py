@@ -189,11 +189,6 @@ def test_receive_at_the_end_of_the_counter_borrows_the_next_millisecond() -> Non
     assert unpack_stamp(stamp)[0] == MS + 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the node id sits above the logical counter, so a received stamp of a higher node in "
-    "the same ms is never passed",
-)
 def test_a_stamp_received_from_a_higher_node_in_the_same_millisecond_is_passed() -> None:
     # Node 1 hears of node 2's stamp (MS, 2, 0) while its own clock also reads MS. Every
     # stamp node 1 issues next must be above it, or its write loses to a write it has seen.
@@ -242,10 +237,6 @@ def test_every_local_stamp_is_above_every_stamp_issued_or_received_from_lower_no
     play(HLC(NODE_MAX), script, remote_nodes_below=NODE_MAX + 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: receive() keeps the own node id, which sorts below a higher node's stamp in the same ms",
-)
 @settings(max_examples=300, deadline=None)
 @given(node_id=st.integers(1, NODE_MAX), script=events)
 @example(node_id=1, script=[("receive", (0, 2, 0)), ("now", 0)])
@@ -269,10 +260,6 @@ def test_a_clock_seeded_with_its_own_last_stamp_never_issues_one_at_or_below_it(
     assert stamps == sorted(set(stamps))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a seed stamp of a higher node id (the WAL's max txn id may be a peer's) is not passed",
-)
 @settings(max_examples=300, deadline=None)
 @given(
     node_id=st.integers(0, NODE_MAX),

@@ -317,11 +317,6 @@ def test_rows_of_one_transaction_apply_together(tmp_path: Path, clock: FakeClock
     assert e2.table_digest() == e1.table_digest()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: HLC.receive keeps the own node id, so a write made after seeing a higher-id peer's row "
-    "in the same ms gets a lower version and loses on every other member",
-)
 def test_a_write_made_after_seeing_a_peer_row_wins_everywhere(tmp_path: Path) -> None:
     still = FakeClock(step_ms=0)  # both members read the same millisecond
     e1, e2 = bootstrap(tmp_path, still, 2, KV)
@@ -601,11 +596,6 @@ def test_members_converge_with_unique_collisions(origins_count: int, program: li
     check_convergence(origins_count, program, interleavings, UNIQUE_SCHEMA, shared_clocks())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with clocks that share a millisecond, a member's stamp can sort below a peer stamp it "
-    "already received (node bits above the logical counter), and its write loses everywhere else",
-)
 @PROPERTY_SETTINGS
 @given(
     origins_count=st.integers(2, 3),

@@ -83,11 +83,6 @@ def test_after_reopen_with_a_clock_that_went_back_new_stamps_are_above_every_old
     assert versions(e1, "t")["t:0"][0] == record.txn_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the HLC is seeded with the WAL's max txn id keeping its own node id, which sorts below "
-    "a higher-id peer's stamp in the same ms; the next local write loses everywhere",
-)
 def test_after_reopen_a_local_write_wins_over_the_peer_row_it_overwrites(tmp_path: Path) -> None:
     shared = FakeClock()
     e1 = open_engine(tmp_path / "e1", 1, shared)
