@@ -39,15 +39,18 @@ _SET_VERSION = (
 )
 _GET_VERSION = "SELECT hlc, origin FROM _rs_version WHERE tbl = ? AND key = ?"
 RESOLVE_ROUNDS_MAX = 10_000
+# Stamps are unsigned 64-bit (past 2039 the top bit is set); SQLite integers are signed.
+# Versions are stored shifted down by 2^63, which keeps their order.
+HLC_SQL_OFFSET = 1 << 63
 
 
 def set_version(conn: apsw.Connection, table: str, key: str, version: Version, deleted: bool) -> None:
-    conn.execute(_SET_VERSION, (table, key, version[0], version[1], int(deleted)))
+    conn.execute(_SET_VERSION, (table, key, version[0] - HLC_SQL_OFFSET, version[1], int(deleted)))
 
 
 def get_version(conn: apsw.Connection, table: str, key: str) -> Version | None:
     row = conn.execute(_GET_VERSION, (table, key)).fetchone()
-    return (row[0], row[1]) if row else None
+    return (row[0] + HLC_SQL_OFFSET, row[1]) if row else None
 
 
 class UniqueResolver:
@@ -109,7 +112,7 @@ class UniqueResolver:
             ).fetchall()
             for key, blob, hlc, origin in latent:
                 image = msgpack.unpackb(blob, raw=False)
-                version = (hlc, origin)
+                version = (hlc + HLC_SQL_OFFSET, origin)
                 if not any(v > version for _, v in self.rivals(info, key, image).values()):
                     self.place(info, key, image, version)
                     break

@@ -31,7 +31,7 @@ import msgpack
 
 from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
-from replicaset.storage.apply import RowApplier, UniqueResolver, resolve_after_local_write, set_version
+from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier, UniqueResolver, resolve_after_local_write, set_version
 from replicaset.storage.capture import Capture
 from replicaset.storage.errors import ApplyError, EngineFatal, GapError, SchemaDivergence, SchemaPending, SqlError
 from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
@@ -195,7 +195,8 @@ class Engine:
         if seed == 0:
             # A log with no rows (a joiner's, started at its checkpoint): the versions the
             # checkpoint holds are the only record of the stamps already used.
-            seed = self._writer.execute("SELECT coalesce(max(hlc), 0) FROM _rs_version").fetchone()[0]
+            stored = self._writer.execute("SELECT max(hlc) FROM _rs_version").fetchone()[0]
+            seed = 0 if stored is None else stored + HLC_SQL_OFFSET
         self.hlc = HLC(self._id, last_stamp=seed)
         self.schema_id = tuple(self._meta("schema_id", [0, 0]))  # type: ignore[assignment]
         self._replay(sqlite_vclock)
@@ -722,6 +723,15 @@ class Engine:
         return checkpoints.listing(self.config.snap_dir)
 
     # ------------------------------------------------------------------ inspection
+
+    def versions(self, table: str) -> dict[str, tuple[int, int, bool]]:
+        """Every key's version `(hlc, origin, deleted)` in a table, as committed."""
+        return {
+            key: (hlc + HLC_SQL_OFFSET, origin, bool(deleted))
+            for key, hlc, origin, deleted in self._reader.execute(
+                "SELECT key, hlc, origin, deleted FROM _rs_version WHERE tbl = ?", (table,)
+            )
+        }
 
     def table_digest(self) -> dict[str, int]:
         """Per-table digest of contents and versions, to compare members."""

@@ -125,12 +125,7 @@ def apply_all(target: Engine, records: Iterable[Record]) -> int:
 
 
 def versions(engine: Engine, table: str) -> dict[str, tuple[int, int, int]]:
-    return {
-        key: (hlc, origin, deleted)
-        for key, hlc, origin, deleted in select(
-            engine, "SELECT key, hlc, origin, deleted FROM _rs_version WHERE tbl = ?", (table,)
-        )
-    }
+    return {key: (hlc, origin, int(deleted)) for key, (hlc, origin, deleted) in engine.versions(table).items()}
 
 
 def b64(value: Any) -> str:

@@ -373,11 +373,6 @@ def test_concurrent_inserts_of_keys_the_table_treats_as_equal_converge(
     assert select(e2, "SELECT * FROM k") == select(e1, "SELECT * FROM k")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: stamps from 2039-09-07 on are >= 2**63 and do not fit SQLite's signed INTEGER "
-    "(_rs_version.hlc): commit raises OverflowError",
-)
 def test_versions_work_after_2039(tmp_path: Path) -> None:
     late = FakeClock(start_ms=2_208_988_800_000)  # 2040-01-01
     e1, e2 = bootstrap(tmp_path, late, 2, KV)
