@@ -41,6 +41,14 @@ class Capture:
         if info is None:
             self.error = f"cannot capture a change to unknown table {u.table_name!r}"
             return
+        if info.pk_columns and any(
+            (u.new if u.op != "DELETE" else u.old)[i] is None for i in info.pk_positions
+        ):
+            self.error = (
+                f"a NULL primary-key value in table {info.name!r} cannot be replicated: "
+                "declare the key columns NOT NULL"
+            )
+            return
         rows = self.rows
         if u.op == "INSERT":
             new = u.new

@@ -115,6 +115,7 @@ class LocalTxn:
     savepoint: str
     capture_mark: int
     explicit: bool
+    statements: int = 0
     ddl: DdlPayload | None = None
     ddl_local: bool = False
     done: bool = False
@@ -350,6 +351,8 @@ class Engine:
             raise SqlError("the transaction is already finished")
         if txn.ddl is not None:
             raise SqlError("a DDL statement must be alone in its transaction")
+        if not txn.explicit and txn.statements:
+            raise SqlError("an autocommit transaction runs one statement: use a stream transaction for more")
         if _VACUUM.match(sql):
             raise SqlError("VACUUM is not allowed: checkpoints compact the database (box.snapshot())")
         if refused_alter(sql):
@@ -371,6 +374,9 @@ class Engine:
                 changes = self._writer.changes()
             finally:
                 self._client_sql = False
+        except SqlError:
+            self._undo_statement(savepoint, mark)
+            raise
         except apsw.Error as exc:
             self._undo_statement(savepoint, mark)
             raise SqlError(self._deny_reason or _sql_message(exc)) from exc
@@ -384,6 +390,7 @@ class Engine:
             self._ddl_statement(txn, sql, savepoint, mark, trusted=trusted)
         if txn.explicit:
             self._internal("RELEASE rs_stmt")
+        txn.statements += 1
         auto_ids = list(self._auto_ids)
         return StatementResult(
             columns=columns, rows=rows, row_count=changes + len(auto_ids), autoincrement_ids=auto_ids
@@ -410,8 +417,14 @@ class Engine:
         local = bool(touched) and all(t in self.config.local_tables for t in touched)
         if error is None and not local and self.config.ddl_refusal and not trusted:
             error = self.config.ddl_refusal
+        tables_now = {n for (n,) in self._writer.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+        if error is None and any(row.table in tables_now for row in self._capture.rows[mark:]):
+            error = (
+                "a DDL statement that also changes rows (a cascade, or other statements in the same "
+                "request) is refused: change the rows first, in a statement of their own"
+            )
         if error is None:
-            for table in touched:
+            for table in touched & tables_now:
                 info = self._writer_tables.get(table)
                 if info is not None and not info.pk_columns and table not in self.config.local_tables:
                     error = (
@@ -621,6 +634,8 @@ class Engine:
                 f"DDL row {record.origin}:{record.lsn} was written against schema hash "
                 f"{payload.hash_before:016x} but this member has {self._schema_hash:016x}"
             )
+        self._drop_auto_id_triggers()
+        self._auto_ids_stale = True
         self._apply_conn.execute(payload.sql)
         after = schema_hash(self._apply_conn, self.config.local_tables)
         if not local and after != payload.hash_after:
@@ -681,16 +696,22 @@ class Engine:
         self._auto_ids[value] = None
         return value
 
+    def _drop_auto_id_triggers(self) -> None:
+        """Before a DDL row from a peer runs on the apply connection: a table it drops
+        would leave the writer's trigger on it orphaned and impossible to drop by name."""
+        conn = self._writer
+        for (name,) in conn.execute(
+            "SELECT name FROM temp.sqlite_master WHERE type = 'trigger' AND name LIKE 'rs\\_auto\\_%' ESCAPE '\\'"
+        ).fetchall():
+            conn.execute(f"DROP TRIGGER IF EXISTS temp.{quote(name)}", can_cache=False)
+
     def _install_auto_id_triggers(self) -> None:
         """Temp triggers that hand INSERTs leaving an INTEGER PRIMARY KEY to the database
         an id from `rs_next_id`; they exist on the writer connection only."""
         self._auto_ids_stale = False
         conn = self._writer
         self._known_objects = set(user_objects(conn))
-        for (name,) in conn.execute(
-            "SELECT name FROM temp.sqlite_master WHERE type = 'trigger' AND name LIKE 'rs\\_auto\\_%' ESCAPE '\\'"
-        ).fetchall():
-            conn.execute(f"DROP TRIGGER temp.{quote(name)}", can_cache=False)
+        self._drop_auto_id_triggers()
         self._writer_tables.invalidate()
         tables = [n for (n,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
         for i, table in enumerate(tables):

@@ -24,7 +24,12 @@ INTERNAL_DDL = (
     " PRIMARY KEY (tbl, key)) WITHOUT ROWID",
 )
 
-_REFUSED_ALTER = re.compile(r"^\s*ALTER\s+TABLE\s+\S+\s+(RENAME|DROP)\b", re.IGNORECASE | re.DOTALL)
+_NOISE = r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
+_IDENTIFIER = r'(?:"(?:[^"]|"")*"|`[^`]*`|\[[^\]]*\]|[^\s.("`\[]+)'
+_REFUSED_ALTER = re.compile(
+    rf"^{_NOISE}ALTER{_NOISE}TABLE{_NOISE}{_IDENTIFIER}(?:{_NOISE}\.{_NOISE}{_IDENTIFIER})?{_NOISE}(RENAME|DROP)\b",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 def quote(name: str) -> str:

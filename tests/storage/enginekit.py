@@ -72,8 +72,9 @@ def close_all() -> None:
 
 
 def run(engine: Engine, *statements: Statement, explicit: bool = False) -> Committed | None:
-    """One client transaction, committed and flushed; every statement must succeed."""
-    txn = engine.begin(explicit=explicit)
+    """One client transaction, committed and flushed; every statement must succeed. Several
+    statements make a stream transaction, as in the server (autocommit runs one)."""
+    txn = engine.begin(explicit=explicit or len(statements) > 1)
     for statement in statements:
         sql, binds = (statement, ()) if isinstance(statement, str) else statement
         engine.execute(txn, sql, binds)

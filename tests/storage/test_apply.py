@@ -205,11 +205,6 @@ def test_ddl_against_a_different_schema_is_refused_naming_both_hashes(tmp_path: 
     assert select(e2, "SELECT name FROM sqlite_schema WHERE name IN ('kv', 'extra')") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: after applying a peer's DROP TABLE of an INTEGER PRIMARY KEY table, flush fails on "
-    "'DROP TRIGGER temp.rs_auto_N': the writer's temp auto-id trigger is orphaned",
-)
 def test_a_peer_drop_table_of_an_integer_key_table_applies(tmp_path: Path, clock: FakeClock) -> None:
     e1, e2 = bootstrap(tmp_path, clock, 2, KV, ACCT)
     run(e1, "INSERT INTO kv VALUES (1, 'a')")
