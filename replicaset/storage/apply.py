@@ -70,7 +70,7 @@ class UniqueResolver:
     def rivals(self, info: TableInfo, key: str, image: dict[str, Any]) -> dict[str, tuple[dict[str, Any], Version]]:
         """Visible rows that hold one of `image`'s unique values: key -> (image, version)."""
         found: dict[str, tuple[dict[str, Any], Version]] = {}
-        for columns in info.unique_indexes:
+        for columns in info.unique_groups:
             values = [image.get(c) for c in columns]
             if any(v is None for v in values):
                 continue
@@ -88,7 +88,8 @@ class UniqueResolver:
         older holders become latent. Returns whether the image is visible."""
         rivals = self.rivals(info, key, image)
         if any(v > version for _, v in rivals.values()):
-            self._delete_visible(info, key, image)
+            if self.visible_key(info, image) == key:
+                self._delete_visible(info, key, image)
             self._store_latent(info.name, key, image)
             return False
         for rival_key, (rival_image, _) in rivals.items():
@@ -119,6 +120,15 @@ class UniqueResolver:
             else:
                 return
         raise ApplyError(f"unique resolution of table {info.name!r} did not settle")
+
+    def visible_key(self, info: TableInfo, image: dict[str, Any]) -> str | None:
+        """The intent key of the visible row SQLite matches with `image`'s primary key."""
+        where = " AND ".join(f"{quote(c)} IS ?" for c in info.pk_columns)
+        found = self._conn.execute(
+            f"SELECT {', '.join(map(quote, info.pk_columns))} FROM {quote(info.name)} WHERE {where}",
+            [image.get(c) for c in info.pk_columns],
+        ).fetchone()
+        return intent_key(info.name, info.pk_columns, found) if found else None
 
     def _store_latent(self, table: str, key: str, image: dict[str, Any]) -> None:
         self._conn.execute(
@@ -178,15 +188,17 @@ class RowApplier:
             stored = get_version(self._conn, row.table, row.key)
             if stored is not None and stored > version:
                 continue
-            if info.unique_indexes:
+            resolved = bool(info.unique_groups)
+            if resolved:
                 touched[info.name] = info
                 self._unique.drop_latent(info.name, row.key)
             if row.op is Op.DELETE:
-                delete_row(self._conn, info, row.old or {}, row.key)
+                if not resolved or self._unique.visible_key(info, row.old or {}) == row.key:
+                    delete_row(self._conn, info, row.old or {}, row.key)
                 set_version(self._conn, row.table, row.key, version, True)
             else:
                 set_version(self._conn, row.table, row.key, version, False)
-                if info.unique_indexes:
+                if resolved:
                     self._unique.place(info, row.key, row.new or {}, version)
                 else:
                     self._conn.execute(*upsert_sql(info, row.new or {}))
@@ -220,7 +232,7 @@ def resolve_after_local_write(
     touched: dict[str, TableInfo] = {}
     for row in rows:
         info = tables.get(row.table)
-        if info is not None and info.unique_indexes:
+        if info is not None and info.unique_groups:
             resolver.drop_latent(info.name, row.key)
             touched[info.name] = info
     for info in touched.values():

@@ -41,6 +41,9 @@ class Capture:
         if info is None:
             self.error = f"cannot capture a change to unknown table {u.table_name!r}"
             return
+        if info.virtual_columns:
+            self.error = f"table {info.name!r} has VIRTUAL generated columns, which cannot be captured"
+            return
         if info.pk_columns and any(
             (u.new if u.op != "DELETE" else u.old)[i] is None for i in info.pk_positions
         ):
@@ -82,13 +85,13 @@ def _row(
     old: tuple | None = None,
     new: tuple | None = None,
 ) -> CapturedRow:
-    columns = info.columns
+    columns, positions = info.columns, info.capture_positions
     return CapturedRow(
         table=info.name,
         op=op,
         key=_key(info, key_values, rowid),
-        old=dict(zip(columns, old)) if old is not None else None,
-        new=dict(zip(columns, new)) if new is not None else None,
+        old={c: old[i] for c, i in zip(columns, positions)} if old is not None else None,
+        new={c: new[i] for c, i in zip(columns, positions)} if new is not None else None,
         rowid=rowid if not info.pk_columns else None,
     )
 

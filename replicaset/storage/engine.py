@@ -426,7 +426,12 @@ class Engine:
         if error is None:
             for table in touched & tables_now:
                 info = self._writer_tables.get(table)
-                if info is not None and not info.pk_columns and table not in self.config.local_tables:
+                if info is not None and info.virtual_columns:
+                    error = (
+                        f"table {table!r} has VIRTUAL generated columns ({', '.join(info.virtual_columns)}), "
+                        "which SQLite does not show to change capture: declare them STORED"
+                    )
+                elif info is not None and not info.pk_columns and table not in self.config.local_tables:
                     error = (
                         f"table {table!r} has no PRIMARY KEY: replicated tables need one "
                         "(rowids differ between members); list it in local_tables to keep it local"

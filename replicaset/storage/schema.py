@@ -47,12 +47,27 @@ def refused_alter(sql: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class TableInfo:
+    """`columns` are the writable ones, which images carry; generated columns are
+    computed again on every member. Positions index the preupdate hook's tuple, which
+    holds the stored columns (writable and STORED generated) in declaration order."""
+
     name: str
     columns: tuple[str, ...]
+    capture_positions: tuple[int, ...]
     pk_columns: tuple[str, ...]
     pk_positions: tuple[int, ...]
     rowid_alias: str | None
     unique_indexes: tuple[tuple[str, ...], ...]
+    virtual_columns: tuple[str, ...]
+
+    @property
+    def unique_groups(self) -> tuple[tuple[str, ...], ...]:
+        """Column groups two rows may not share. The primary key is one when it is not an
+        integer rowid: SQLite may hold 'Ann' and 'ann' (NOCASE) or 1 and 1.0 as one key,
+        whose intent keys differ, so they must be settled like a UNIQUE collision."""
+        if self.rowid_alias is None and self.pk_columns:
+            return (self.pk_columns, *self.unique_indexes)
+        return self.unique_indexes
 
     def column_positions(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.columns)}
@@ -62,10 +77,11 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
     rows = conn.execute(f"PRAGMA main.table_xinfo({quote(table)})").fetchall()
     if not rows:
         return None
-    columns = tuple(r[1] for r in rows if r[6] in (0, 2, 3))
+    stored = [r[1] for r in rows if r[6] in (0, 3)]
+    columns = tuple(r[1] for r in rows if r[6] == 0)
     pk = sorted((r[5], r[1]) for r in rows if r[5] > 0)
     pk_columns = tuple(name for _, name in pk)
-    positions = {name: i for i, name in enumerate(columns)}
+    positions = {name: i for i, name in enumerate(stored)}
     rowid_alias = None
     if len(pk_columns) == 1:
         decl = next(r[2] for r in rows if r[1] == pk_columns[0])
@@ -88,10 +104,12 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
     return TableInfo(
         name=table,
         columns=columns,
+        capture_positions=tuple(positions[c] for c in columns),
         pk_columns=pk_columns,
         pk_positions=tuple(positions[c] for c in pk_columns),
         rowid_alias=rowid_alias,
         unique_indexes=tuple(uniques),
+        virtual_columns=tuple(r[1] for r in rows if r[6] == 2),
     )
 
 

@@ -344,11 +344,6 @@ def test_a_unique_rival_deleted_before_the_older_row_arrives_converges(tmp_path:
     assert e1.table_digest() == e2.table_digest()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: intent keys distinguish values the primary key treats as equal (NOCASE text, 1 vs 1.0): "
-    "concurrent inserts of one row under two keys each overwrite the other, crosswise",
-)
 @pytest.mark.parametrize(
     ("create", "mine", "theirs"),
     [
