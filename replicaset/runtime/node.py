@@ -18,11 +18,11 @@ from replicaset.identity import Identity
 from replicaset.iproto.sql_wire import schema_vindex_tuple, schema_vspace_tuple, sql_type_name
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.session import RequestError, Session
-from replicaset.runtime.writer import GroupCommit, Writer
+from replicaset.runtime.writer import Writer
 from replicaset.storage import Engine, EngineConfig
 from replicaset.storage.schema import is_internal, load_table
 from replicaset.iproto.constants import ErrorCode
-from wal import WalMode
+from wal import GroupCommitPolicy, RecordType, WalMode
 
 USER_SPACE_ID_MIN = 512
 REGISTRAR_ID = 1
@@ -127,10 +127,10 @@ class Node:
         self.engine = self.open_engine()
         self.writer = Writer(
             self.engine,
-            group_commit=GroupCommit(
-                rows_max=self.config["wal.group_commit_rows_max"],
-                bytes_max=self.config["wal.group_commit_bytes_max"],
-                delay_ms=self.config["wal.group_commit_delay_ms"],
+            group_commit=GroupCommitPolicy(
+                max_batch_bytes=self.config["wal.group_commit_bytes_max"],
+                max_batch_count=self.config["wal.group_commit_rows_max"],
+                max_delay_ms=self.config["wal.group_commit_delay_ms"],
             ),
             fsync=self.config.wal_mode == "fsync",
             on_flush=self._on_flush,
@@ -343,7 +343,7 @@ class Node:
             await self.writer.checkpoint()
 
     def _on_flush(self, records: list[Any]) -> None:
-        if any(r.type == 2 for r in records):
+        if any(r.type == RecordType.DDL for r in records):
             self.schema_version += 1
             self._schema_cache = None
         for feed in self._feeds:

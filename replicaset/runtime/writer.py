@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from replicaset.storage import ApplyError, Engine, EngineFatal, GapError, LocalTxn, SqlError, StatementResult
-from wal import Record
+from wal import GroupCommitPolicy, Record
 
 
 class WriteFailed(Exception):
@@ -37,19 +37,12 @@ class Ticket:
             raise self.error
 
 
-@dataclass(frozen=True, kw_only=True)
-class GroupCommit:
-    rows_max: int = 1024
-    bytes_max: int = 4 * 1024 * 1024
-    delay_ms: float = 0.0
-
-
 class Writer:
     def __init__(
         self,
         engine: Engine,
         *,
-        group_commit: GroupCommit,
+        group_commit: GroupCommitPolicy,
         fsync: bool,
         on_flush: Callable[[list[Record]], None] = lambda records: None,
     ) -> None:
@@ -59,7 +52,6 @@ class Writer:
         self._on_flush = on_flush
         self.token = trio.Semaphore(1)
         self._tickets: list[Ticket] = []
-        self._batch_bytes = 0
         self._wakeup = trio.Event()
         self.fatal: EngineFatal | None = None
 
@@ -129,10 +121,8 @@ class Writer:
         committed = self.engine.commit(txn)
         ticket = Ticket()
         self._tickets.append(ticket)
-        if committed is not None:
-            self._batch_bytes += sum(len(r.payload) for r in committed.records)
-        bound_reached = len(self._tickets) >= self._policy.rows_max or self._batch_bytes >= self._policy.bytes_max
-        nobody_to_wait_for = not self._policy.delay_ms and self.token.statistics().tasks_waiting == 0
+        bound_reached = self._policy.add(sum(len(r.payload) for r in committed.records) if committed else 0)
+        nobody_to_wait_for = not self._policy.max_delay_ms and self.token.statistics().tasks_waiting == 0
         if bound_reached or nobody_to_wait_for:
             await self._flush_now()
         else:
@@ -171,8 +161,8 @@ class Writer:
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
-            if self._policy.delay_ms:
-                await trio.sleep(self._policy.delay_ms / 1000)
+            if self._policy.max_delay_ms:
+                await trio.sleep(self._policy.max_delay_ms / 1000)
             else:
                 await trio.sleep(0)
             async with self.token:
@@ -180,7 +170,7 @@ class Writer:
 
     async def _flush_now(self) -> None:
         tickets, self._tickets = self._tickets, []
-        self._batch_bytes = 0
+        self._policy.reset()
         if not tickets and not self.engine.batch_records:
             self.engine.flush()
             return
