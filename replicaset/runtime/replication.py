@@ -18,7 +18,15 @@ import trio
 import xxhash
 
 from replicaset.core import replication as repl
-from replicaset.iproto.codec import FrameDecoder, Frame, GREETING_SIZE, decode_greeting, encode_ok, encode_request
+from replicaset.iproto.codec import (
+    GREETING_SIZE,
+    Frame,
+    FrameDecoder,
+    decode_greeting,
+    encode_frame,
+    encode_ok,
+    encode_request,
+)
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.peer import PeerKey, PeerRequest
@@ -165,9 +173,12 @@ class PeerLink:
         link.greeting_uuid = decode_greeting(buf).instance_uuid
         return link
 
-    async def send(self, request_type: int, body: dict[int, Any]) -> int:
+    async def send(self, request_type: int, body: dict[int, Any], *, replica_id: int | None = None) -> int:
         self._sync += 1
-        await self.stream.send_all(encode_request(request_type, self._sync, body))
+        header = {Key.REQUEST_TYPE: request_type, Key.SYNC: self._sync}
+        if replica_id is not None:
+            header[Key.REPLICA_ID] = replica_id
+        await self.stream.send_all(encode_frame(header, body))
         return self._sync
 
     async def receive(self) -> Frame:
@@ -241,7 +252,7 @@ async def _follow(node: Node, core: repl.Applier, address: str) -> None:
             Key.VCLOCK: subscribe.vclock,
             PeerKey.LAST_TXN: {o: list(v) for o, v in subscribe.last_txn.items()},
             PeerKey.INCLUDE_OWN: subscribe.include_own,
-        })
+        }, replica_id=node.identity.instance_id)
         reply = await link.receive()
         core.subscribed(trio.current_time(), VClock(reply.body.get(Key.VCLOCK, {})), engine.vclock)
         node.upstream_uuids[address] = str(reply.body.get(Key.INSTANCE_UUID, ""))

@@ -254,10 +254,9 @@ class Session:
         theirs = frame.body.get(Key.REPLICASET_UUID)
         ours = node.identity.replicaset_uuid
         if theirs != ours:
-            raise RequestError(
-                ErrorCode.REPLICASET_UUID_MISMATCH,
-                f"Replica set UUID mismatch: expected {ours}, got {theirs}",
-            )
+            message = f"Replica set UUID mismatch: expected {ours}, got {theirs}"
+            node.log.warning("peer_refused", error=message)
+            raise RequestError(ErrorCode.REPLICASET_UUID_MISMATCH, message)
         uuid = frame.body.get(Key.INSTANCE_UUID)
         if not isinstance(uuid, str):
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, "a peer request needs INSTANCE_UUID")
@@ -281,7 +280,9 @@ class Session:
             raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {uuid} is not registered in replica set {node.identity.replicaset_uuid}: join first")
         claimed = frame.header.get(Key.REPLICA_ID)
         if isinstance(claimed, int) and claimed != subscriber:
-            raise RequestError(ErrorCode.INSTANCE_UUID_MISMATCH, f"instance {uuid} is registered as id {subscriber}, it says it is id {claimed}")
+            message = f"instance {uuid} is registered as id {subscriber}, it says it is id {claimed}"
+            node.log.warning("peer_refused", error=message)
+            raise RequestError(ErrorCode.INSTANCE_UUID_MISMATCH, message)
         if self._downstream is not None:
             raise RequestError(ErrorCode.PROTOCOL, "this connection already relays")
         vclock = VClock(frame.body.get(Key.VCLOCK) or {})
