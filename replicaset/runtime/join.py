@@ -12,6 +12,7 @@ from tqdm import tqdm
 from replicaset.identity import Identity
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.runtime.logging import configure, get_logger
+from replicaset.runtime.node import CLEAN_STOP_FILE
 from replicaset.runtime.replication import PeerError, fetch_checkpoint
 from wal import Wal
 
@@ -50,6 +51,7 @@ def join(
         Wal.open(data_dir / "wal", start_vclock=joined.vclock).close()
         identity = Identity(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid, instance_id=joined.instance_id)
         identity.save(data_dir)
+        (data_dir / CLEAN_STOP_FILE).touch()  # a fresh member has no rows of its own to lose
         log.info("joined", peer=peer, instance_id=joined.instance_id, vclock=joined.vclock.to_dict(), bytes=joined.size_bytes)
         return identity
     return None

@@ -155,6 +155,7 @@ class Node:
                 self._connect_deadline = trio.current_time() + self.config.replication_connect_timeout
                 for address in sorted(peers):
                     self._start_applier(address)
+                self.on_upstream_change()  # with no peer to wait for, the quorum is met now
                 nursery.start_soon(self._watch_members)
                 self.log.info(
                     "listening", listen=self.listen_address, vclock=self.engine.vclock.to_dict(),
@@ -319,7 +320,7 @@ class Node:
 
         followed = {a for a, core in self.appliers.items() if core.state is ApplierState.FOLLOW}
         self._synced_once |= followed
-        if not self._quorum_reached and len(self._connected()) >= self.connect_quorum():
+        if not self._quorum_reached and not self.recovering and len(self._connected()) >= self.connect_quorum():
             self._quorum_reached = True
             self.log.info("connect_quorum_reached", quorum=self.connect_quorum())
         if self.recovering and self._synced_once >= self.peer_addresses():

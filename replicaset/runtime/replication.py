@@ -128,7 +128,10 @@ async def run_relay(node: Node, session: Session, relay: repl.Relay, feed: Feed)
                         break
                 await catch_up()
                 continue
-            await send(relay.rows(trio.current_time(), records))
+            # Rows the subscriber does not need (its own) are filtered out: without this
+            # tick a relay busy with them would never heartbeat, and the subscriber would
+            # take it for dead.
+            await send(relay.rows(trio.current_time(), records) + relay.tick(trio.current_time(), engine.vclock))
     except _RelayStop:
         return
 

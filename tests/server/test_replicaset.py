@@ -297,3 +297,19 @@ def test_skip_conflict_keeps_the_upstream_following(replicaset, tmp_path):
     assert rows(second, "SELECT * FROM after") == [[1]]
     assert replicaset.info(second)["replication"][1]["upstream"]["status"] == "follow"
     assert '"event": "conflict_skipped"' in second.log_path.read_text()
+
+
+def test_a_member_writing_steadily_keeps_its_upstreams(trio_set):
+    """Peers relay its own rows back to it, filtered out: they must still heartbeat, or
+    it takes them for dead (4 silent replication_timeouts) and reconnects again and again."""
+    rs, (first, _, _) = trio_set
+    deadline = time.monotonic() + 1.5
+    with first.client() as client:
+        n = 0
+        while time.monotonic() < deadline:
+            client.execute("INSERT INTO kv(k, v) VALUES (?, 'steady')", [50_000 + n])
+            n += 1
+    rs.wait_converged()
+    silent = [line for line in first.log_path.read_text().splitlines() if "upstream_disconnected" in line and "no message" in line]
+    assert silent == []
+    assert all(entry["upstream"]["status"] == "follow" for i, entry in rs.info(first)["replication"].items() if i != 1)
