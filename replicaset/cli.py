@@ -81,6 +81,14 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="start a local three-member set, run a workload on all, compare them")
     demo.add_argument("--data-dir", type=Path)
     demo.add_argument("--rows", type=int, default=1000, help="statements per member")
+
+    audit = sub.add_parser("audit", help="check members' WALs and tables with Spark (docs/audit.md)")
+    audit.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                       help="a member's data directory (all checks) or a bare WAL directory (checks 1-4)")
+    audit.add_argument("--master", help="Spark master URL (default local[2])")
+    audit.add_argument("--json", type=Path, dest="json_out", metavar="OUT")
+    audit.add_argument("--html", type=Path, dest="html_out", metavar="OUT")
+    audit.add_argument("--no-progress", action="store_true")
     return parser
 
 
@@ -246,6 +254,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.data_dir, rows=args.rows)
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from replicaset.audit.run import run_from_args
+
+    return run_from_args(args)
+
+
 COMMANDS = {
     "bootstrap": cmd_bootstrap,
     "serve": cmd_serve,
@@ -253,6 +267,7 @@ COMMANDS = {
     "sql": cmd_sql,
     "console": cmd_console,
     "demo": cmd_demo,
+    "audit": cmd_audit,
 }
 
 

@@ -1,0 +1,279 @@
+"""Checks 1-4 as Spark jobs over the records DataFrame, plus the statistics the reports plot.
+
+Every check returns `CheckResult(name, count, violations)`; a violation names its rows
+(member, segment, offset, origin, lsn). At most `VIOLATIONS_LISTED_MAX` are listed; `count`
+is the full number.
+
+1. apply_once: an (origin, lsn) appears twice in one member's WAL.
+2. order: within a member, an origin's rows are out of order (an LSN after a higher one), or an
+   LSN is missing between two present ones, or above the member's horizon (WAL start vclock and
+   checkpoint vclocks) before the first present one.
+3. agreement: one (origin, lsn) has different txn ids or payload digests on different members.
+4. completeness: a member's WAL ends below the componentwise maximum vclock of the set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from replicaset.audit.inputs import MemberInput
+from replicaset.audit.source import unsigned64
+
+VIOLATIONS_LISTED_MAX = 1000
+TIMELINE_BUCKETS = 60
+DELAY_BUCKETS_MS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+HLC_PHYSICAL_SHIFT = 22
+LOCAL_ORIGIN = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class CheckResult:
+    name: str
+    title: str
+    count: int = 0
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    skipped: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.count == 0
+
+    def add(self, violation: dict[str, Any]) -> None:
+        self.count += 1
+        if len(self.violations) < VIOLATIONS_LISTED_MAX:
+            self.violations.append(violation)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "ok": self.ok, "count": self.count,
+                "listed": len(self.violations), "skipped": self.skipped,
+                "violations": self.violations}
+
+
+def _row_ref(r: Any) -> dict[str, Any]:
+    return {"member": r["member"], "segment": r["segment"], "offset": r["offset"],
+            "txn_id": unsigned64(r["txn_id"]) if r["txn_id"] is not None else None,
+            "digest": f"{unsigned64(r['digest']):016x}" if r["digest"] is not None else None}
+
+
+def check_apply_once(records: Any) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    result = CheckResult(name="apply_once", title="1. apply-once: no (origin, lsn) twice in a member's WAL")
+    dups = (records.groupBy("member", "origin", "lsn")
+            .agg(F.count("*").alias("n"),
+                 F.sort_array(F.collect_list(F.struct("pos", "segment", "offset", "txn_id", "digest",
+                                                      "member"))).alias("rows"))
+            .filter("n > 1"))
+    total = dups.count()
+    for r in dups.orderBy("member", "origin", "lsn").limit(VIOLATIONS_LISTED_MAX).collect():
+        result.add({"member": r["member"], "origin": r["origin"], "lsn": r["lsn"],
+                    "detail": f"{r['member']} logs {r['origin']}:{r['lsn']} {r['n']} times",
+                    "rows": [_row_ref(x) for x in r["rows"]]})
+    result.count = total
+    return result
+
+
+def check_order(records: Any, members: list[MemberInput], first_rows: list[Any]) -> CheckResult:
+    """`first_rows`: per (member, origin) the lowest LSN present (from the frontier job)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    result = CheckResult(name="order", title="2. per-origin order: LSNs strictly increase with no gap above the horizon")
+    # Each (origin, lsn) once, at its first position: a duplicate is check 1's business.
+    first = records.groupBy("member", "origin", "lsn").agg(
+        F.min(F.struct("pos", "segment", "offset", "txn_id", "digest")).alias("at"))
+    by_pos = Window.partitionBy("member", "origin").orderBy(F.col("at.pos"))
+    before = by_pos.rowsBetween(Window.unboundedPreceding, -1)
+    swapped = (first
+               .withColumn("max_before", F.max("lsn").over(before))
+               .withColumn("prev", F.lag(F.struct(F.col("lsn"), F.col("at")), 1).over(by_pos))
+               .filter("lsn < max_before"))
+    by_lsn = Window.partitionBy("member", "origin").orderBy("lsn")
+    gaps = (first.withColumn("prev", F.lag(F.struct(F.col("lsn"), F.col("at")), 1).over(by_lsn))
+            .filter("prev is not null and lsn > prev.lsn + 1"))
+    found: list[tuple[str, int, int, dict[str, Any]]] = []
+    for r in swapped.limit(VIOLATIONS_LISTED_MAX).collect():
+        p = r["prev"]
+        found.append((r["member"], r["origin"], r["lsn"], {
+            "member": r["member"], "origin": r["origin"], "lsn": r["lsn"], "kind": "out_of_order",
+            "detail": f"{r['member']}: {r['origin']}:{r['lsn']} is logged after "
+                      f"{r['origin']}:{r['max_before']} (the row before it is {r['origin']}:{p['lsn']})",
+            "rows": [_row_ref(dict(p["at"].asDict(), member=r["member"])),
+                     _row_ref(dict(r["at"].asDict(), member=r["member"]))]}))
+    swapped_total = swapped.count() if len(found) >= VIOLATIONS_LISTED_MAX else len(found)
+    gap_rows = gaps.limit(VIOLATIONS_LISTED_MAX).collect()
+    gaps_total = gaps.count() if len(gap_rows) >= VIOLATIONS_LISTED_MAX else len(gap_rows)
+    for r in gap_rows:
+        p = r["prev"]
+        low, high = p["lsn"] + 1, r["lsn"] - 1
+        found.append((r["member"], r["origin"], low, {
+            "member": r["member"], "origin": r["origin"], "lsn": low, "kind": "gap",
+            "missing": [low, high],
+            "detail": f"{r['member']}: origin {r['origin']} lacks lsn {low}"
+                      + (f"..{high}" if high > low else "")
+                      + f" between {r['origin']}:{p['lsn']} and {r['origin']}:{r['lsn']}",
+            "rows": [_row_ref(dict(p["at"].asDict(), member=r["member"])),
+                     _row_ref(dict(r["at"].asDict(), member=r["member"]))]}))
+    horizons = {m.name: m.horizon for m in members}
+    start_total = 0
+    for r in first_rows:
+        origin = r["origin"]
+        allowed = horizons.get(r["member"], {}).get(origin, 0) + 1
+        if origin != LOCAL_ORIGIN and r["min_lsn"] > allowed:
+            start_total += 1
+            found.append((r["member"], origin, allowed, {
+                "member": r["member"], "origin": origin, "lsn": allowed, "kind": "gap",
+                "missing": [allowed, r["min_lsn"] - 1],
+                "detail": f"{r['member']}: origin {origin} starts at lsn {r['min_lsn']}, but its "
+                          f"horizon (WAL start and checkpoints) is {allowed - 1}: "
+                          f"lsn {allowed}..{r['min_lsn'] - 1} are missing",
+                "rows": []}))
+    for *_, violation in sorted(found, key=lambda f: f[:3]):
+        result.add(violation)
+    result.count = swapped_total + gaps_total + start_total
+    return result
+
+
+def check_agreement(records: Any) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    result = CheckResult(name="agreement", title="3. agreement: one (origin, lsn) has one txn id and payload on every member")
+    keyed = records.select("origin", "lsn", F.struct("txn_id", "digest").alias("v"))
+    bad = (keyed.groupBy("origin", "lsn").agg(F.min("v").alias("lo"), F.max("v").alias("hi"))
+           .filter("lo != hi").select("origin", "lsn"))
+    bad_keys = bad.orderBy("origin", "lsn").limit(VIOLATIONS_LISTED_MAX).collect()
+    if not bad_keys:
+        return result
+    total = bad.count()
+    keys = [(k["origin"], k["lsn"]) for k in bad_keys]
+    spark = records.sparkSession
+    wanted = spark.createDataFrame(keys, "origin INT, lsn BIGINT")
+    copies = (records.join(F.broadcast(wanted), ["origin", "lsn"])
+              .select("origin", "lsn", "member", "segment", "offset", "txn_id", "digest").collect())
+    by_key: dict[tuple[int, int], list[Any]] = {}
+    for c in copies:
+        by_key.setdefault((c["origin"], c["lsn"]), []).append(c)
+    for origin, lsn in keys:
+        rows = sorted(by_key.get((origin, lsn), []), key=lambda c: (c["member"], c["offset"]))
+        variants: dict[tuple[int, int], list[str]] = {}
+        for c in rows:
+            variants.setdefault((c["txn_id"], c["digest"]), []).append(c["member"])
+        text = "; ".join(f"{'/'.join(ms)}: txn {unsigned64(t)} digest {unsigned64(d):016x}"
+                         for (t, d), ms in variants.items())
+        result.add({"origin": origin, "lsn": lsn, "member": None,
+                    "detail": f"{origin}:{lsn} differs between members ({text})",
+                    "rows": [_row_ref(c) for c in rows]})
+    result.count = total
+    return result
+
+
+def frontier(records: Any) -> list[Any]:
+    """Per (member, origin): rows, lowest and highest LSN, HLC range, DDL rows."""
+    from pyspark.sql import functions as F
+
+    return (records.groupBy("member", "origin")
+            .agg(F.count("*").alias("rows"), F.min("lsn").alias("min_lsn"),
+                 F.max("lsn").alias("max_lsn"), F.min("hlc").alias("min_hlc"),
+                 F.max("hlc").alias("max_hlc"), F.sum("n_rows").alias("changes"))
+            .orderBy("member", "origin").collect())
+
+
+def end_vclocks(members: list[MemberInput], frontier_rows: list[Any]) -> dict[str, dict[int, int]]:
+    """Each member's WAL end: its highest LSN per origin, or its WAL start where it has none."""
+    ends = {m.name: {o: lsn for o, lsn in m.wal_start.items()} for m in members}
+    for r in frontier_rows:
+        end = ends.setdefault(r["member"], {})
+        end[r["origin"]] = max(end.get(r["origin"], 0), r["max_lsn"])
+    return ends
+
+
+def check_completeness(members: list[MemberInput], ends: dict[str, dict[int, int]]) -> tuple[CheckResult, dict[int, int]]:
+    result = CheckResult(name="completeness", title="4. completeness: every member covers every origin up to the set's maximum vclock")
+    top: dict[int, int] = {}
+    for end in ends.values():
+        for origin, lsn in end.items():
+            if origin != LOCAL_ORIGIN:
+                top[origin] = max(top.get(origin, 0), lsn)
+    for m in members:
+        end = ends.get(m.name, {})
+        for origin, lsn in sorted(top.items()):
+            have = end.get(origin, 0)
+            if have < lsn:
+                result.add({"member": m.name, "origin": origin, "lsn": have + 1, "behind": lsn - have,
+                            "detail": f"{m.name} is behind on origin {origin}: it ends at lsn {have}, "
+                                      f"the set at {lsn} ({lsn - have} rows behind, "
+                                      f"{origin}:{have + 1}..{origin}:{lsn} missing)",
+                            "rows": []})
+    return result, dict(sorted(top.items()))
+
+
+def timeline(records: Any, frontier_rows: list[Any]) -> dict[str, Any]:
+    """Rows per origin over time: each (origin, lsn) once, bucketed by its HLC physical ms."""
+    from pyspark.sql import functions as F
+
+    hlcs = [r[k] for r in frontier_rows for k in ("min_hlc", "max_hlc") if r[k] is not None]
+    if not hlcs:
+        return {"start_ms": 0, "bucket_ms": 1, "series": {}}
+    low = min(hlcs) >> HLC_PHYSICAL_SHIFT
+    high = max(hlcs) >> HLC_PHYSICAL_SHIFT
+    width = max(1, (high - low) // TIMELINE_BUCKETS + 1)
+    once = records.filter("hlc is not null").groupBy("origin", "lsn").agg(F.min("hlc").alias("hlc"))
+    rows = (once.withColumn("bucket", (F.shiftright("hlc", HLC_PHYSICAL_SHIFT) - F.lit(low)) / F.lit(width))
+            .withColumn("bucket", F.col("bucket").cast("int"))
+            .groupBy("origin", "bucket").count().collect())
+    series: dict[str, list[int]] = {}
+    for r in rows:
+        counts = series.setdefault(str(r["origin"]), [0] * (TIMELINE_BUCKETS + 1))
+        counts[min(r["bucket"], TIMELINE_BUCKETS)] += r["count"]
+    return {"start_ms": low, "bucket_ms": width, "series": dict(sorted(series.items()))}
+
+
+def replication_delay(records: Any, members: list[MemberInput]) -> dict[str, Any]:
+    """Delay of rows from other origins, from HLC timestamps alone.
+
+    A WAL row carries its origin's commit HLC but no arrival time, so the arrival is bounded by
+    what the receiving member did next: its next own row is stamped after it logged the remote
+    row (the HLC also passes every stamp it receives). Delay (upper bound) = physical ms of the
+    member's next own row minus the physical ms of the remote row. Members whose id is unknown
+    (no instance.toml) are left out.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ids = {m.name: m.instance_id for m in members if m.instance_id is not None}
+    if not ids:
+        return {"method": "unavailable: no member id known", "histogram": [], "per_member": {}}
+    spark = records.sparkSession
+    id_df = spark.createDataFrame(list(ids.items()), "member STRING, self_id INT")
+    # Backwards from the end, so the frame is a running one (an unbounded-following frame is
+    # recomputed for every row in Spark: quadratic).
+    following = (Window.partitionBy("member").orderBy(F.col("pos").desc())
+                 .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    rows = (records.filter("hlc is not null").join(F.broadcast(id_df), "member")
+            .withColumn("own_hlc", F.when(F.col("origin") == F.col("self_id"), F.col("hlc")))
+            .withColumn("next_own", F.last("own_hlc", ignorenulls=True).over(following))
+            .filter("origin != self_id and origin != 0 and next_own is not null")
+            .withColumn("delay_ms", F.shiftright("next_own", HLC_PHYSICAL_SHIFT)
+                        - F.shiftright("hlc", HLC_PHYSICAL_SHIFT)))
+    edges = list(DELAY_BUCKETS_MS)
+    bucket = F.lit(len(edges) - 1)
+    for i in range(len(edges) - 1, 0, -1):
+        bucket = F.when(F.col("delay_ms") < edges[i], F.lit(i - 1)).otherwise(bucket)
+    hist = rows.withColumn("b", bucket).groupBy("member", "b").count().collect()
+    stats = rows.groupBy("member").agg(
+        F.count("*").alias("n"),
+        F.percentile_approx("delay_ms", [0.5, 0.9, 0.99]).alias("p"),
+        F.max("delay_ms").alias("max")).collect()
+    histogram: dict[str, list[int]] = {}
+    for r in hist:
+        histogram.setdefault(r["member"], [0] * len(edges))[r["b"]] += r["count"]
+    return {
+        "method": "upper bound: physical ms of the member's next own row minus the row's own "
+                  "(HLC stamp >> 22)",
+        "bucket_edges_ms": edges,
+        "histogram": dict(sorted(histogram.items())),
+        "per_member": {r["member"]: {"rows": r["n"], "p50_ms": r["p"][0], "p90_ms": r["p"][1],
+                                     "p99_ms": r["p"][2], "max_ms": r["max"]}
+                       for r in sorted(stats, key=lambda r: r["member"])},
+    }

@@ -1,0 +1,162 @@
+"""Check 5, convergence: a checkpoint plus the merged rows, replayed with the engine's own
+last-writer-wins code (`Engine.apply`), must give the member's final tables.
+
+For each member with `db.sqlite`: the base is its newest checkpoint that its WAL continues
+(WAL start <= checkpoint vclock <= WAL end), else an empty database. The rows are the member's
+WAL rows above the base, preceded, when its WAL starts above the base (a joined member: its log
+starts at the checkpoint it was sent, which is not kept in `snap/`), by the rows between the base
+and its WAL start taken from another member's WAL in that member's order (check 3 vouches that
+every copy of an (origin, lsn) is the same). Replay stops at the member's final vclock (the
+`_rs_vclock` of `db.sqlite`). Both sides are compared with `checkpoint.digest`, local tables
+excluded. Each member is one Spark task; the function itself is plain Python.
+
+The engine is opened on a scratch directory whose WAL is created first at the base vclock
+(`Wal.open(start_vclock=...)`), as `replicaset join` does: `Engine.open` on a database ahead of an
+empty WAL would otherwise take it for an OS crash and rebuild it from nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPLAY_FLUSH_ROWS = 1000
+TABLES_LISTED_MAX = 20
+
+
+def _db_state(db_path: Path, exclude: list[str]) -> tuple[dict[str, int], dict[int, int]]:
+    """Digest and vclock of a database, read from a copy (auditing never touches a member)."""
+    import apsw
+
+    from replicaset.storage import checkpoint as checkpoints
+
+    with tempfile.TemporaryDirectory(prefix="audit-db-") as tmp:
+        copy = Path(tmp) / "db.sqlite"
+        shutil.copyfile(db_path, copy)
+        for suffix in ("-wal",):
+            side = Path(str(db_path) + suffix)
+            if side.exists():
+                shutil.copyfile(side, Path(str(copy) + suffix))
+        conn = apsw.Connection(str(copy))
+        try:
+            vclock = dict(conn.execute("SELECT origin, lsn FROM _rs_vclock").fetchall())
+            return checkpoints.digest(conn, exclude), vclock
+        finally:
+            conn.close()
+
+
+def _rows_from(wal_dir: str, low: dict[int, int], high: dict[int, int]) -> list[Any]:
+    """Records of a WAL with low[o] < lsn <= high[o], in log order, each (origin, lsn) once."""
+    from wal.segment import list_segments, read_segment_records
+
+    out, seen = [], set()
+    for path in list_segments(wal_dir):
+        for _, record in read_segment_records(path):
+            o, lsn = record.origin, record.lsn
+            if low.get(o, 0) < lsn <= high.get(o, 0) and (o, lsn) not in seen:
+                seen.add((o, lsn))
+                out.append(record)
+    return out
+
+
+def replay_member(spec: dict[str, Any]) -> dict[str, Any]:
+    """Replay one member; returns {member, ok, detail, tables, base, rows_applied, ...}."""
+    from replicaset.storage import Engine, EngineConfig
+    from replicaset.storage.errors import ApplyError, GapError, SchemaPending
+    from wal import VClock, Wal
+    from wal.errors import WalError
+
+    name = spec["member"]
+    exclude = list(spec["local_tables"])
+    started = time.monotonic()
+    result: dict[str, Any] = {"member": name, "ok": False, "tables": [], "rows_applied": 0}
+    try:
+        final_digest, final_vclock = _db_state(Path(spec["db_path"]), exclude)
+    except Exception as exc:
+        result["detail"] = f"{name}: cannot read db.sqlite: {exc}"
+        result["error"] = True
+        return result
+    final = {o: lsn for o, lsn in final_vclock.items()}
+    wal_start = VClock(spec["wal_start"])
+    wal_end = VClock(spec["wal_end"])
+    base_path, base = None, VClock()
+    for path, vclock in reversed(spec["checkpoints"]):
+        vc = VClock(vclock)
+        if wal_start <= vc and vc <= wal_end and vc <= VClock(final):
+            base_path, base = path, vc
+            break
+    result["base"] = base_path or "empty database"
+    result["base_vclock"] = base.to_dict()
+    result["final_vclock"] = final
+    try:
+        rows = []
+        if not wal_start <= base:
+            needed = wal_start.to_dict()
+            donors = [d for d in spec["donors"]]
+            prefix: list[Any] = []
+            for donor in donors:
+                prefix = _rows_from(donor, base.to_dict(), needed)
+                got = VClock(base.to_dict())
+                for r in prefix:
+                    got.reset(r.origin, max(got.get(r.origin), r.lsn))
+                if wal_start <= got:
+                    break
+            else:
+                result["detail"] = (f"{name}: no checkpoint and its WAL starts at {wal_start.to_dict()}; "
+                                    f"no other member holds the rows from {base.to_dict()} to there")
+                result["error"] = True
+                return result
+            rows.extend(prefix)
+        rows.extend(_rows_from(spec["wal_dir"], base.to_dict(), final))
+    except WalError as exc:
+        result["detail"] = f"{name}: cannot read the rows to replay: {exc}"
+        result["error"] = True
+        return result
+    with tempfile.TemporaryDirectory(prefix="audit-replay-") as tmp:
+        scratch = Path(tmp)
+        if base_path is not None:
+            shutil.copyfile(base_path, scratch / "db.sqlite")
+        Wal.open(scratch / "wal", start_vclock=base).close()
+        config = EngineConfig(data_dir=scratch, instance_id=spec["instance_id"] or 31,
+                              local_tables=frozenset(exclude))
+        engine = Engine.open(config, clock_ms=lambda: int(time.time() * 1000))
+        applied = 0
+        try:
+            for record in rows:
+                try:
+                    if engine.apply(record, own_allowed=True):
+                        applied += 1
+                except (GapError, SchemaPending, ApplyError) as exc:
+                    result["detail"] = f"{name}: replay stopped at {record.origin}:{record.lsn}: {exc}"
+                    result["rows"] = [{"member": name, "origin": record.origin, "lsn": record.lsn}]
+                    result["rows_applied"] = applied
+                    return result
+                if applied % REPLAY_FLUSH_ROWS == 0:
+                    engine.flush()
+            engine.flush()
+            replayed = engine.table_digest()
+            replayed_vclock = engine.vclock.to_dict()
+        finally:
+            engine.close()
+    result["rows_applied"] = applied
+    result["seconds"] = round(time.monotonic() - started, 3)
+    differing = sorted(t for t in set(final_digest) | set(replayed)
+                       if final_digest.get(t) != replayed.get(t))
+    result["tables"] = differing[:TABLES_LISTED_MAX]
+    result["digest"] = {t: f"{d:016x}" for t, d in sorted(final_digest.items())}
+    vclock_differs = {o: lsn for o, lsn in final.items() if o != 0} != {
+        o: lsn for o, lsn in replayed_vclock.items() if o != 0}
+    if differing:
+        result["detail"] = (f"{name}: the replay gives different tables than db.sqlite: "
+                            + ", ".join(f"{t} (db {final_digest.get(t, 0):016x}, replay "
+                                        f"{replayed.get(t, 0):016x})" for t in differing[:TABLES_LISTED_MAX]))
+    elif vclock_differs:
+        result["detail"] = (f"{name}: the replay reaches vclock {replayed_vclock}, "
+                            f"db.sqlite holds {final}")
+    else:
+        result["ok"] = True
+        result["detail"] = f"{name}: {applied} rows from {result['base']} give db.sqlite's tables"
+    return result

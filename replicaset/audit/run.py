@@ -1,0 +1,202 @@
+"""`replicaset audit DIR... [--master URL] [--json OUT] [--html OUT]`: the whole audit job.
+
+Reading: every segment of every DIR through the `rswal` data source (one Spark task per segment,
+progress on stderr), kept once (persisted) for the checks. Checks 1-4 run for every DIR, check 5
+for data directories with `db.sqlite`. Exit code: 0 clean, 1 a check failed, 2 usage or read
+errors (a DIR that is not one, damaged records or segment headers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from replicaset.audit import checks
+from replicaset.audit.inputs import AuditInputError, MemberInput, discover
+
+EXIT_CLEAN = 0
+EXIT_VIOLATIONS = 1
+EXIT_ERROR = 2
+READ_ERRORS_LISTED_MAX = 200
+DAMAGE_TYPES = ("BAD_HEADER", "CORRUPT", "TORN", "BAD_PAYLOAD")
+NARROW_COLUMNS = ["member", "segment", "seg_index", "offset", "pos", "origin", "lsn", "txn_id",
+                  "hlc", "type", "n_rows", "digest", "payload_bytes", "error"]
+
+
+def load_records(spark: Any, members: list[MemberInput]) -> Any:
+    """The full DataFrame of the data source for these members (one row per WAL row)."""
+    paths = [str(m.directory) for m in members]
+    return spark.read.format("rswal").option("paths", json.dumps(paths)).load()
+
+
+def _replay_specs(members: list[MemberInput], ends: dict[str, dict[int, int]]) -> list[dict[str, Any]]:
+    specs = []
+    for m in members:
+        if m.kind != "member" or m.db_path is None:
+            continue
+        specs.append({
+            "member": m.name, "instance_id": m.instance_id, "db_path": str(m.db_path),
+            "wal_dir": str(m.wal_dir), "wal_start": m.wal_start, "wal_end": ends.get(m.name, {}),
+            "checkpoints": [(str(c.path), c.vclock) for c in m.checkpoints],
+            "local_tables": list(m.local_tables),
+            "donors": [str(o.wal_dir) for o in members if o is not m],
+        })
+    return specs
+
+
+def check_convergence(spark: Any, members: list[MemberInput], ends: dict[str, dict[int, int]]) -> tuple[checks.CheckResult, list[dict[str, Any]]]:
+    from replicaset.audit.replay import replay_member
+
+    result = checks.CheckResult(
+        name="convergence",
+        title="5. convergence: checkpoint + merged rows replayed with Engine.apply give db.sqlite")
+    specs = _replay_specs(members, ends)
+    if not specs:
+        result.skipped = "no data directory with db.sqlite among the inputs"
+        return result, []
+    outcomes = spark.sparkContext.parallelize(specs, len(specs)).map(replay_member).collect()
+    for o in outcomes:
+        if not o["ok"]:
+            result.add({"member": o["member"], "origin": None, "lsn": None, "detail": o["detail"],
+                        "tables": o.get("tables", []), "rows": o.get("rows", [])})
+    # Members at one vclock hold one set of tables (DESIGN 4.2).
+    by_vclock: dict[str, list[dict[str, Any]]] = {}
+    for o in outcomes:
+        if "digest" in o:
+            key = json.dumps({k: v for k, v in sorted(o["final_vclock"].items()) if k != 0})
+            by_vclock.setdefault(key, []).append(o)
+    for key, group in by_vclock.items():
+        digests = {json.dumps(o["digest"], sort_keys=True) for o in group}
+        if len(digests) > 1:
+            tables = sorted({t for o in group for t in o["digest"]
+                             if len({g["digest"].get(t) for g in group}) > 1})
+            result.add({"member": "/".join(o["member"] for o in group), "origin": None, "lsn": None,
+                        "tables": tables, "rows": [],
+                        "detail": f"members {', '.join(o['member'] for o in group)} hold vclock {key} "
+                                  f"but differ in tables {', '.join(tables)}"})
+    return result, outcomes
+
+
+def run_audit(
+    directories: list[Path], *, spark: Any = None, master: str | None = None,
+    json_out: Path | None = None, html_out: Path | None = None, stream: TextIO | None = None,
+    progress: bool = True,
+) -> tuple[int, dict[str, Any]]:
+    """Run every check; returns the exit code and the report (also written as asked)."""
+    from replicaset.audit import report as reports
+    from replicaset.audit.session import Progress, open_session
+
+    out = stream or sys.stdout
+    started = time.monotonic()
+    members = discover(directories)
+    own_session = spark is None
+    if spark is None:
+        spark = open_session(master)
+    session_s = time.monotonic() - started
+    try:
+        records = load_records(spark, members).select(*NARROW_COLUMNS).persist()
+        read_started = time.monotonic()
+        with Progress(spark, "reading WAL segments", enabled=progress):
+            total_rows = records.count()
+        read_s = time.monotonic() - read_started
+        damage = (records.filter("error is not null").orderBy("member", "pos")
+                  .select("member", "segment", "offset", "type", "error", "origin", "lsn")
+                  .limit(READ_ERRORS_LISTED_MAX).collect())
+        last_segment = {m.name: m.segments[-1].path.name for m in members if m.segments}
+        read_errors, warnings = [], []
+        for m in members:
+            read_errors.extend({"member": m.name, "error": e} for e in m.header_errors)
+        for d in damage:
+            entry = {"member": d["member"], "segment": d["segment"], "offset": d["offset"],
+                     "type": d["type"], "error": d["error"], "origin": d["origin"], "lsn": d["lsn"]}
+            if d["type"] == "TORN" and last_segment.get(d["member"]) == d["segment"]:
+                warnings.append(entry)  # a crash mid-write: recovery cuts it, no row acknowledged
+            elif d["type"] != "BAD_HEADER" or not any(e["member"] == d["member"] for e in read_errors):
+                read_errors.append(entry)
+        rows = records.filter("origin is not null")
+        with Progress(spark, "checking", enabled=progress):
+            frontier_rows = checks.frontier(rows)
+            ends = checks.end_vclocks(members, frontier_rows)
+            results = [
+                checks.check_apply_once(rows),
+                checks.check_order(rows, members, frontier_rows),
+                checks.check_agreement(rows),
+            ]
+            completeness, top = checks.check_completeness(members, ends)
+            results.append(completeness)
+            convergence, replays = check_convergence(spark, members, ends)
+            results.append(convergence)
+            timeline = checks.timeline(rows, frontier_rows)
+            delay = checks.replication_delay(rows, members)
+        records.unpersist()
+        audit_s = time.monotonic() - started
+        report = {
+            "inputs": [{"member": m.name, "directory": str(m.directory), "kind": m.kind,
+                        "instance_id": m.instance_id, "segments": len(m.segments),
+                        "wal_bytes": sum(s.size_bytes for s in m.segments),
+                        "wal_start_vclock": m.wal_start,
+                        "checkpoints": [{"path": str(c.path), "vclock": c.vclock} for c in m.checkpoints],
+                        "horizon": m.horizon, "wal_end_vclock": ends.get(m.name, {}),
+                        "checks": "1-5" if m.kind == "member" else "1-4"}
+                       for m in members],
+            "rows_total": total_rows,
+            "rows_per_member_origin": [
+                {"member": r["member"], "origin": r["origin"], "rows": r["rows"],
+                 "min_lsn": r["min_lsn"], "max_lsn": r["max_lsn"], "changes": r["changes"]}
+                for r in frontier_rows],
+            "max_vclock": top,
+            "checks": [r.to_dict() for r in results],
+            "replays": replays,
+            "read_errors": read_errors,
+            "warnings": warnings,
+            "timeline": timeline,
+            "replication_delay": delay,
+            "timing_s": {"session": round(session_s, 3), "read": round(read_s, 3),
+                         "total": round(audit_s, 3)},
+            "master": spark.sparkContext.master,
+        }
+    finally:
+        if own_session:
+            spark.stop()
+    failed = any(not r.ok for r in results)
+    code = EXIT_ERROR if read_errors else EXIT_VIOLATIONS if failed else EXIT_CLEAN
+    report["exit_code"] = code
+    reports.print_summary(report, out)
+    if json_out is not None:
+        Path(json_out).write_text(json.dumps(report, indent=2, default=str))
+    if html_out is not None:
+        Path(html_out).write_text(reports.render_html(report))
+    return code, report
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                        help="a member's data directory (all checks) or a bare WAL directory (checks 1-4)")
+    parser.add_argument("--master", help="Spark master URL (default local[2])")
+    parser.add_argument("--json", type=Path, dest="json_out", metavar="OUT", help="write the report as JSON")
+    parser.add_argument("--html", type=Path, dest="html_out", metavar="OUT", help="write the HTML report with plots")
+    parser.add_argument("--no-progress", action="store_true", help="do not print progress on stderr")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    try:
+        code, _ = run_audit(args.dirs, master=args.master, json_out=args.json_out,
+                            html_out=args.html_out, progress=not args.no_progress)
+    except AuditInputError as exc:
+        print(f"replicaset audit: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="replicaset audit", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_ERROR if exc.code else EXIT_CLEAN
+    return run_from_args(args)
