@@ -21,6 +21,12 @@ test: $(STAMP)
 test-deep: $(STAMP)
 	$(PY) -m pytest -q -m deep
 
+specs: $(STAMP)
+	$(PY) specs/run_tlc.py
+
+specs-deep: $(STAMP)
+	$(PY) specs/run_tlc.py --deep
+
 bench: $(STAMP)
 	$(PY) bench/bench_single.py
 
