@@ -174,9 +174,13 @@ class Applier:
         self._event("rows_applied")
         if self.state is S.STOPPED:
             return []
+        self._leave_sync(durable_vclock)
+        return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
+
+    def _leave_sync(self, durable_vclock: VClock) -> None:
+        """Synced once we hold what the relay had at subscribe time, from whichever peer."""
         if self.state is S.SYNC and _covers(durable_vclock, self.sync_target):
             self.state = S.FOLLOW
-        return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
 
     def apply_failed(self, now_s: float, error: str) -> list[Action]:
         """A row could not be applied; with skip_conflict the runtime skipped it already."""
@@ -187,10 +191,13 @@ class Applier:
         return [Disconnect(peer=self.peer, reason=error)]
 
     def heartbeat(self, now_s: float, relay_vclock: VClock, durable_vclock: VClock) -> list[Action]:
-        """The relay is alive; answer with what we hold so it knows we are too."""
+        """The relay is alive; answer with what we hold so it knows we are too. Rows
+        that reached us through other peers may have synced us with this one: a recovering
+        member must not wait for rows this relay will never send."""
         self._event("heartbeat")
         self.last_heard_s = now_s
         self.upstream_vclock = self.upstream_vclock.merge(relay_vclock)
+        self._leave_sync(durable_vclock)
         return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
 
     def stop(self, now_s: float, message: str) -> list[Action]:

@@ -87,6 +87,17 @@ def test_applier_syncs_then_follows_and_acknowledges_durable_rows():
     assert applier.state is repl.ApplierState.FOLLOW
 
 
+def test_applier_follows_on_a_heartbeat_once_other_peers_brought_what_it_waited_for():
+    """Found by the seed sweep of trace validation (seed 12): a recovering member got its
+    rows through another peer and this relay had nothing left to send, so without the
+    heartbeat's check it stayed in SYNC and the member never took writes again."""
+    applier = subscribed_applier(VClock({1: 1}), VClock({1: 3, 2: 5}))
+    (ack,) = applier.heartbeat(0.5, VClock({1: 3, 2: 5}), VClock({1: 2, 2: 5}))
+    assert isinstance(ack, repl.SendAck) and applier.state is repl.ApplierState.SYNC
+    applier.heartbeat(0.6, VClock({1: 3, 2: 5}), VClock({1: 3, 2: 5}))
+    assert applier.state is repl.ApplierState.FOLLOW
+
+
 def test_applier_backs_off_capped_and_reconnects():
     applier = subscribed_applier(VClock(), VClock())
     delays = []
