@@ -9,6 +9,17 @@ and a gap must turn into a resubscribe), process crashes and OS crashes that los
 WAL bytes written since the member's last sync point. After the fault phase the network
 heals, crashed members restart, and the run must converge: equal vclocks, equal tables,
 one payload per `(origin, lsn)` everywhere, every acknowledged write present.
+
+Under `wal_mode = "fsync"` every flush is durable: an OS crash loses nothing and a
+restarted member takes writes at once. Under `"write"` a restarted member first fetches
+the rows of its own origin from every peer (DESIGN 4.4).
+
+The run can write a trace: one dict per step, named and parameterised as the actions of
+`specs/VClockReplication.tla`, which `specs/check_trace.py` checks against the spec. The
+first dict (`"event": "Init"`) gives the constants. A row applied from a peer is traced as
+`RelaySend` then `ApplierReceive` at the moment it is applied: links are TCP-like, so a
+crash of the sender cuts them and drops what was in flight, and an applied row is still in
+the sender's WAL, as the spec's `RelaySend` requires.
 """
 
 from __future__ import annotations
@@ -23,7 +34,9 @@ from typing import Any
 
 from replicaset.core import replication as repl
 from replicaset.storage import ApplyError, Engine, EngineConfig, GapError
-from wal import Record, VClock
+from replicaset.storage.engine import Committed
+from replicaset.storage.rows import DmlPayload, Op
+from wal import Record, RecordType, VClock, WalMode
 from wal.segment import list_segments
 
 TIMEOUT_S = 0.1
@@ -66,13 +79,16 @@ class Member:
     links: dict[int, int] = field(default_factory=dict)  # peer -> conn of our applier
     recovering: bool = False
     synced_with: set[int] = field(default_factory=set)
+    answered_by: set[int] = field(default_factory=set)  # peers whose recovery answer is traced
     sync_point: dict[str, int] = field(default_factory=dict)
 
 
 class Simulation:
     def __init__(self, root: Path, *, seed: int, members: int = 3, writes: int = 60, faults: Faults = Faults(),
-                 keys: int = 6, fault_phase_s: float = 3.0, trace: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 keys: int = 6, fault_phase_s: float = 3.0, wal_mode: WalMode = WalMode.WRITE,
+                 trace: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.seed = seed
+        self.wal_mode = WalMode(wal_mode)
         self.rng = random.Random(seed)
         self.root = root
         self.faults = faults
@@ -101,7 +117,8 @@ class Simulation:
 
     def _open(self, member: Member) -> None:
         member.engine = Engine.open(
-            EngineConfig(data_dir=member.data_dir, instance_id=member.id), clock_ms=self._clock_ms
+            EngineConfig(data_dir=member.data_dir, instance_id=member.id, wal_mode=self.wal_mode),
+            clock_ms=self._clock_ms,
         )
         for peer in self.members:
             if peer != member.id:
@@ -112,13 +129,15 @@ class Simulation:
     # ---------------------------------------------------------------- the run
 
     def run(self, max_events: int = 200_000) -> None:
+        self.trace({"event": "Init", "members": sorted(self.members), "wal_mode": self.wal_mode.value,
+                    "seed": self.seed})
         first = self.members[1]
         self._open(first)
         engine = first.engine
         assert engine is not None
         txn = engine.begin()
         engine.execute(txn, "CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, u INTEGER UNIQUE)")
-        engine.commit(txn)
+        self._committed(first, engine.commit(txn))
         self._flushed(first, engine.flush())
         for member in self.members.values():
             if member.engine is None:
@@ -178,9 +197,11 @@ class Simulation:
         member = self.members[member_id]
         if member.engine is not None:
             return
-        member.recovering, member.synced_with = True, set()
-        self.trace({"event": "Restart", "member": member_id, "t": self.now_s})
+        member.recovering = self.wal_mode is WalMode.WRITE
+        member.synced_with, member.answered_by = set(), set()
         self._open(member)
+        assert member.engine is not None
+        self.trace({"event": "Restart", "member": member_id, "vclock": self._clock_of(member), "t": self.now_s})
 
     def _crash(self, member: Member, *, os_crash: bool) -> None:
         """A process crash loses nothing the WAL holds; an OS crash under wal_mode=write
@@ -192,7 +213,7 @@ class Simulation:
         for conn in list(member.links.values()) + list(member.relays):
             self._cut(conn, "crash")
         member.appliers.clear()
-        if os_crash:
+        if os_crash and self.wal_mode is WalMode.WRITE:
             self._lose_unsynced_tail(member)
         self._at(self.faults.restart_after_s, "restart", member.id)
 
@@ -310,6 +331,7 @@ class Simulation:
         if applier.state in (repl.ApplierState.SYNC, repl.ApplierState.FOLLOW):
             assert member.engine is not None
             self._do(member, applier.heartbeat(self.now_s, VClock(vclock), member.engine.vclock), conn=conn)
+            self._note_synced(member, link.relay_on, applier)
 
     def _recv_ack(self, member: Member, conn: int, link: Link, vclock: dict) -> None:
         relay = member.relays.get(conn)
@@ -347,7 +369,11 @@ class Simulation:
         applier = member.appliers[peer]
         try:
             for record in records:
-                if engine.apply(record, own_allowed=member.recovering):
+                if record.origin == member.id:
+                    self._apply_own(member, peer, record)
+                elif engine.apply(record):
+                    self.trace({"event": "RelaySend", "peer": peer, "member": member.id, "origin": record.origin,
+                                "lsn": record.lsn, "t": self.now_s})
                     self.trace({"event": "ApplierReceive", "member": member.id, "origin": record.origin,
                                 "lsn": record.lsn, "t": self.now_s})
         except GapError as exc:
@@ -365,18 +391,34 @@ class Simulation:
             self._do(member, applier.rows_applied(self.now_s, engine.vclock), conn=member.links.get(peer))
             self._note_synced(member, peer, applier)
 
+    def _apply_own(self, member: Member, peer: int, record: Record) -> None:
+        """A row of our own origin: only a recovering member takes it, as `peer`'s answer
+        to its recovery fetch (the spec's `RecoveryAnswer`, traced before its first row)."""
+        engine = member.engine
+        assert engine is not None
+        if member.recovering and record.lsn == engine.pending_vclock.get(member.id) + 1:
+            self._answered(member, peer)
+        engine.apply(record, own_allowed=member.recovering)
+
+    def _answered(self, member: Member, peer: int) -> None:
+        if peer not in member.answered_by:
+            member.answered_by.add(peer)
+            self.trace({"event": "RecoveryAnswer", "peer": peer, "member": member.id, "t": self.now_s})
+
     def _note_synced(self, member: Member, peer: int, applier: repl.Applier) -> None:
         """A recovering member takes writes once every other member has answered."""
         if member.recovering and applier.state is repl.ApplierState.FOLLOW:
             member.synced_with.add(peer)
+            self._answered(member, peer)
             if member.synced_with >= set(member.appliers):
                 member.recovering = False
-                self.trace({"event": "RecoveryDone", "member": member.id, "t": self.now_s})
+                self.trace({"event": "RecoveryFinish", "member": member.id, "t": self.now_s})
 
     def _flushed(self, member: Member, records: list[Record]) -> None:
         if not records:
             return
-        if self.rng.random() < 0.3:
+        self.trace({"event": "WalFlush", "member": member.id, "vclock": self._clock_of(member), "t": self.now_s})
+        if self.wal_mode is WalMode.FSYNC or self.rng.random() < 0.3:
             self._sync(member)
         for conn, relay in list(member.relays.items()):
             self._do(member, relay.rows(self.now_s, records), conn=conn)
@@ -407,16 +449,26 @@ class Simulation:
         except Exception:
             engine.rollback(txn)
             return
-        committed = engine.commit(txn)
-        records = engine.flush()
-        if committed is not None:
+        if self._committed(member, engine.commit(txn)):
             self.writes_left -= 1
-            for record in committed.records:
-                self.acked.append((record.origin, record.lsn, record.payload))
-                self.trace({"event": "LocalWrite", "member": member.id, "lsn": record.lsn, "t": self.now_s})
-        self._flushed(member, records)
+        self._flushed(member, engine.flush())
+
+    def _committed(self, member: Member, committed: Committed | None) -> bool:
+        """Trace a local commit (queued, acknowledged after the flush that follows)."""
+        if committed is None:
+            return False
+        for record in committed.records:
+            self.acked.append((record.origin, record.lsn, record.payload))
+            self.trace({"event": "LocalWrite", "member": member.id, "lsn": record.lsn,
+                        "ops": _traced_ops(record), "t": self.now_s})
+        return True
 
     # ---------------------------------------------------------------- checks
+
+    def _clock_of(self, member: Member) -> dict[int, int]:
+        assert member.engine is not None
+        clock = member.engine.vclock
+        return {m: clock.get(m) for m in sorted(self.members)}
 
     def vclocks(self) -> dict[int, dict[int, int]]:
         return {i: repl.replicated_part(m.engine.vclock).to_dict() for i, m in self.members.items() if m.engine}
@@ -455,3 +507,11 @@ class Simulation:
             if member.engine is not None:
                 member.engine.close()
                 member.engine = None
+
+
+def _traced_ops(record: Record) -> list[list[Any]]:
+    """A row's changes as the spec sees them: `[key, deleted]` per captured row; a DDL row
+    changes the one key "schema"."""
+    if record.type == RecordType.DDL:
+        return [["schema", False]]
+    return [[row.key, row.op is Op.DELETE] for row in DmlPayload.unpack(record.payload).rows]

@@ -247,27 +247,46 @@ def run(
 ) -> Result:
     """Run TLC on one configuration and judge the outcome; `progress` receives TLC's
     progress lines as they come (the deep runs take a while)."""
-    java, jar = find_java(), find_jar()
     if timeout_s is None:
         timeout_s = TIMEOUT_S_DEEP if config.deep else TIMEOUT_S_SMALL
     # A wrong variant runs on one worker: its counterexample is then the shortest.
     workers = 1 if config.violation else WORKERS
+    output, seconds, timed_out = invoke(
+        SPECS_DIR, config.tla.name, config.cfg.name, workers=workers, timeout_s=timeout_s, progress=progress
+    )
+    return parse(config, output, seconds, timed_out)
+
+
+def invoke(
+    cwd: Path,
+    module: str,
+    cfg: str,
+    *,
+    workers: int,
+    timeout_s: float,
+    options: tuple[str, ...] = (),
+    progress: Callable[[str], None] | None = None,
+) -> tuple[str, float, bool]:
+    """Run TLC on `cwd/module` with `cwd/cfg`; return its output, the seconds it took and
+    whether it was killed at `timeout_s`. TLC's state files go to a temporary directory."""
+    java, jar = find_java(), find_jar()
     with tempfile.TemporaryDirectory(prefix="tlc-") as tmp:
         command = [
             java, "-XX:+UseParallelGC", f"-Djava.io.tmpdir={tmp}",
             "-cp", str(jar), "tlc2.TLC",
             "-workers", str(workers),
             "-metadir", str(Path(tmp) / "states"),
-            # Names relative to SPECS_DIR: TLC 2.15 cannot find the .cfg of a module
-            # given by an absolute path.
-            "-config", config.cfg.name,
-            config.tla.name,
+            *options,
+            # Names relative to cwd: TLC 2.15 cannot find the .cfg of a module given by
+            # an absolute path.
+            "-config", cfg,
+            module,
         ]
         started = time.monotonic()
         lines: list[str] = []
         expired = threading.Event()
         with subprocess.Popen(
-            command, cwd=SPECS_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         ) as process:
             timer = threading.Timer(timeout_s, lambda: (expired.set(), process.kill()))
             timer.start()
@@ -281,7 +300,7 @@ def run(
                 timer.cancel()
                 process.kill()
         seconds = time.monotonic() - started
-    return parse(config, "".join(lines), seconds, expired.is_set())
+    return "".join(lines), seconds, expired.is_set()
 
 
 def _echo_progress(line: str) -> None:

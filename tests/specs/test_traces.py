@@ -1,0 +1,146 @@
+"""Trace validation: traces of the simulator's replication steps are behaviours of
+`VClockReplication`, and a trace edited to break what the spec guarantees is rejected.
+
+The simulator runs real engines and the relay and applier cores; `specs/check_trace.py`
+turns its trace into a TLA+ sequence and has TLC find a behaviour of the spec that takes
+every line (`specs/VClockReplicationTrace.tla` says what matching a line means).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+import check_trace
+import run_tlc
+
+needs_tlc = pytest.mark.skipif(
+    run_tlc.tools_available() is not None,
+    reason=f"TLC cannot run here: {run_tlc.tools_available()}",
+)
+
+Trace = list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def small_trace() -> Trace:
+    """A short clean run: three members, ten writes, every row relayed and applied."""
+    return check_trace.simulate(0, wal_mode="write", faults="none", writes=10)
+
+
+def index_of(trace: Trace, event: str, *, after: int = 0, **fields: Any) -> int:
+    for i, line in enumerate(trace):
+        if i > after and line["event"] == event and all(line.get(k) == v for k, v in fields.items()):
+            return i
+    raise AssertionError(f"no {event} {fields} after line {after}")
+
+
+def rejected_at(trace: Trace, edited: int) -> check_trace.Verdict:
+    verdict = check_trace.check(trace)
+    assert not verdict.accepted, "the edited trace was accepted"
+    # Line numbers count from the first step (line 0 is Init): the behaviour got as far
+    # as the line before the edit, and no further.
+    assert verdict.matched == edited - 1, verdict.reason
+    return verdict
+
+
+@needs_tlc
+@pytest.mark.parametrize(
+    ("seed", "wal_mode", "faults"),
+    [
+        (0, "write", "none"),
+        (2, "write", "links"),
+        (1, "fsync", "all"),
+        (5, "fsync", "all"),
+    ],
+    ids=lambda v: str(v),
+)
+def test_simulated_traces_are_behaviours_of_the_spec(seed: int, wal_mode: str, faults: str) -> None:
+    trace = check_trace.simulate(seed, wal_mode=wal_mode, faults=faults, writes=30)
+    events = {line["event"] for line in trace}
+    assert {"LocalWrite", "WalFlush", "RelaySend", "ApplierReceive"} <= events
+    if faults == "all":
+        assert {"Crash", "Restart"} <= events, "the seed was meant to crash a member"
+    verdict = check_trace.check(trace)
+    assert verdict.accepted, f"{verdict.line()}\n{verdict.output[-3000:]}"
+    assert verdict.matched == len(trace) - 1
+
+
+@needs_tlc
+def test_a_row_applied_twice_is_rejected(small_trace: Trace) -> None:
+    trace = copy.deepcopy(small_trace)
+    receive = index_of(trace, "ApplierReceive", member=2)
+    trace.insert(receive + 1, dict(trace[receive]))
+    rejected_at(trace, receive + 1)
+
+
+@needs_tlc
+def test_rows_of_one_origin_applied_out_of_order_are_rejected(small_trace: Trace) -> None:
+    trace = copy.deepcopy(small_trace)
+    first = index_of(trace, "ApplierReceive", member=3, origin=1)
+    second = index_of(trace, "ApplierReceive", after=first, member=3, origin=1)
+    lsns = trace[first]["lsn"], trace[second]["lsn"]
+    for send, receive, lsn in ((first - 1, first, lsns[1]), (second - 1, second, lsns[0])):
+        trace[send]["lsn"] = trace[receive]["lsn"] = lsn
+    rejected_at(trace, first - 1)
+
+
+@needs_tlc
+def test_a_reused_lsn_is_rejected(small_trace: Trace) -> None:
+    trace = copy.deepcopy(small_trace)
+    first = index_of(trace, "LocalWrite", member=1)
+    second = index_of(trace, "LocalWrite", after=first, member=1)
+    trace[second]["lsn"] = trace[first]["lsn"]
+    rejected_at(trace, second)
+
+
+@needs_tlc
+def test_a_vclock_counting_a_row_not_held_is_rejected(small_trace: Trace) -> None:
+    trace = copy.deepcopy(small_trace)
+    flush = index_of(trace, "WalFlush", member=3)
+    trace[flush]["vclock"] = {**trace[flush]["vclock"], 2: trace[flush]["vclock"][2] + 1}
+    verdict = rejected_at(trace, flush)
+    assert f"line {flush} of" in verdict.reason and "WalFlush" in verdict.reason
+
+
+def test_the_trace_becomes_a_sequence_literal() -> None:
+    trace = [
+        {"event": "Init", "members": [1, 2], "wal_mode": "fsync"},
+        {"event": "LocalWrite", "member": 1, "lsn": 1, "ops": [["kv:1", False], ["kv:2", True]], "t": 0.1},
+        {"event": "WalFlush", "member": 1, "vclock": {"1": 1}, "t": 0.1},
+    ]
+    module, cfg = check_trace.to_module(trace, "T")
+    assert '[event |-> "LocalWrite", member |-> 1, lsn |-> 1, ops |-> ' in module
+    assert '[key |-> "kv:2", val |-> DELETE]' in module
+    assert "vclock |-> (1 :> 1 @@ 2 :> 0)" in module
+    assert 'TraceKeys == {"kv:1", "kv:2"}' in module and "TraceWrites == 1" in module
+    assert "TraceLog <- Log" in cfg and "NoDoubleApply" in cfg
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [
+        [],
+        [{"event": "LocalWrite", "member": 1}],
+        [{"event": "Init", "wal_mode": "write"}],
+        [{"event": "Init", "members": [1], "wal_mode": 'a"b'}],
+    ],
+    ids=["empty", "no Init line", "no members", "unquotable string"],
+)
+def test_a_malformed_trace_is_refused_with_a_reason(trace: Trace) -> None:
+    with pytest.raises(check_trace.TraceError):
+        check_trace.to_module(trace, "T")
+
+
+def test_the_verdict_names_the_first_line_no_behaviour_takes() -> None:
+    trace = [{"event": "Init"}, {"event": "LocalWrite", "lsn": 1}, {"event": "WalFlush", "lsn": 9}]
+    output = '<<"matched", 1>>\nModel checking completed. No error has been found.\n'
+    verdict = check_trace.judge(trace, output, 1.0, False)
+    assert not verdict.accepted and verdict.matched == 1
+    assert verdict.reason.startswith('line 2 of 2 is no step of the spec: {"event": "WalFlush"')
+    done = check_trace.judge(trace, output + '<<"matched", 2>>\n', 1.0, False)
+    assert done.accepted
+    broken = check_trace.judge(trace, output + "Error: Invariant Agreement is violated.\n", 1.0, False)
+    assert not broken.accepted and "Agreement" in broken.reason
