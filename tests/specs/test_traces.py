@@ -52,6 +52,7 @@ def rejected_at(trace: Trace, edited: int) -> check_trace.Verdict:
     [
         (0, "write", "none"),
         (2, "write", "links"),
+        (13, "write", "all"),
         (1, "fsync", "all"),
         (5, "fsync", "all"),
     ],
@@ -63,8 +64,22 @@ def test_simulated_traces_are_behaviours_of_the_spec(seed: int, wal_mode: str, f
     assert {"LocalWrite", "WalFlush", "RelaySend", "ApplierReceive"} <= events
     if faults == "all":
         assert {"Crash", "Restart"} <= events, "the seed was meant to crash a member"
-    verdict = check_trace.check(trace)
-    assert verdict.accepted, f"{verdict.line()}\n{verdict.output[-3000:]}"
+    if faults == "all" and wal_mode == "write":
+        assert {"RecoveryAnswer", "RecoveryFinish"} <= events, "the seed was meant to recover own rows"
+    assert_accepted(trace)
+
+
+@pytest.mark.deep
+@needs_tlc
+@pytest.mark.parametrize("seed", range(100, 160))
+@pytest.mark.parametrize("wal_mode", ["write", "fsync"])
+def test_simulated_traces_are_behaviours_of_the_spec_long_sweep(seed: int, wal_mode: str) -> None:
+    assert_accepted(check_trace.simulate(seed, wal_mode=wal_mode, faults="all", writes=60))
+
+
+def assert_accepted(trace: Trace) -> None:
+    verdict = check_trace.check(trace, timeout_s=1800)
+    assert verdict.accepted, f"seed {trace[0]['seed']}: {verdict.line()}\n{verdict.output[-3000:]}"
     assert verdict.matched == len(trace) - 1
 
 
