@@ -9,6 +9,8 @@ bytes that are not durable. A failed write is cut off again with ftruncate, so t
 where the vclock says. A new segment is written whole (header and its first batch) under
 `NAME.wal.inprogress`, made durable, then renamed into place: a process crash never leaves a
 half-created segment, and a leftover `.inprogress` file is an append that never returned.
+Under `WRITE` the log remembers which segments hold bytes not fsynced yet, so that `sync` can
+make every appended row durable when a caller needs it whatever the mode.
 """
 
 import contextlib
@@ -61,6 +63,7 @@ class Wal:
         fd: int,
         live_end: int,
         live_header_end: int,
+        unsynced: list[Path],
     ) -> None:
         self._directory = directory
         self._mode = mode
@@ -74,6 +77,8 @@ class Wal:
         # (path, end offset) in one attribute, so a reader in another thread sees a matching pair.
         self._live = (segments[-1][0], live_end)
         self._live_header_end = live_header_end
+        # Segments that may hold bytes (or a name) an OS crash can still take away.
+        self._unsynced = unsynced
         self._unusable_reason: str | None = None
 
     @classmethod
@@ -123,6 +128,8 @@ class Wal:
                 fd=fd,
                 live_end=recovered.tail_end,
                 live_header_end=recovered.tail_header_end,
+                # Whatever a previous process left in the page cache is not known to be durable.
+                unsynced=[path for path, _ in recovered.segments],
             )
         start = start_vclock.copy() if start_vclock is not None else VClock()
         live_path, fd, header_end = _create_segment(directory, start, b"", mode)
@@ -138,6 +145,7 @@ class Wal:
             fd=fd,
             live_end=header_end,
             live_header_end=header_end,
+            unsynced=[] if mode is WalMode.FSYNC else [live_path],
         )
 
     @property
@@ -181,10 +189,35 @@ class Wal:
             self._roll(fd, batch)
         else:
             self._write_live(fd, batch)
+        live_path, _ = self._live
+        if self._mode is WalMode.WRITE and self._unsynced[-1:] != [live_path]:
+            self._unsynced.append(live_path)
         self._vclock = vclock
         for record in records:
             self._last_txn_id[record.origin] = record.txn_id
             self._max_txn_id = max(self._max_txn_id, record.txn_id)
+
+    def sync(self) -> None:
+        """Make every appended row durable (fsync), whatever the mode.
+
+        Under `WRITE` some rows must still survive an OS crash before anyone relies on them:
+        the rows a checkpoint copies, a `_cluster` registration. Every segment written since the
+        last sync is fsynced, then the directory (a segment created under `WRITE` has a name
+        that is not durable yet); nothing is done when nothing was appended since. Like
+        `append`, it must not run concurrently with an append. A failed fsync leaves the log
+        refusing appends: the kernel may have dropped the pages it could not write.
+        """
+        self._writable_fd()  # closed, or refusing appends: raise as `append` would
+        if not self._unsynced:
+            return
+        try:
+            for path in self._unsynced:
+                _fsync_file(path)
+            _fsync_directory(self._directory)
+        except OSError as exc:
+            self._unusable_reason = f"fsync of the WAL failed: {exc}"
+            raise WalWriteError(f"sync of the WAL in {self._directory} failed: {exc}") from exc
+        self._unsynced = []
 
     def read_from(self, vclock: VClock) -> Iterator[Record]:
         """Every record with `lsn > vclock.get(origin)`, in log order.
@@ -320,6 +353,14 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -3,6 +3,11 @@
 A checkpoint's vclock is the `_rs_vclock` table inside the file, so the file and its
 vclock can never disagree. Files are named `%020d.snap` by that vclock's signature and
 written under a temporary name first, then renamed: a crash leaves no half checkpoint.
+A copy is renamed into place only after the WAL was fsynced: every row in the copy was
+appended to the WAL before its SQLite commit, so no checkpoint holds a row that an OS crash
+can take from the WAL (FINDINGS F2). Such a checkpoint would be skipped at the next start,
+then look usable again once new rows reuse those LSNs, and a rebuild from it would bring
+back rows no WAL has.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from wal import VClock
 
 SUFFIX = ".snap"
 PARTIAL_SUFFIX = ".snap.partial"
+STALE_SUFFIX = ".snap.stale"
 
 
 def vclock_of(path: Path) -> VClock:
@@ -43,6 +49,16 @@ def newest_usable(snap_dir: Path, wal_start: VClock, wal_end: VClock) -> Path | 
     return usable[-1] if usable else None
 
 
+def set_aside_beyond(snap_dir: Path, wal_end: VClock, log: Callable[..., None]) -> None:
+    """At start, before any new row: rename every checkpoint the WAL does not reach (it holds
+    rows the WAL lost) out of the listing for good, and keep it for the operator."""
+    for path, vclock in listing(snap_dir):
+        if not vclock <= wal_end:
+            stale = path.with_name(path.stem + STALE_SUFFIX)
+            os.replace(path, stale)
+            log("checkpoint_set_aside", path=str(stale), vclock=vclock.to_dict(), wal_vclock=wal_end.to_dict())
+
+
 def remove_partial(snap_dir: Path) -> None:
     for path in snap_dir.glob("*" + PARTIAL_SUFFIX):
         path.unlink()
@@ -56,7 +72,9 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def make(conn: apsw.Connection, snap_dir: Path, *, keep: int, log: Callable[..., None]) -> Path:
+def make(
+    conn: apsw.Connection, snap_dir: Path, *, keep: int, sync_wal: Callable[[], None], log: Callable[..., None]
+) -> Path:
     partial = snap_dir / f"{os.getpid()}{PARTIAL_SUFFIX}"
     partial.unlink(missing_ok=True)
     try:
@@ -66,6 +84,7 @@ def make(conn: apsw.Connection, snap_dir: Path, *, keep: int, log: Callable[...,
     vclock = vclock_of(partial)
     final = snap_dir / f"{vclock.signature:020d}{SUFFIX}"
     _fsync(partial)
+    sync_wal()
     os.replace(partial, final)
     _fsync(snap_dir)
     log("checkpoint_created", path=str(final), vclock=vclock.to_dict(), bytes=final.stat().st_size)

@@ -187,6 +187,7 @@ class Engine:
         self._open_connections()
         sqlite_vclock = self._read_vclock(self._writer)
         wal_vclock = self._wal.vclock
+        checkpoints.set_aside_beyond(cfg.snap_dir, wal_vclock, self._log)
         if not sqlite_vclock <= wal_vclock:
             self._rebuild(sqlite_vclock, wal_vclock)
             sqlite_vclock = self._read_vclock(self._writer)
@@ -739,10 +740,17 @@ class Engine:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def checkpoint(self) -> Path:
-        """A consistent copy of the database, made on a reader; its vclock is inside it."""
+    def checkpoint(self, sync_wal: Callable[[], None] | None = None) -> Path:
+        """A consistent copy of the database, made on a reader; its vclock is inside it. It is
+        published only after the WAL was fsynced, whatever `wal_mode` says (FINDINGS F2).
+        `sync_wal` replaces `Wal.sync` for a caller that runs this off the thread that
+        appends, since a sync must not race an append."""
         return checkpoints.make(
-            self._connect(readonly=True), self.config.snap_dir, keep=self.config.checkpoint_count, log=self._log
+            self._connect(readonly=True),
+            self.config.snap_dir,
+            keep=self.config.checkpoint_count,
+            sync_wal=sync_wal or self._wal.sync,
+            log=self._log,
         )
 
     def checkpoints(self) -> list[tuple[Path, VClock]]:

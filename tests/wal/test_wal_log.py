@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.pagecache import PageCache
 from wal import (
     InvalidRecord,
     LsnOrderError,
@@ -65,6 +66,25 @@ def test_rolling_append_under_fsync_syncs_the_segment_and_the_directory(
     wal.append([dml(1, 2, b"x" * 40)])
     assert len(wal.segments()) == 2
     assert (len(write_calls), len(fsync_calls)) == (1, 2)
+
+
+def test_sync_under_write_makes_every_appended_row_survive_an_os_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = PageCache(monkeypatch)
+    wal = Wal.open(tmp_path, mode="write", max_size_bytes=100)
+    wal.append([dml(1, 1, b"x" * 40)])
+    wal.append([dml(1, 2, b"x" * 40)])  # a second segment, created under `write`
+    assert len(wal.segments()) == 2
+    wal.sync()
+    fsync_calls = counting(monkeypatch, "fsync")
+    wal.sync()
+    assert fsync_calls == []  # nothing appended since the last sync
+    wal.append([dml(1, 3, b"x" * 40)])  # written, not synced
+    wal.close()
+    cache.os_crash(tmp_path)
+    with Wal.open(tmp_path) as wal:
+        assert wal.vclock == VClock({1: 2})
 
 
 @pytest.mark.parametrize(
