@@ -17,7 +17,7 @@ from wal.errors import (
     WalWriteError,
 )
 from wal.group_commit import GroupCommitPolicy
-from wal.log import Wal, WalMode
+from wal.log import Wal, WalMode, fsync_path
 from wal.record import HEADER_SIZE, Record, RecordType, decode_record, encode_record
 from wal.segment import read_segment_records
 from wal.vclock import Order, VClock
@@ -42,6 +42,7 @@ __all__ = [
     "WalMode",
     "WalWriteError",
     "decode_record",
+    "fsync_path",
     "encode_record",
     "read_segment_records",
 ]

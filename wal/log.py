@@ -212,8 +212,8 @@ class Wal:
             return
         try:
             for path in self._unsynced:
-                _fsync_file(path)
-            _fsync_directory(self._directory)
+                fsync_path(path)
+            fsync_path(self._directory)
         except OSError as exc:
             self._unusable_reason = f"fsync of the WAL failed: {exc}"
             raise WalWriteError(f"sync of the WAL in {self._directory} failed: {exc}") from exc
@@ -340,7 +340,7 @@ def _create_segment(
         os.rename(temporary, path)
         created = path
         if mode is WalMode.FSYNC:
-            _fsync_directory(directory)
+            fsync_path(directory)
     except OSError:
         os.close(fd)
         created.unlink(missing_ok=True)
@@ -355,17 +355,10 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _fsync_file(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file by name, or a directory, which makes a created or renamed name in it
+    durable (an fsync of the file alone does not cover its name)."""
     fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make a created or renamed name durable: fsync of the file alone does not cover it."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:

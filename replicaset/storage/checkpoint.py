@@ -22,7 +22,7 @@ import msgpack
 import xxhash
 
 from replicaset.storage.schema import is_internal, load_table, quote
-from wal import VClock
+from wal import VClock, fsync_path
 
 SUFFIX = ".snap"
 PARTIAL_SUFFIX = ".snap.partial"
@@ -64,14 +64,6 @@ def remove_partial(snap_dir: Path) -> None:
         path.unlink()
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def make(
     conn: apsw.Connection, snap_dir: Path, *, keep: int, sync_wal: Callable[[], None], log: Callable[..., None]
 ) -> Path:
@@ -83,10 +75,10 @@ def make(
         conn.close()
     vclock = vclock_of(partial)
     final = snap_dir / f"{vclock.signature:020d}{SUFFIX}"
-    _fsync(partial)
+    fsync_path(partial)
     sync_wal()
     os.replace(partial, final)
-    _fsync(snap_dir)
+    fsync_path(snap_dir)
     log("checkpoint_created", path=str(final), vclock=vclock.to_dict(), bytes=final.stat().st_size)
     for old, _ in listing(snap_dir)[:-keep] if keep > 0 else ():
         old.unlink()
