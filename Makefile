@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-deep specs specs-deep bench clean
+.PHONY: demo test test-deep specs specs-deep bench bench-audit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ specs-deep: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench_single.py
+	$(PY) bench/bench_replicaset.py
+
+bench-audit: $(STAMP)
+	$(PY) bench/bench_audit.py --rows 10000000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -8,9 +8,9 @@ format (`replicaset.storage.rows.DmlPayload`/`DdlPayload`), one directory per me
 `OUT/mN/instance.toml` and `OUT/mN/wal/`.
 
 Violations are injected afterwards by rewriting segment files (the `Wal` refuses them, as it
-should): `--inject duplicate,gap,swap,diverge,behind,corrupt`. `--gc-segments N` drops the first
-N segments of the last member (a GC horizon; a clean set stays clean). What was injected is
-written to `OUT/manifest.json` and printed.
+should): `--inject duplicate,gap,swap,diverge,behind,head,corrupt`. `--gc-segments N` drops the
+first N segments of the last member (a GC horizon; a clean set stays clean). What was injected
+is written to `OUT/manifest.json` and printed.
 
     python tools/gen_walset.py OUT --rows 30000 --inject gap,diverge
 """
@@ -29,7 +29,8 @@ from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op  # n
 from wal import Record, RecordType, Wal, encode_record  # noqa: E402
 from wal.segment import list_segments, scan_segment, write_segment_header  # noqa: E402
 
-INJECTIONS = ("duplicate", "gap", "swap", "diverge", "behind", "corrupt")
+INJECTIONS = ("duplicate", "gap", "swap", "diverge", "behind", "head", "corrupt")
+HEAD_ROWS_MISSING = 3
 NODE_SHIFT = 16
 PHYSICAL_SHIFT = 22
 START_MS = 1_750_000_000_000
@@ -202,6 +203,10 @@ def inject(out: Path, kinds: list[str], manifest: dict, *, members: int = 3) -> 
             of_origin = [r.lsn for r in recs if r.origin == 1][-5:]
             _rewrite(last, lambda rs: [r for r in rs if not (r.origin == 1 and r.lsn in of_origin)])
             entry = {"kind": kind, "member": "m2", "origin": 1, "lsn": of_origin[0], "missing": len(of_origin)}
+        elif kind == "head":  # member 2 lacks the first rows of origin 2 although its horizon is 0
+            first = list_segments(wal(2))[0]
+            _rewrite(first, lambda rs: [r for r in rs if not (r.origin == 2 and r.lsn <= HEAD_ROWS_MISSING)])
+            entry = {"kind": kind, "member": "m2", "origin": 2, "lsn": 1, "missing": HEAD_ROWS_MISSING}
         elif kind == "corrupt":  # one flipped byte in a record of member 3
             path, i, rec = _find(wal(3), 2, lambda n: n // 2)
             offset = scan_segment(path).records[i][0]

@@ -5,13 +5,21 @@ PySpark is imported lazily (inside functions), so `import replicaset.audit` stay
 """
 
 from replicaset.audit.inputs import AuditInputError, MemberInput, discover
-from replicaset.audit.run import EXIT_CLEAN, EXIT_ERROR, EXIT_VIOLATIONS, main, run_audit
+from replicaset.audit.run import (
+    EXIT_CLEAN,
+    EXIT_ERROR,
+    EXIT_VIOLATIONS,
+    AuditRunError,
+    main,
+    run_audit,
+)
 
 __all__ = [
     "EXIT_CLEAN",
     "EXIT_ERROR",
     "EXIT_VIOLATIONS",
     "AuditInputError",
+    "AuditRunError",
     "MemberInput",
     "discover",
     "main",

@@ -1,8 +1,10 @@
 """Checks 1-4 as Spark jobs over the records DataFrame, plus the statistics the reports plot.
 
 Every check returns `CheckResult(name, count, violations)`; a violation names its rows
-(member, segment, offset, origin, lsn). At most `VIOLATIONS_LISTED_MAX` are listed; `count`
-is the full number.
+(member, segment, offset, origin, lsn). Rows that should be there and are not (a gap, a start
+above the horizon, a member behind) cannot be pointed at, so those violations carry
+`missing: [first lsn, last lsn]` of their origin and, in `rows`, the present rows next to the hole.
+At most `VIOLATIONS_LISTED_MAX` are listed; `count` is the full number.
 
 1. apply_once: an (origin, lsn) appears twice in one member's WAL.
 2. order: within a member, an origin's rows are out of order (an LSN after a higher one), or an
@@ -75,7 +77,7 @@ def check_apply_once(records: Any) -> CheckResult:
 
 
 def check_order(records: Any, members: list[MemberInput], first_rows: list[Any]) -> CheckResult:
-    """`first_rows`: per (member, origin) the lowest LSN present (from the frontier job)."""
+    """`first_rows`: per (member, origin) the lowest LSN present and its row (the frontier job)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -128,7 +130,7 @@ def check_order(records: Any, members: list[MemberInput], first_rows: list[Any])
                 "detail": f"{r['member']}: origin {origin} starts at lsn {r['min_lsn']}, but its "
                           f"horizon (WAL start and checkpoints) is {allowed - 1}: "
                           f"lsn {allowed}..{r['min_lsn'] - 1} are missing",
-                "rows": []}))
+                "rows": [_row_ref(dict(r["first"].asDict(), member=r["member"]))]}))
     for *_, violation in sorted(found, key=lambda f: f[:3]):
         result.add(violation)
     result.count = swapped_total + gaps_total + start_total
@@ -169,13 +171,16 @@ def check_agreement(records: Any) -> CheckResult:
 
 
 def frontier(records: Any) -> list[Any]:
-    """Per (member, origin): rows, lowest and highest LSN, HLC range, DDL rows."""
+    """Per (member, origin): rows, lowest and highest LSN and the rows holding them (`first`,
+    `last`: where a hole before or after them is named), HLC range, captured row changes."""
     from pyspark.sql import functions as F
 
+    row = F.struct("lsn", "pos", "segment", "offset", "txn_id", "digest")
     return (records.groupBy("member", "origin")
             .agg(F.count("*").alias("rows"), F.min("lsn").alias("min_lsn"),
-                 F.max("lsn").alias("max_lsn"), F.min("hlc").alias("min_hlc"),
-                 F.max("hlc").alias("max_hlc"), F.sum("n_rows").alias("changes"))
+                 F.max("lsn").alias("max_lsn"), F.min(row).alias("first"), F.max(row).alias("last"),
+                 F.min("hlc").alias("min_hlc"), F.max("hlc").alias("max_hlc"),
+                 F.sum("n_rows").alias("changes"))
             .orderBy("member", "origin").collect())
 
 
@@ -188,8 +193,13 @@ def end_vclocks(members: list[MemberInput], frontier_rows: list[Any]) -> dict[st
     return ends
 
 
-def check_completeness(members: list[MemberInput], ends: dict[str, dict[int, int]]) -> tuple[CheckResult, dict[int, int]]:
+def check_completeness(
+    members: list[MemberInput], ends: dict[str, dict[int, int]], frontier_rows: list[Any],
+) -> tuple[CheckResult, dict[int, int]]:
+    """`frontier_rows` give each member's last row of an origin, after which its missing tail
+    belongs."""
     result = CheckResult(name="completeness", title="4. completeness: every member covers every origin up to the set's maximum vclock")
+    last_rows = {(r["member"], r["origin"]): r["last"] for r in frontier_rows}
     top: dict[int, int] = {}
     for end in ends.values():
         for origin, lsn in end.items():
@@ -200,11 +210,13 @@ def check_completeness(members: list[MemberInput], ends: dict[str, dict[int, int
         for origin, lsn in sorted(top.items()):
             have = end.get(origin, 0)
             if have < lsn:
+                last = last_rows.get((m.name, origin))
                 result.add({"member": m.name, "origin": origin, "lsn": have + 1, "behind": lsn - have,
+                            "missing": [have + 1, lsn],
                             "detail": f"{m.name} is behind on origin {origin}: it ends at lsn {have}, "
                                       f"the set at {lsn} ({lsn - have} rows behind, "
                                       f"{origin}:{have + 1}..{origin}:{lsn} missing)",
-                            "rows": []})
+                            "rows": [] if last is None else [_row_ref(dict(last.asDict(), member=m.name))]})
     return result, dict(sorted(top.items()))
 
 

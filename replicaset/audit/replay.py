@@ -6,9 +6,12 @@ For each member with `db.sqlite`: the base is its newest checkpoint that its WAL
 WAL rows above the base, preceded, when its WAL starts above the base (a joined member: its log
 starts at the checkpoint it was sent, which is not kept in `snap/`), by the rows between the base
 and its WAL start taken from another member's WAL in that member's order (check 3 vouches that
-every copy of an (origin, lsn) is the same). Replay stops at the member's final vclock (the
-`_rs_vclock` of `db.sqlite`). Both sides are compared with `checkpoint.digest`, local tables
-excluded. Each member is one Spark task; the function itself is plain Python.
+every copy of an (origin, lsn) is the same): the first of these donors that can be read and holds
+every one of those rows. Replay stops at the member's final vclock (the `_rs_vclock` of
+`db.sqlite`). Both sides are compared with `checkpoint.digest`, local tables excluded. Each member is one Spark task; the function itself is plain Python.
+
+WALs are read as recovery reads them: a torn record at the end of the last segment (a crash
+mid-write) ends the log, as recovery cuts it there; the audit reports it as a warning.
 
 The engine is opened on a scratch directory whose WAL is created first at the base vclock
 (`Wal.open(start_vclock=...)`), as `replicaset join` does: `Engine.open` on a database ahead of an
@@ -20,6 +23,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +53,52 @@ def _db_state(db_path: Path, exclude: list[str]) -> tuple[dict[str, int], dict[i
 
 
 def _rows_from(wal_dir: str, low: dict[int, int], high: dict[int, int]) -> list[Any]:
-    """Records of a WAL with low[o] < lsn <= high[o], in log order, each (origin, lsn) once."""
+    """Records of a WAL with low[o] < lsn <= high[o], in log order, each (origin, lsn) once.
+
+    A torn tail of the last segment ends the log (recovery cuts it off: no row of it was
+    acknowledged); a torn record anywhere else, or any other damage, raises `WalError`.
+    """
+    from wal.errors import TruncatedRecord
     from wal.segment import list_segments, read_segment_records
 
     out, seen = [], set()
-    for path in list_segments(wal_dir):
-        for _, record in read_segment_records(path):
-            o, lsn = record.origin, record.lsn
-            if low.get(o, 0) < lsn <= high.get(o, 0) and (o, lsn) not in seen:
-                seen.add((o, lsn))
-                out.append(record)
+    segments = list_segments(wal_dir)
+    for path in segments:
+        try:
+            for _, record in read_segment_records(path):
+                o, lsn = record.origin, record.lsn
+                if low.get(o, 0) < lsn <= high.get(o, 0) and (o, lsn) not in seen:
+                    seen.add((o, lsn))
+                    out.append(record)
+        except TruncatedRecord:
+            if path != segments[-1]:
+                raise
     return out
+
+
+def _covers(rows: list[Any], low: dict[int, int], high: dict[int, int]) -> bool:
+    """Whether `rows` (from `_rows_from` with the same bounds) hold every LSN between the bounds:
+    a donor whose WAL starts above `low` holds the top of the range but not all of it."""
+    per_origin = Counter(r.origin for r in rows)
+    return all(per_origin[o] == lsn - low.get(o, 0) for o, lsn in high.items() if lsn > low.get(o, 0))
+
+
+def _rows_from_donors(donors: list[str], low: dict[int, int], high: dict[int, int]) -> tuple[list[Any] | None, list[str]]:
+    """The rows between the bounds from the first donor WAL that can be read and holds them all
+    (None when none does), and why each donor before it was passed over."""
+    from wal.errors import WalError
+
+    passed_over: list[str] = []
+    for donor in donors:
+        try:
+            rows = _rows_from(donor, low, high)
+        except WalError as exc:
+            passed_over.append(f"{donor}: {exc}")
+            continue
+        if _covers(rows, low, high):
+            return rows, passed_over
+        passed_over.append(f"{donor}: does not hold every row from {low} to {high}")
+    return None, passed_over
 
 
 def replay_member(spec: dict[str, Any]) -> dict[str, Any]:
@@ -91,25 +130,18 @@ def replay_member(spec: dict[str, Any]) -> dict[str, Any]:
     result["base"] = base_path or "empty database"
     result["base_vclock"] = base.to_dict()
     result["final_vclock"] = final
+    rows: list[Any] = []
+    if not wal_start <= base:
+        prefix, passed_over = _rows_from_donors(spec["donors"], base.to_dict(), wal_start.to_dict())
+        result["donors_passed_over"] = passed_over
+        if prefix is None:
+            result["detail"] = (f"{name}: no checkpoint and its WAL starts at {wal_start.to_dict()}; "
+                                f"no other member holds the rows from {base.to_dict()} to there"
+                                + "".join(f"; {reason}" for reason in passed_over))
+            result["error"] = True
+            return result
+        rows.extend(prefix)
     try:
-        rows = []
-        if not wal_start <= base:
-            needed = wal_start.to_dict()
-            donors = [d for d in spec["donors"]]
-            prefix: list[Any] = []
-            for donor in donors:
-                prefix = _rows_from(donor, base.to_dict(), needed)
-                got = VClock(base.to_dict())
-                for r in prefix:
-                    got.reset(r.origin, max(got.get(r.origin), r.lsn))
-                if wal_start <= got:
-                    break
-            else:
-                result["detail"] = (f"{name}: no checkpoint and its WAL starts at {wal_start.to_dict()}; "
-                                    f"no other member holds the rows from {base.to_dict()} to there")
-                result["error"] = True
-                return result
-            rows.extend(prefix)
         rows.extend(_rows_from(spec["wal_dir"], base.to_dict(), final))
     except WalError as exc:
         result["detail"] = f"{name}: cannot read the rows to replay: {exc}"

@@ -9,6 +9,23 @@ import io
 from typing import Any, TextIO
 
 SUMMARY_VIOLATIONS_SHOWN = 10
+SUMMARY_ROWS_SHOWN = 4
+
+
+def _violation_note(violation: dict[str, Any], rows_max: int | None = None) -> str:
+    """What a violation names besides its text, for the summary and the HTML alike: the missing
+    (origin, lsn) range of a hole, and the rows (member:segment@offset), at most `rows_max`."""
+    parts: list[str] = []
+    if violation.get("missing"):
+        first, last = violation["missing"]
+        origin = violation["origin"]
+        parts.append(f"missing {origin}:{first}" if first == last else
+                     f"missing {origin}:{first}..{origin}:{last} ({last - first + 1} rows)")
+    refs = [f"{r['member']}:{r['segment']}@{r['offset']}"
+            for r in violation.get("rows", [])[:rows_max] if r.get("segment")]
+    if refs:
+        parts.append("rows " + ", ".join(refs))
+    return "; ".join(parts)
 
 
 def print_summary(report: dict[str, Any], out: TextIO) -> None:
@@ -31,9 +48,8 @@ def print_summary(report: dict[str, Any], out: TextIO) -> None:
         status = "skipped" if c["skipped"] else "ok" if c["ok"] else f"FAILED ({c['count']} violations)"
         w(f"{c['title']}: {status}\n")
         for v in c["violations"][:SUMMARY_VIOLATIONS_SHOWN]:
-            refs = ", ".join(f"{r['member']}:{r.get('segment', '')}@{r.get('offset', '')}"
-                             for r in v.get("rows", [])[:4] if r.get("segment"))
-            w(f"    - {v['detail']}" + (f" [rows {refs}]" if refs else "") + "\n")
+            note = _violation_note(v, SUMMARY_ROWS_SHOWN)
+            w(f"    - {v['detail']}" + (f" [{note}]" if note else "") + "\n")
         if c["count"] > SUMMARY_VIOLATIONS_SHOWN:
             w(f"    ... {c['count'] - SUMMARY_VIOLATIONS_SHOWN} more (see --json/--html)\n")
     verdict = {0: "clean", 1: "violations found", 2: "read errors"}[report["exit_code"]]
@@ -127,9 +143,8 @@ def render_html(report: dict[str, Any]) -> str:
         if c["violations"]:
             parts.append(f"<h3 class='bad'>{e(c['title'])}</h3><ul>")
             for v in c["violations"]:
-                refs = "; ".join(f"{r['member']} {r.get('segment', '')}@{r.get('offset', '')}"
-                                 for r in v.get("rows", []))
-                parts.append(f"<li>{e(v['detail'])}" + (f" <small>[{e(refs)}]</small>" if refs else "") + "</li>")
+                note = _violation_note(v)
+                parts.append(f"<li>{e(v['detail'])}" + (f" <small>[{e(note)}]</small>" if note else "") + "</li>")
             parts.append("</ul>")
     parts.append("<h2>Rows per member and origin</h2><table><tr><th>member</th><th>origin</th>"
                  "<th>rows</th><th>lsn</th></tr>")

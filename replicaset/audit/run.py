@@ -3,7 +3,9 @@
 Reading: every segment of every DIR through the `rswal` data source (one Spark task per segment,
 progress on stderr), kept once (persisted) for the checks. Checks 1-4 run for every DIR, check 5
 for data directories with `db.sqlite`. Exit code: 0 clean, 1 a check failed, 2 usage or read
-errors (a DIR that is not one, damaged records or segment headers).
+errors (a DIR that is not one, damaged records or segment headers, Spark that does not start, a
+Spark job or an OS call that fails). 1 says only that a check failed, so the Spark and OS errors
+that stop the audit end in one line on stderr and exit code 2, not in a traceback.
 """
 
 from __future__ import annotations
@@ -22,9 +24,39 @@ EXIT_CLEAN = 0
 EXIT_VIOLATIONS = 1
 EXIT_ERROR = 2
 READ_ERRORS_LISTED_MAX = 200
-DAMAGE_TYPES = ("BAD_HEADER", "CORRUPT", "TORN", "BAD_PAYLOAD")
 NARROW_COLUMNS = ["member", "segment", "seg_index", "offset", "pos", "origin", "lsn", "txn_id",
                   "hlc", "type", "n_rows", "digest", "payload_bytes", "error"]
+
+
+class AuditRunError(Exception):
+    """Spark did not start, or a Spark job failed while reading or checking: no check could give
+    a verdict, so this is exit code 2, never 1."""
+
+
+def _spark_errors() -> tuple[type[Exception], ...]:
+    """What a failed Spark start or job raises: pyspark's errors (a Python worker's exception
+    comes back as one) and py4j's (a JVM exception, a lost gateway). Imported late: pyspark is
+    loaded only when an audit runs."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    return (PySparkException, Py4JError)
+
+
+def _one_line(exc: BaseException) -> str:
+    """The line of a Spark error that says what went wrong.
+
+    Spark wraps the cause in tracebacks: a Python worker's (the exception is the first line at
+    column 0 after the last `Traceback (most recent call last):`) or, through py4j, a JVM stack
+    trace (the Java exception is the line that py4j starts with ": ").
+    """
+    lines = str(exc).splitlines()
+    starts = [i for i, line in enumerate(lines) if "Traceback (most recent call last):" in line]
+    after_traceback = lines[starts[-1] + 1 :] if starts else []
+    raised = [line for line in after_traceback if line.strip() and not line[0].isspace()]
+    java = [line[2:] for line in lines if line.startswith(": ")]
+    plain = [line for line in lines if line.strip()]
+    return (raised or java or plain or [type(exc).__name__])[0].strip()
 
 
 def load_records(spark: Any, members: list[MemberInput]) -> Any:
@@ -88,14 +120,18 @@ def run_audit(
 ) -> tuple[int, dict[str, Any]]:
     """Run every check; returns the exit code and the report (also written as asked)."""
     from replicaset.audit import report as reports
-    from replicaset.audit.session import Progress, open_session
+    from replicaset.audit.session import DEFAULT_MASTER, Progress, open_session
 
     out = stream or sys.stdout
     started = time.monotonic()
     members = discover(directories)
     own_session = spark is None
     if spark is None:
-        spark = open_session(master)
+        try:
+            spark = open_session(master)
+        except (*_spark_errors(), OSError) as exc:
+            raise AuditRunError(
+                f"cannot start Spark with master {master or DEFAULT_MASTER}: {_one_line(exc)}") from exc
     session_s = time.monotonic() - started
     try:
         records = load_records(spark, members).select(*NARROW_COLUMNS).persist()
@@ -126,10 +162,12 @@ def run_audit(
                 checks.check_order(rows, members, frontier_rows),
                 checks.check_agreement(rows),
             ]
-            completeness, top = checks.check_completeness(members, ends)
+            completeness, top = checks.check_completeness(members, ends, frontier_rows)
             results.append(completeness)
             convergence, replays = check_convergence(spark, members, ends)
             results.append(convergence)
+            # A replay that could not read what it needs gave no verdict: a read error, exit 2.
+            read_errors.extend({"member": o["member"], "error": o["detail"]} for o in replays if o.get("error"))
             timeline = checks.timeline(rows, frontier_rows)
             delay = checks.replication_delay(rows, members)
         records.unpersist()
@@ -159,17 +197,20 @@ def run_audit(
                          "total": round(audit_s, 3)},
             "master": spark.sparkContext.master,
         }
+    except _spark_errors() as exc:
+        raise AuditRunError(f"the Spark job reading and checking the WALs failed: {_one_line(exc)}") from exc
     finally:
         if own_session:
             spark.stop()
     failed = any(not r.ok for r in results)
     code = EXIT_ERROR if read_errors else EXIT_VIOLATIONS if failed else EXIT_CLEAN
     report["exit_code"] = code
-    reports.print_summary(report, out)
+    # The files first: a summary ending in "exit 0" must not be followed by a failed write.
     if json_out is not None:
         Path(json_out).write_text(json.dumps(report, indent=2, default=str))
     if html_out is not None:
         Path(html_out).write_text(reports.render_html(report))
+    reports.print_summary(report, out)
     return code, report
 
 
@@ -183,10 +224,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    """Exit code 2 with one line on stderr for usage and read errors, OS errors included (an
+    unreadable segment, an --html path that cannot be written)."""
     try:
         code, _ = run_audit(args.dirs, master=args.master, json_out=args.json_out,
                             html_out=args.html_out, progress=not args.no_progress)
-    except AuditInputError as exc:
+    except (AuditInputError, AuditRunError, OSError) as exc:
         print(f"replicaset audit: {exc}", file=sys.stderr)
         return EXIT_ERROR
     return code

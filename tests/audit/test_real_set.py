@@ -1,17 +1,22 @@
 """A real three-member run (bootstrap, two joins, writes on all) passes every check; a member
-whose final table is changed behind the engine's back fails convergence."""
+whose final table is changed behind the engine's back fails convergence, one whose db.sqlite
+cannot be read is a read error; a torn tail is a warning
+for every check, convergence included; the replay of a joined member passes over a donor WAL
+it cannot read or that does not reach back far enough."""
 
 from __future__ import annotations
 
 import io
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
 import pytest
 
-from replicaset.audit import EXIT_CLEAN, EXIT_VIOLATIONS, run_audit
+from replicaset.audit import EXIT_CLEAN, EXIT_ERROR, EXIT_VIOLATIONS, run_audit
 from tests.server.conftest import ReplicaSet
+from wal.segment import list_segments, scan_segment
 
 WRITES_PER_MEMBER = 40
 
@@ -63,3 +68,62 @@ def test_real_set_passes_then_a_changed_table_is_found(spark, stopped_set: list[
     names = {(v["member"], tuple(v["tables"])) for v in convergence["violations"]}
     assert ("m2", ("kv",)) in names
     assert all(c["ok"] for c in report["checks"] if c["name"] != "convergence")
+
+
+def _last_record_bytes(segment: Path) -> bytes:
+    data = segment.read_bytes()
+    return data[scan_segment(segment).records[-1][0] :]
+
+
+def test_torn_tail_is_a_warning_and_convergence_passes(spark, stopped_set: list[Path]) -> None:
+    """m1 crashed mid-write: half a record after its last one. Recovery cuts it; so does the
+    replay of m1, and of m3, whose rows from before its join come from m1's WAL."""
+    last = list_segments(stopped_set[0] / "wal")[-1]
+    record = _last_record_bytes(last)
+    with open(last, "ab") as f:
+        f.write(record[: len(record) // 2])
+    out = io.StringIO()
+    code, report = run_audit(stopped_set, spark=spark, stream=out, progress=False)
+    assert code == EXIT_CLEAN, out.getvalue()
+    assert [(w["member"], w["segment"], w["type"]) for w in report["warnings"]] == [("m1", last.name, "TORN")]
+    assert not report["read_errors"]
+    convergence = next(c for c in report["checks"] if c["name"] == "convergence")
+    assert convergence["ok"] and not convergence["skipped"], convergence
+    replays = {r["member"]: r for r in report["replays"]}
+    assert all(r["ok"] for r in replays.values())
+    assert replays["m3"]["donors_passed_over"] == []  # m1's WAL, torn tail and all, was the donor
+    assert "warning m1:" in out.getvalue()
+
+
+def test_replay_passes_over_donors_it_cannot_use(spark, stopped_set: list[Path], tmp_path: Path) -> None:
+    """Donors are tried in input order: a damaged copy of m1's WAL (a read error of its own),
+    then m2, whose WAL starts at its join and lacks the first rows, then m1."""
+    damaged = tmp_path / "damaged" / "wal"
+    shutil.copytree(stopped_set[0] / "wal", damaged)
+    segment = list_segments(damaged)[0]
+    offset = scan_segment(segment).records[2][0]
+    data = bytearray(segment.read_bytes())
+    data[offset + 40] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    m1, m2, m3 = stopped_set
+    out = io.StringIO()
+    code, report = run_audit([damaged, m2, m1, m3], spark=spark, stream=out, progress=False)
+    assert code == EXIT_ERROR, out.getvalue()  # the damaged copy is a read error
+    assert [(e["member"], e["type"]) for e in report["read_errors"]] == [("damaged", "CORRUPT")]
+    replays = {r["member"]: r for r in report["replays"]}
+    assert set(replays) == {"m1", "m2", "m3"}
+    assert all(r["ok"] for r in replays.values()), replays
+    passed_over = replays["m3"]["donors_passed_over"]
+    assert [reason.split(":")[0] for reason in passed_over] == [str(damaged.resolve()), str(m2.resolve() / "wal")]
+    assert "corrupt" in passed_over[0] and "does not hold every row" in passed_over[1]
+
+
+def test_unreadable_db_is_a_read_error(spark, stopped_set: list[Path]) -> None:
+    """No verdict on m2's tables is possible: exit code 2, not 1 (which says a check failed)."""
+    (stopped_set[1] / "db.sqlite").write_bytes(b"not a database" * 100)
+    out = io.StringIO()
+    code, report = run_audit(stopped_set, spark=spark, stream=out, progress=False)
+    assert code == EXIT_ERROR, out.getvalue()
+    [error] = report["read_errors"]
+    assert error["member"] == "m2" and "cannot read db.sqlite" in error["error"]
+    assert "READ ERROR m2" in out.getvalue()
