@@ -24,7 +24,7 @@ import trio
 from replicaset.console import ConsoleError
 from replicaset.iproto import auth
 from replicaset.iproto.codec import FrameDecoder, Frame, encode_error, encode_greeting, encode_ok
-from replicaset.iproto.constants import ErrorCode, Key, RequestType
+from replicaset.iproto.constants import GREETING_VERSION, ErrorCode, Key, RequestType
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.sql_wire import decode_binds, metadata, sql_info, sql_type_name
 from replicaset.core import replication as repl
@@ -107,7 +107,9 @@ class Session:
     async def run(self) -> None:
         """Serve until the peer leaves; whatever goes wrong closes this connection only,
         except a fatal engine error, which must stop the process."""
-        greeting = encode_greeting(version=self._node.version, instance_uuid=self._node.identity.instance_uuid, salt=self._salt)
+        # Tarantool's version, not ours (box.info.version): connectors pick the requests
+        # they send by it, and ours would make them skip ID and the UUID.
+        greeting = encode_greeting(version=GREETING_VERSION, instance_uuid=self._node.identity.instance_uuid, salt=self._salt)
         try:
             await self._stream.send_all(greeting)
             async with trio.open_nursery() as nursery:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 import tarantool
+from tarantool.const import IPROTO_FEATURE_ERROR_EXTENSION
+from tarantool.utils import version_id
 
-from replicaset.iproto.constants import Key, RequestType
+from replicaset import __version__
+from replicaset.iproto.constants import GREETING_VERSION, IPROTO_PROTOCOL_VERSION, Key, RequestType
 from replicaset.iproto.errors import ServerError
 
 
@@ -14,6 +19,18 @@ def conn(server):
     connection = tarantool.connect("127.0.0.1", server.port)
     yield connection
     connection.close()
+
+
+def test_connector_reads_the_uuid_and_negotiates_features_with_id(server, conn):
+    # The connector sends ID only to a server greeting as 2.10.0 or later, and reads the
+    # UUID only from 1.6.7 on; tarantool 1.3 keeps what ID settled in private attributes.
+    assert conn.version_id == version_id(*map(int, GREETING_VERSION.split(".")))
+    with server.client() as client:
+        assert conn.uuid == uuid.UUID(client.eval("box.info.uuid")[0])
+        assert client.eval("box.info.version") == [__version__], "box.info keeps our own version"
+    assert conn._protocol_version == IPROTO_PROTOCOL_VERSION
+    assert conn._features[IPROTO_FEATURE_ERROR_EXTENSION] is True
+    assert list(conn.execute("SELECT 1 + 1")) == [[2]]
 
 
 def test_sql_round_trip_through_the_connector(conn):
@@ -62,6 +79,7 @@ def test_schema_is_visible_to_the_connector(server, conn):
 
 
 def test_stream_transaction_commits_atomically_and_rolls_back(server):
+    # tarantool 1.3 has no stream API (docs/decisions.md): our client sends the frames.
     with server.client() as client:
         client.execute("CREATE TABLE acc(id INTEGER PRIMARY KEY, balance INTEGER)")
         client.execute("INSERT INTO acc VALUES (1, 100), (2, 0)")
