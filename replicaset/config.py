@@ -93,10 +93,12 @@ class Config:
 
 
 def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """`[wal] group_commit_rows_max = 8` becomes `wal.group_commit_rows_max`."""
+    """`[wal] group_commit_rows_max = 8` becomes `wal.group_commit_rows_max`. A section may
+    share its name with an option that is not a table: `[replication]` (Marmot's section)
+    beside `replication` (Tarantool's list of peers)."""
     flat: dict[str, Any] = {}
     for key, value in doc.items():
-        if isinstance(value, dict) and key not in OPTIONS:
+        if isinstance(value, dict) and (key not in OPTIONS or OPTIONS[key].kind is not dict):
             for sub, subvalue in value.items():
                 flat[f"{key}.{sub}"] = subvalue
         else:

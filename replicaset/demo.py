@@ -58,9 +58,13 @@ def start_instance(args: list[str], log_path: Path, port: int | None = None) -> 
     raise RuntimeError(f"instance did not answer within {START_TIMEOUT_S} s; see {log_path}")
 
 
-def stop_instance(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> int:
+def stop_instance(
+    proc: subprocess.Popen[bytes], timeout_s: float = 10.0, *, signum: signal.Signals = signal.SIGTERM
+) -> int:
+    """Ask the instance to stop with `signum` (SIGTERM and SIGINT both stop it cleanly);
+    kill it if it is still running after `timeout_s`."""
     if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         try:
             proc.wait(timeout_s)
         except subprocess.TimeoutExpired:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FILE_NAME = "instance.toml"
+# Kept from the join until a majority of members hold the joiner's `_cluster` row (DESIGN 4.7).
+PENDING_REGISTRATION_FILE = "registration.toml"
 
 
 class IdentityError(ValueError):
@@ -22,16 +24,12 @@ class Identity:
     instance_id: int
 
     def save(self, data_dir: Path) -> None:
-        text = (
+        write_durably(
+            data_dir / FILE_NAME,
             f'replicaset_uuid = "{self.replicaset_uuid}"\n'
             f'instance_uuid = "{self.instance_uuid}"\n'
-            f"instance_id = {self.instance_id}\n"
+            f"instance_id = {self.instance_id}\n",
         )
-        partial = data_dir / (FILE_NAME + ".partial")
-        partial.write_text(text)
-        with open(partial, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(partial, data_dir / FILE_NAME)
 
     @classmethod
     def load(cls, data_dir: Path) -> Identity:
@@ -61,3 +59,32 @@ def parse_uuid(text: str, what: str) -> str:
         return str(uuid.UUID(text))
     except ValueError as exc:
         raise IdentityError(f"{what} {text!r} is not a UUID") from exc
+
+
+def write_durably(path: Path, text: str) -> None:
+    """Write under a temporary name, fsync, rename: a crash leaves the old file or the new."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    with open(partial, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+
+
+def save_pending_registration(data_dir: Path, registrar_lsn: int) -> None:
+    """Remember, across restarts, the registrar LSN that holders of our `_cluster` row reach:
+    until a majority of members do, this instance refuses writes."""
+    write_durably(data_dir / PENDING_REGISTRATION_FILE, f"registrar_lsn = {registrar_lsn}\n")
+
+
+def load_pending_registration(data_dir: Path) -> int | None:
+    path = data_dir / PENDING_REGISTRATION_FILE
+    try:
+        return int(tomllib.loads(path.read_text())["registrar_lsn"])
+    except FileNotFoundError:
+        return None
+    except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError) as exc:
+        raise IdentityError(f"{path} is unreadable: {exc}") from exc
+
+
+def clear_pending_registration(data_dir: Path) -> None:
+    (data_dir / PENDING_REGISTRATION_FILE).unlink(missing_ok=True)

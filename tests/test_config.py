@@ -28,6 +28,13 @@ def test_file_sections_and_flag_overrides(tmp_path):
     assert cfg["sql.auto_id_mode"] == "extended"
 
 
+def test_the_replication_section_beside_the_replication_option(tmp_path):
+    """TOML cannot hold both in one file; the section alone must not be taken for the list."""
+    cfg = load(write(tmp_path, "[replication]\nauto_rejoin = true\n"))
+    assert cfg["replication.auto_rejoin"] is True and cfg.replication == []
+    assert load(write(tmp_path, 'replication = ["127.0.0.1:3301"]\n')).replication == ["127.0.0.1:3301"]
+
+
 @pytest.mark.parametrize(
     "text, option",
     [

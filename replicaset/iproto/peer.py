@@ -30,3 +30,4 @@ class PeerKey(IntEnum):
     DIGEST = 0x76  # xxh3_64 of CHUNK (or of the whole file in the final reply)
     INSTANCE_ID = 0x77  # the id the registrar allocated
     ADDRESS = 0x78  # HOST:PORT where the instance listens
+    REGISTRAR_LSN = 0x79  # the registrar's LSN at or after the instance's `_cluster` row

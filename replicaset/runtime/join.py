@@ -9,7 +9,7 @@ from pathlib import Path
 import trio
 from tqdm import tqdm
 
-from replicaset.identity import Identity
+from replicaset.identity import Identity, save_pending_registration
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.runtime.logging import configure, get_logger
 from replicaset.runtime.node import CLEAN_STOP_FILE
@@ -49,9 +49,14 @@ def join(
         finally:
             bar.close()
         Wal.open(data_dir / "wal", start_vclock=joined.vclock).close()
-        identity = Identity(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid, instance_id=joined.instance_id)
+        registration = joined.registration
+        # Before the identity, which marks the join done: a joiner that stopped in between
+        # must not take writes before a majority holds its row (DESIGN 4.7).
+        save_pending_registration(data_dir, registration.registrar_lsn)
+        identity = Identity(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid, instance_id=registration.instance_id)
         identity.save(data_dir)
         (data_dir / CLEAN_STOP_FILE).touch()  # a fresh member has no rows of its own to lose
-        log.info("joined", peer=peer, instance_id=joined.instance_id, vclock=joined.vclock.to_dict(), bytes=joined.size_bytes)
+        log.info("joined", peer=peer, instance_id=registration.instance_id, registrar_lsn=registration.registrar_lsn,
+                 vclock=joined.vclock.to_dict(), bytes=joined.size_bytes)
         return identity
     return None

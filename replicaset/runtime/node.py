@@ -14,15 +14,17 @@ import trio
 
 from replicaset import __version__, console
 from replicaset.config import Config
-from replicaset.identity import Identity
+from replicaset.identity import Identity, clear_pending_registration, load_pending_registration
 from replicaset.iproto.sql_wire import schema_vindex_tuple, schema_vspace_tuple, sql_type_name
 from replicaset.runtime.logging import event_sink, get_logger
+from replicaset.runtime.replication import PeerError, Registration, register_with
 from replicaset.runtime.session import RequestError, Session
-from replicaset.runtime.writer import Writer
-from replicaset.storage import Engine, EngineConfig
+from replicaset.runtime.writer import WriteFailed, Writer
+from replicaset.storage import Engine, EngineConfig, SqlError
 from replicaset.storage.schema import is_internal, load_table
 from replicaset.iproto.constants import ErrorCode
-from wal import GroupCommitPolicy, RecordType, WalMode
+from replicaset.iproto.errors import RemoteProtocolError
+from wal import GroupCommitPolicy, RecordType, WalError, WalMode
 
 USER_SPACE_ID_MIN = 512
 REGISTRAR_ID = 1
@@ -70,6 +72,9 @@ class Node:
         self.rows_unavailable: set[str] = set()
         self.allow_rejoin = rejoin or config["replication.auto_rejoin"]
         self.rejoin_through: str | None = None
+        # Set after a join until a majority holds our `_cluster` row (DESIGN 4.7).
+        self.pending_registration_lsn = load_pending_registration(data_dir)
+        self._register_lock = trio.Lock()
         self.log = get_logger(identity.instance_id)
         self.started_monotonic = time.monotonic()
         self.schema_version = 1
@@ -85,11 +90,12 @@ class Node:
             raise RequestError(ErrorCode.READONLY, "Can't modify data on a read-only instance - box.cfg.read_only is true")
         status = self.status()
         if status != "running":
-            why = (
-                "it is recovering rows of its own origin from the other members after an unclean stop"
-                if self.recovering
-                else f"it reached fewer than replication_connect_quorum = {self.connect_quorum()} peers"
-            )
+            if self.recovering:
+                why = "it is recovering rows of its own origin from the other members after an unclean stop"
+            elif self._quorum_reached:
+                why = self._registration_wait()
+            else:
+                why = f"it reached fewer than replication_connect_quorum = {self.connect_quorum()} peers"
             raise RequestError(ErrorCode.READONLY, f"Can't modify data on an instance in status {status}: {why}")
 
     # ---------------------------------------------------------------- lifecycle
@@ -252,37 +258,63 @@ class Node:
         self.log.error("rejoin_refused", reason=f"no member acknowledged this instance's rows up to lsn {own}")
         self.rejoin_through = ""
 
-    async def register(self, uuid: str, address: str) -> int:
-        """The smallest free id for `uuid` (its old id if it has one), by the registrar alone.
-        The registrar fsyncs its `_cluster` row before the id leaves it, whatever `wal_mode`
-        says: a registrar that lost the row in an OS crash would give the id again, and its
-        recovery fetch would not even ask the member holding it (FINDINGS F5)."""
-        existing = self.member_id(uuid)
-        if existing is not None:
-            if self.identity.instance_id == REGISTRAR_ID:
-                await self.writer.sync_wal()  # the row of an attempt whose sync never happened
-            return existing
+    async def register(self, uuid: str, address: str) -> Registration:
+        """The smallest free id for `uuid` (its old id if it has one), by the registrar alone,
+        one registration at a time: two joins must not both see an id free. The registrar
+        fsyncs its `_cluster` row before the id leaves it, whatever `wal_mode` says: a
+        registrar that lost the row in an OS crash would give the id again, and its
+        recovery fetch would not even ask the member holding it (FINDINGS F5). Every
+        failure is a RequestError, so that the joiner gets an error reply, not a dropped
+        connection."""
         if self.identity.instance_id != REGISTRAR_ID:
-            from replicaset.runtime.replication import register_with
+            existing = self.member_id(uuid)
+            if existing is not None:  # we hold the row, so our vclock of the registrar covers it
+                return Registration(instance_id=existing, registrar_lsn=self.engine.vclock.get(REGISTRAR_ID))
+            return await self._register_through_registrar(uuid, address)
+        async with self._register_lock:
+            existing = self.member_id(uuid)
+            taken = {i for i, _, _ in self.members()}
+            instance_id = existing or next((i for i in range(1, MEMBERS_MAX + 1) if i not in taken), None)
+            if instance_id is None:
+                raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"the replica set already has {MEMBERS_MAX} members")
+            try:
+                if existing is None:
+                    await self.writer.execute_trusted(
+                        "INSERT INTO _cluster(id, uuid, address) VALUES (?, ?, ?)", (instance_id, uuid, address))
+                await self.writer.sync_wal()  # an existing row: maybe an attempt's whose sync never happened
+            except (SqlError, WriteFailed, WalError) as exc:
+                raise RequestError(ErrorCode.SQL_EXECUTE if isinstance(exc, SqlError) else ErrorCode.WAL_IO,
+                                   f"registering instance {uuid} failed: {exc}") from exc
+            # At or after the row: later rows of ours may have joined its flush.
+            registration = Registration(instance_id=instance_id, registrar_lsn=self.engine.vclock.get(REGISTRAR_ID))
+        if existing is None:
+            self.log.info("member_registered", instance_id=instance_id, instance_uuid=uuid, address=address,
+                          registrar_lsn=registration.registrar_lsn)
+        return registration
 
-            registrar = next((a for i, _, a in self.members() if i == REGISTRAR_ID), None)
-            if registrar is None:
-                raise RequestError(ErrorCode.NO_CONNECTION, "the registrar (instance 1) is unknown here")
+    async def _register_through_registrar(self, uuid: str, address: str) -> Registration:
+        """A join through another member: ids come from the registrar alone (DESIGN 4.7)."""
+        registrar = next((a for i, _, a in self.members() if i == REGISTRAR_ID), None)
+        if registrar is None:
+            raise RequestError(ErrorCode.NO_CONNECTION, f"the registrar (instance {REGISTRAR_ID}) is unknown here")
+        try:
             return await register_with(registrar, replicaset_uuid=self.identity.replicaset_uuid,
                                        instance_uuid=uuid, listen=address, max_frame_bytes=self.config.max_frame_bytes)
-        taken = {i for i, _, _ in self.members()}
-        free = next((i for i in range(1, MEMBERS_MAX + 1) if i not in taken), None)
-        if free is None:
-            raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"the replica set already has {MEMBERS_MAX} members")
-        await self.writer.execute_trusted("INSERT INTO _cluster(id, uuid, address) VALUES (?, ?, ?)", (free, uuid, address))
-        await self.writer.sync_wal()
-        self.log.info("member_registered", instance_id=free, instance_uuid=uuid, address=address)
-        return free
+        except PeerError as exc:
+            raise RequestError(exc.code, f"the registrar (instance {REGISTRAR_ID}) refused: {exc}") from exc
+        except (OSError, RemoteProtocolError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+            reason = str(exc) or type(exc).__name__
+            raise RequestError(ErrorCode.NO_CONNECTION,
+                               f"the registrar (instance {REGISTRAR_ID}) at {registrar} is unreachable: {reason}") from exc
 
     async def wait_for_member(self, uuid: str) -> None:
-        with trio.fail_after(self.config.replication_connect_timeout):
+        """Until the `_cluster` row of `uuid` is applied here, so that what we serve holds it."""
+        with trio.move_on_after(self.config.replication_connect_timeout):
             while self.member_id(uuid) is None:
                 await trio.sleep(MEMBER_WAIT_POLL_S)
+            return
+        raise RequestError(ErrorCode.TIMEOUT, f"the _cluster row of instance {uuid} did not arrive here within "
+                                              f"replication_connect_timeout = {self.config.replication_connect_timeout} s")
 
     # ---------------------------------------------------------------- relays
 
@@ -332,14 +364,59 @@ class Node:
         if self.recovering and self._synced_once >= self.peer_addresses():
             self.recovering = False
             self.log.info("recovery_done", vclock=self.engine.vclock.to_dict())
+        self._registration_held()  # logged as soon as it is, not at the next write
 
     def status(self) -> str:
         if self.recovering:
             return "orphan"
         if self._quorum_reached or len(self._connected()) >= self.connect_quorum():
             self._quorum_reached = True
-            return "running"
+            return "running" if self._registration_held() else "orphan"
         return "loading" if trio.current_time() < self._connect_deadline else "orphan"
+
+    # ---------------------------------------------------------------- a joiner's registration
+
+    def _registration_holders(self) -> set[int]:
+        """Members known to hold our `_cluster` row: their vclock of the registrar reaches the
+        LSN the join told us, by what they reported as upstreams (at subscribe, in rows and
+        heartbeats) or acknowledged as downstreams. Ourselves too, once the row is here."""
+        lsn = self.pending_registration_lsn or 0
+        ids = {uuid: i for i, uuid, _ in self.members()}
+        holders = {i for i, d in self.downstreams.items() if d.relay.acked.get(REGISTRAR_ID) >= lsn}
+        holders |= {
+            ids[self.upstream_uuids[address]]
+            for address, core in self.appliers.items()
+            if self.upstream_uuids.get(address) in ids and core.upstream_vclock.get(REGISTRAR_ID) >= lsn
+        }
+        if self.engine.vclock.get(REGISTRAR_ID) >= lsn:
+            holders.add(self.identity.instance_id)
+        return holders
+
+    def _majority(self) -> int:
+        return len(self.members()) // 2 + 1
+
+    def _registration_held(self) -> bool:
+        """A joiner takes writes only once a majority of the registered members hold its
+        `_cluster` row (DESIGN 4.7): a row only a minority holds can be lost with them, its id
+        then given to another instance, and the rows we wrote under it would collide with
+        that instance's LSNs. We must hold it too: the members we count are our `_cluster`'s."""
+        if self.pending_registration_lsn is None:
+            return True
+        holders = self._registration_holders()
+        if self.identity.instance_id not in holders or len(holders) < self._majority():
+            return False
+        self.pending_registration_lsn = None
+        clear_pending_registration(self.data_dir)
+        self.log.info("registration_held", holders=sorted(holders), members=len(self.members()))
+        return True
+
+    def _registration_wait(self) -> str:
+        holders = self._registration_holders()
+        return (
+            f"it joined the replica set, and its _cluster row (instance {REGISTRAR_ID}, lsn "
+            f"{self.pending_registration_lsn}) is known to be held by {len(holders)} of {len(self.members())} "
+            f"members, fewer than the majority of {self._majority()} it needs"
+        )
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         await Session(self, stream).run()

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import trio
 import xxhash
@@ -143,12 +143,13 @@ class _RelayStop(Exception):
 # ---------------------------------------------------------------- the applier
 
 
+# Refusals no retry can fix. UNKNOWN_REPLICA is not one: a joiner subscribes to every
+# member at once, and one that has not yet applied the joiner's `_cluster` row soon will.
 _FINAL_REFUSALS = (
     ErrorCode.XLOG_GAP,
     ErrorCode.REPLICASET_UUID_MISMATCH,
     ErrorCode.INSTANCE_UUID_MISMATCH,
     ErrorCode.SPLIT_BRAIN,
-    ErrorCode.UNKNOWN_REPLICA,
 )
 
 
@@ -316,9 +317,18 @@ async def _apply(node: Node, core: repl.Applier, action: repl.Action) -> list[re
 # ---------------------------------------------------------------- join: the joiner
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Registration:
+    """An instance's id, and an LSN of the registrar at or after its `_cluster` row: a member
+    whose vclock reaches it holds the row (rows of one origin are applied in order)."""
+
+    instance_id: int
+    registrar_lsn: int
+
+
 @dataclass(frozen=True)
 class Joined:
-    instance_id: int
+    registration: Registration
     vclock: VClock
     size_bytes: int
 
@@ -362,13 +372,16 @@ async def fetch_checkpoint(
                 out.flush()
                 os.fsync(out.fileno())
                 os.replace(partial, target)
-                return Joined(instance_id=body[PeerKey.INSTANCE_ID], vclock=VClock(body[Key.VCLOCK]), size_bytes=size)
+                registration = Registration(instance_id=body[PeerKey.INSTANCE_ID], registrar_lsn=body[PeerKey.REGISTRAR_LSN])
+                return Joined(registration=registration, vclock=VClock(body[Key.VCLOCK]), size_bytes=size)
     finally:
         partial.unlink(missing_ok=True)
         await link.aclose()
 
 
-async def register_with(address: str, *, replicaset_uuid: str, instance_uuid: str, listen: str, max_frame_bytes: int) -> int:
+async def register_with(
+    address: str, *, replicaset_uuid: str, instance_uuid: str, listen: str, max_frame_bytes: int
+) -> Registration:
     """Ask the registrar at `address` for an id (a join that came through another member)."""
     link = await PeerLink.open(address, max_frame_bytes)
     try:
@@ -378,7 +391,7 @@ async def register_with(address: str, *, replicaset_uuid: str, instance_uuid: st
             PeerKey.ADDRESS: listen,
         })
         reply = await link.receive()
-        return int(reply.body[PeerKey.INSTANCE_ID])
+        return Registration(instance_id=int(reply.body[PeerKey.INSTANCE_ID]), registrar_lsn=int(reply.body[PeerKey.REGISTRAR_LSN]))
     finally:
         await link.aclose()
 
@@ -386,28 +399,28 @@ async def register_with(address: str, *, replicaset_uuid: str, instance_uuid: st
 # ---------------------------------------------------------------- join: the member serving it
 
 
-async def serve_checkpoint(session: Session, sync: int, path: Path, instance_id: int, schema_version: int) -> None:
-    """Stream a checkpoint file in bounded chunks, each with its xxhash, then its vclock."""
-    from replicaset.storage.checkpoint import vclock_of
-
-    size = path.stat().st_size
+async def serve_checkpoint(
+    session: Session, sync: int, checkpoint: BinaryIO, vclock: VClock, registration: Registration, schema_version: int
+) -> None:
+    """Stream an open checkpoint file in bounded chunks, each with its xxhash, then its
+    vclock and the joiner's registration."""
+    size = os.fstat(checkpoint.fileno()).st_size
     whole = xxhash.xxh3_64()
-    with open(path, "rb") as f:
-        offset = 0
-        while True:
-            chunk = f.read(CHECKPOINT_CHUNK_BYTES)
-            if not chunk:
-                break
-            whole.update(chunk)
-            session.send_frame(encode_request(PeerRequest.CHECKPOINT_CHUNK, sync, {
-                PeerKey.CHUNK: chunk, PeerKey.OFFSET: offset, PeerKey.SIZE: size,
-                PeerKey.DIGEST: xxhash.xxh3_64_intdigest(chunk),
-            }))
-            offset += len(chunk)
-            await session.flush_outbox()
+    offset = 0
+    while True:
+        chunk = checkpoint.read(CHECKPOINT_CHUNK_BYTES)
+        if not chunk:
+            break
+        whole.update(chunk)
+        session.send_frame(encode_request(PeerRequest.CHECKPOINT_CHUNK, sync, {
+            PeerKey.CHUNK: chunk, PeerKey.OFFSET: offset, PeerKey.SIZE: size,
+            PeerKey.DIGEST: xxhash.xxh3_64_intdigest(chunk),
+        }))
+        offset += len(chunk)
+        await session.flush_outbox()
     session.send_frame(encode_ok(sync=sync, schema_version=schema_version, body={
-        Key.VCLOCK: vclock_of(path).to_dict(), PeerKey.SIZE: size, PeerKey.DIGEST: whole.intdigest(),
-        PeerKey.INSTANCE_ID: instance_id,
+        Key.VCLOCK: vclock.to_dict(), PeerKey.SIZE: size, PeerKey.DIGEST: whole.intdigest(),
+        PeerKey.INSTANCE_ID: registration.instance_id, PeerKey.REGISTRAR_LSN: registration.registrar_lsn,
     }))
     await session.flush_outbox()
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -245,8 +244,8 @@ class Session:
         elif kind == RequestType.JOIN:
             await self._join(frame)
         elif kind == PeerRequest.REGISTER:
-            instance_id = await self._node.register(*self._peer_identity(frame))
-            self._reply_ok(frame, {PeerKey.INSTANCE_ID: instance_id})
+            registration = await self._node.register(*self._peer_identity(frame))
+            self._reply_ok(frame, {PeerKey.INSTANCE_ID: registration.instance_id, PeerKey.REGISTRAR_LSN: registration.registrar_lsn})
         else:
             raise RequestError(ErrorCode.UNKNOWN_REQUEST_TYPE, f"Unknown request type {kind}")
 
@@ -268,11 +267,13 @@ class Session:
     async def _join(self, frame: Frame) -> None:
         uuid, address = self._peer_identity(frame)
         node = self._node
-        instance_id = await node.register(uuid, address)
+        registration = await node.register(uuid, address)
         await node.wait_for_member(uuid)
-        path = Path(await node.writer.checkpoint())
-        node.log.info("join_serving", instance_uuid=uuid, instance_id=instance_id, checkpoint=str(path))
-        await serve_checkpoint(self, frame.sync, path, instance_id, node.schema_version)
+        checkpoint, vclock = await node.writer.open_newest_checkpoint()
+        with checkpoint:
+            node.log.info("join_serving", instance_uuid=uuid, instance_id=registration.instance_id,
+                          checkpoint=checkpoint.name, vclock=vclock.to_dict())
+            await serve_checkpoint(self, frame.sync, checkpoint, vclock, registration, node.schema_version)
 
     async def _subscribe(self, frame: Frame) -> None:
         uuid, _ = self._peer_identity(frame)

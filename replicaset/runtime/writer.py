@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import trio
 
 from replicaset.storage import ApplyError, Engine, EngineFatal, GapError, LocalTxn, SqlError, StatementResult
-from wal import GroupCommitPolicy, Record
+from wal import GroupCommitPolicy, Record, VClock
 
 
 class WriteFailed(Exception):
@@ -52,6 +53,7 @@ class Writer:
         self._fsync = fsync
         self._on_flush = on_flush
         self.token = trio.Semaphore(1)
+        self._checkpoint_lock = trio.Lock()
         self._tickets: list[Ticket] = []
         self._wakeup = trio.Event()
         self.fatal: EngineFatal | None = None
@@ -207,7 +209,25 @@ class Writer:
         """Flush what is pending, then copy the database on a reader in a thread. Writes go
         on meanwhile, so the copy may hold rows flushed after ours: the WAL is synced once
         the copy is made, before it is published (FINDINGS F2)."""
+        async with self._checkpoint_lock:
+            return str(await self._checkpoint_now())
+
+    async def _checkpoint_now(self) -> Path:
         async with self.token:
             await self._flush_now()
-        path = await trio.to_thread.run_sync(self.engine.checkpoint, partial(trio.from_thread.run, self.sync_wal))
-        return str(path)
+        return await trio.to_thread.run_sync(self.engine.checkpoint, partial(trio.from_thread.run, self.sync_wal))
+
+    async def open_newest_checkpoint(self) -> tuple[BinaryIO, VClock]:
+        """The newest checkpoint whose later rows the WAL still holds, opened, with its
+        vclock; a new one only when there is none (DESIGN 4.4: a join is served from it,
+        then from the log). Opened under the checkpoint lock, since making a checkpoint
+        removes the oldest ones: once open, the file stays readable whatever happens."""
+        async with self._checkpoint_lock:
+            for _ in range(2):
+                async with self.token:  # no append, nor a segment roll, while the log's reach is read
+                    found = self.engine.newest_checkpoint()
+                if found is not None:
+                    path, vclock = found
+                    return open(path, "rb"), vclock
+                await self._checkpoint_now()
+        raise AssertionError("a checkpoint just made is always continued by the WAL")

@@ -43,9 +43,9 @@ def listing(snap_dir: Path) -> list[tuple[Path, VClock]]:
     return sorted(found, key=lambda item: item[1].signature)
 
 
-def newest_usable(snap_dir: Path, wal_start: VClock, wal_end: VClock) -> Path | None:
-    """The newest checkpoint that the WAL continues without a hole."""
-    usable = [p for p, vc in listing(snap_dir) if wal_start <= vc and vc <= wal_end]
+def newest_usable(snap_dir: Path, wal_start: VClock, wal_end: VClock) -> tuple[Path, VClock] | None:
+    """The newest checkpoint that the WAL continues without a hole, with its vclock."""
+    usable = [(p, vc) for p, vc in listing(snap_dir) if wal_start <= vc and vc <= wal_end]
     return usable[-1] if usable else None
 
 

@@ -263,8 +263,9 @@ class Engine:
             dropped={o: lsn - wal_vclock.get(o) for o, lsn in sqlite_vclock.items() if lsn > wal_vclock.get(o)},
         )
         self._close_connections()
-        wal_start = self._wal.segments()[0][1] if self._wal.segments() else VClock()
-        base = checkpoints.newest_usable(self.config.snap_dir, wal_start, wal_vclock)
+        wal_start = self._wal_start()
+        usable = checkpoints.newest_usable(self.config.snap_dir, wal_start, wal_vclock)
+        base = usable[0] if usable else None
         for suffix in ("", "-wal", "-shm"):
             Path(str(self.config.db_path) + suffix).unlink(missing_ok=True)
         if base is not None:
@@ -755,6 +756,16 @@ class Engine:
 
     def checkpoints(self) -> list[tuple[Path, VClock]]:
         return checkpoints.listing(self.config.snap_dir)
+
+    def newest_checkpoint(self) -> tuple[Path, VClock] | None:
+        """The newest checkpoint whose later rows are all still in the WAL, with its vclock:
+        what a join can be served from (DESIGN 4.4). None when the log no longer reaches
+        back to any checkpoint."""
+        return checkpoints.newest_usable(self.config.snap_dir, self._wal_start(), self._wal.vclock)
+
+    def _wal_start(self) -> VClock:
+        segments = self._wal.segments()
+        return segments[0][1] if segments else VClock()
 
     # ------------------------------------------------------------------ inspection
 

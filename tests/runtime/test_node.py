@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
 
 from replicaset.config import load
+from replicaset.demo import free_port
 from replicaset.identity import Identity
-from replicaset.runtime.node import REGISTRAR_ID, Node
+from replicaset.iproto.codec import FrameDecoder, encode_error, encode_greeting
+from replicaset.iproto.constants import ErrorCode
+from replicaset.runtime.node import CLUSTER_DDL, MEMBERS_MAX, REGISTRAR_ID, Node
+from replicaset.runtime.replication import run_applier
+from replicaset.runtime.session import RequestError
 from replicaset.runtime.writer import Writer
 from tests.pagecache import PageCache
 from wal import GroupCommitPolicy
@@ -18,26 +27,144 @@ from wal import GroupCommitPolicy
 JOINER = str(uuid.uuid4())
 
 
+def make_node(data_dir: Path, instance_id: int = REGISTRAR_ID, **overrides: object) -> Node:
+    identity = Identity(replicaset_uuid=str(uuid.uuid4()), instance_uuid=str(uuid.uuid4()), instance_id=instance_id)
+    return Node(config=load(overrides={"wal_mode": "write", **overrides}), identity=identity, data_dir=data_dir)
+
+
+@asynccontextmanager
+async def opened(node: Node) -> AsyncIterator[Node]:
+    """The node's engine and writer, with its flusher, as `Node.run` starts them, but no
+    sockets: `_cluster` made (on the registrar) or its address updated, as at a start."""
+    node.engine = node.open_engine()
+    node.writer = Writer(node.engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(node.writer.run_flusher)
+            await node._bootstrap_cluster()
+            yield node
+            nursery.cancel_scope.cancel()
+    finally:
+        node.engine.close()
+
+
 def test_a_registration_under_wal_mode_write_survives_an_os_crash_of_the_registrar(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = PageCache(monkeypatch)
-    identity = Identity(replicaset_uuid=str(uuid.uuid4()), instance_uuid=str(uuid.uuid4()), instance_id=REGISTRAR_ID)
-    node = Node(config=load(overrides={"wal_mode": "write"}), identity=identity, data_dir=tmp_path)
+    node = make_node(tmp_path)
 
     async def bootstrap_and_register() -> int:
-        node.engine = node.open_engine()
-        node.writer = Writer(node.engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False)
-        try:
-            await node._bootstrap_cluster()
-            return await node.register(JOINER, "127.0.0.1:3302")  # the id the joiner learns
-        finally:
-            node.engine.close()
+        async with opened(node):
+            return (await node.register(JOINER, "127.0.0.1:3302")).instance_id  # the id the joiner learns
 
     assert trio.run(bootstrap_and_register) == 2
     cache.os_crash(tmp_path / "wal")  # SQLite kept everything: it is ahead of what survived
     node.engine = node.open_engine()
     try:
-        assert [(i, u) for i, u, _ in node.members()] == [(1, identity.instance_uuid), (2, JOINER)]
+        assert [(i, u) for i, u, _ in node.members()] == [(1, node.identity.instance_uuid), (2, JOINER)]
     finally:
         node.engine.close()
+
+
+def test_concurrent_registrations_get_distinct_ids_up_to_the_cap(tmp_path: Path) -> None:
+    """Each join computes the free id and then waits for the writer: without one registration
+    at a time, two of them take the same id and the second fails on the primary key."""
+    joiners = [str(uuid.uuid4()) for _ in range(MEMBERS_MAX - 1)]
+
+    async def register_all() -> tuple[dict[str, int], RequestError]:
+        ids: dict[str, int] = {}
+        async with opened(make_node(tmp_path)) as node:
+
+            async def register(joiner: str) -> None:
+                ids[joiner] = (await node.register(joiner, "127.0.0.1:3302")).instance_id
+
+            async with trio.open_nursery() as nursery:
+                for joiner in joiners:
+                    nursery.start_soon(register, joiner)
+            assert (await node.register(joiners[0], "127.0.0.1:3302")).instance_id == ids[joiners[0]], "a UUID keeps its id"
+            with pytest.raises(RequestError) as full:
+                await node.register(str(uuid.uuid4()), "127.0.0.1:3302")
+        return ids, full.value
+
+    ids, full = trio.run(register_all)
+    assert sorted(ids.values()) == list(range(2, MEMBERS_MAX + 1))
+    assert f"already has {MEMBERS_MAX} members" in full.message
+
+
+def test_a_registrar_that_cannot_be_reached_is_an_error_reply_not_a_dropped_connection(tmp_path: Path) -> None:
+    registrar = f"127.0.0.1:{free_port()}"  # nothing listens there
+
+    async def register_through_member_2() -> RequestError:
+        async with opened(make_node(tmp_path, instance_id=2)) as node:
+            await node.writer.execute_trusted(CLUSTER_DDL)
+            await node.writer.execute_trusted("INSERT INTO _cluster VALUES (?, ?, ?)", (REGISTRAR_ID, str(uuid.uuid4()), registrar))
+            with pytest.raises(RequestError) as refused:
+                await node.register(JOINER, "127.0.0.1:3303")
+        return refused.value
+
+    refused = trio.run(register_through_member_2)
+    assert refused.code == ErrorCode.NO_CONNECTION
+    assert registrar in refused.message
+
+
+def test_a_join_is_served_from_the_newest_checkpoint_the_wal_still_continues(tmp_path: Path) -> None:
+    """DESIGN 4.4: made on demand only when there is none, or when the log no longer holds
+    the rows after it (the joiner could never catch up from it)."""
+    node = make_node(tmp_path, wal_max_size=65536)
+
+    async def snapshot_write_and_serve() -> tuple[str, str]:
+        async with opened(node):
+            made = await node.writer.checkpoint()  # box.snapshot()
+            for n in range(100):
+                await node.writer.execute_trusted("UPDATE _cluster SET address = ?", (f"127.0.0.1:{4000 + n}/" + "x" * 1000,))
+            served, _ = await node.writer.open_newest_checkpoint()
+            with served:
+                return made, served.name
+
+    made, served = trio.run(snapshot_write_and_serve)
+    assert served == made and len(list((tmp_path / "snap").glob("*.snap"))) == 1
+
+    segments = sorted((tmp_path / "wal").glob("*.wal"))
+    assert len(segments) > 2, "the log rolled"
+    for old in segments[:-1]:
+        old.unlink()  # nothing deletes WAL yet (GC comes later): do what GC will do
+
+    async def serve_again() -> str:
+        async with opened(node):
+            served, _ = await node.writer.open_newest_checkpoint()
+            with served:
+                return served.name
+
+    assert trio.run(serve_again) != made, "a new checkpoint: the log no longer reaches back to the old one"
+    assert len(list((tmp_path / "snap").glob("*.snap"))) == 2
+
+
+def test_a_member_that_does_not_know_us_yet_is_asked_again(tmp_path: Path) -> None:
+    """A joiner subscribes to every member at once; one that has not applied the joiner's
+    `_cluster` row yet refuses with UNKNOWN_REPLICA, and soon will have it: that refusal must
+    not stop the upstream for good, as a split brain does."""
+    subscribes: list[int] = []
+
+    async def member_without_our_row(stream: trio.SocketStream) -> None:
+        await stream.send_all(encode_greeting(version="2.10.0", instance_uuid=str(uuid.uuid4()), salt=os.urandom(32)))
+        decoder = FrameDecoder(1 << 20)
+        while (frame := decoder.next_frame()) is None:
+            data = await stream.receive_some(4096)
+            if not data:
+                return
+            decoder.feed(data)
+        subscribes.append(frame.request_type)
+        await stream.send_all(encode_error(sync=frame.sync, schema_version=1, code=ErrorCode.UNKNOWN_REPLICA,
+                                           message="not registered here: join first"))
+
+    async def follow_it() -> None:
+        async with opened(make_node(tmp_path, replication_timeout=0.1)) as node, trio.open_nursery() as nursery:
+            listeners = await nursery.start(partial(trio.serve_tcp, member_without_our_row, 0, host="127.0.0.1"))
+            nursery.start_soon(run_applier, node, f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+            with trio.fail_after(10):
+                while len(subscribes) < 2:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    trio.run(follow_it)

@@ -6,8 +6,10 @@ import json
 import signal
 import time
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -36,9 +38,21 @@ class Server:
     def client(self, **kwargs: object) -> Client:
         return Client.connect("127.0.0.1", self.port, **kwargs)  # type: ignore[arg-type]
 
-    def stop(self) -> int:
+    def stop(self, signum: signal.Signals = signal.SIGTERM) -> int:
         assert self.proc is not None
-        return stop_instance(self.proc)
+        return stop_instance(self.proc, signum=signum)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """SIGSTOP for the block, SIGCONT after it whatever happens: a hung member, alive,
+        its port still accepting connections, answering nothing."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -69,6 +83,22 @@ def server(tmp_path: Path) -> Iterator[Server]:
 REPLICASET_UUID = "8c5e4a52-0000-4000-8000-00000000abcd"
 FAST_CONFIG = "replication_timeout = 0.1\nreplication_connect_timeout = 3\n"
 WAIT_S = 20.0
+POLL_S = 0.05
+
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T], what: str, timeout_s: float = WAIT_S) -> T:
+    """Poll `check` until it returns something true, and return that; fail naming `what`
+    when `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s} s (last: {value!r})")
+        time.sleep(POLL_S)
 
 
 class ReplicaSet:
@@ -97,9 +127,18 @@ class ReplicaSet:
         self.members.append(server)
         return server
 
+    def config_with(self, name: str, extra: str) -> Path:
+        """A config file for some members: the set's own plus `extra` (TOML lines)."""
+        path = self.root / f"{name}.toml"
+        path.write_text(self.config.read_text() + extra)
+        return path
+
     def info(self, server: Server) -> dict:
         with server.client() as client:
             return client.eval("box.info")[0]
+
+    def wait_status(self, server: Server, status: str) -> None:
+        wait_for(lambda: self.info(server)["status"] == status, f"box.info.status {status}")
 
     def wait_converged(self, members: list[Server] | None = None) -> dict:
         """Equal vclocks on every running member; returns that vclock."""
@@ -143,9 +182,22 @@ class ReplicaSet:
 
 
 @pytest.fixture
-def replicaset(tmp_path: Path) -> Iterator[ReplicaSet]:
-    rs = ReplicaSet(tmp_path)
+def replicaset_factory(tmp_path: Path) -> Iterator[Callable[..., ReplicaSet]]:
+    """The test's replica set with config lines of its own for every member, made by the
+    test (one per test: they share `tmp_path`); its members are stopped at the end."""
+    made: list[ReplicaSet] = []
+
+    def make(extra_config: str = "") -> ReplicaSet:
+        made.append(ReplicaSet(tmp_path, extra_config))
+        return made[-1]
+
     try:
-        yield rs
+        yield make
     finally:
-        rs.stop_all()
+        for rs in made:
+            rs.stop_all()
+
+
+@pytest.fixture
+def replicaset(replicaset_factory: Callable[..., ReplicaSet]) -> ReplicaSet:
+    return replicaset_factory()

@@ -9,8 +9,9 @@ import pytest
 import tarantool
 
 from replicaset.demo import start_instance
+from replicaset.iproto.constants import ErrorCode
 from replicaset.iproto.errors import ServerError
-from tests.server.conftest import REPLICASET_UUID, Server
+from tests.server.conftest import REPLICASET_UUID, ReplicaSet, Server, wait_for
 
 
 @pytest.fixture
@@ -27,6 +28,18 @@ def trio_set(replicaset):
 def rows(server: Server, sql: str = "SELECT * FROM kv ORDER BY k") -> list:
     with server.client() as client:
         return client.execute(sql).rows
+
+
+def upstream_of(rs: ReplicaSet, server: Server, peer_id: int, status: str) -> dict | None:
+    """`server`'s upstream from member `peer_id` when it is in `status`, else None."""
+    upstream = rs.info(server)["replication"][peer_id].get("upstream", {})
+    return upstream if upstream.get("status") == status else None
+
+
+def refusal(server: Server, sql: str) -> ServerError:
+    with server.client() as client, pytest.raises(ServerError) as refused:
+        client.execute(sql)
+    return refused.value
 
 
 def test_joined_members_get_ids_and_everyone_takes_writes(trio_set):
@@ -139,6 +152,8 @@ def test_wrong_replicaset_uuid_is_refused_naming_both(replicaset, tmp_path):
         start_instance(["join", "--uuid", wrong, "--peer", f"127.0.0.1:{first.port}", "--data-dir", str(tmp_path / "w")], log)
     text = log.read_text()
     assert REPLICASET_UUID in text and wrong in text
+    refusals = [e["error"] for e in first.log_events() if e["event"] == "peer_refused"]
+    assert refusals and REPLICASET_UUID in refusals[0] and wrong in refusals[0], "the serving side refused it too"
 
 
 def test_member_without_quorum_is_orphan_and_refuses_writes(trio_set):
@@ -147,22 +162,15 @@ def test_member_without_quorum_is_orphan_and_refuses_writes(trio_set):
     second.kill()
     third.stop()
     third.start()
+    rs.wait_status(third, "orphan")
     with third.client() as client:
-        deadline = time.monotonic() + 10
-        while client.eval("box.info.status")[0] != "orphan" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert client.eval("box.info.status") == ["orphan"]
         with pytest.raises(ServerError) as refused:
             client.execute("INSERT INTO kv(k, v) VALUES (1, 'no')")
         assert "orphan" in refused.value.message
         assert client.execute("SELECT count(*) FROM kv").rows == [[0]], "reads still work"
     first.start()
     second.start()
-    with third.client() as client:
-        deadline = time.monotonic() + 10
-        while client.eval("box.info.status")[0] != "running" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert client.eval("box.info.status") == ["running"]
+    rs.wait_status(third, "running")
 
 
 def test_ddl_only_on_the_bootstrap_member(trio_set):
@@ -173,11 +181,9 @@ def test_ddl_only_on_the_bootstrap_member(trio_set):
         assert "instance 1" in refused.value.message
 
 
-def test_local_tables_stay_local_and_a_stopped_upstream_shows_its_error(replicaset, tmp_path):
+def test_local_tables_stay_local_and_a_stopped_upstream_shows_its_error(replicaset):
     first = replicaset.bootstrap()
-    local_config = tmp_path / "local.toml"
-    local_config.write_text(replicaset.config.read_text() + 'local_tables = ["scratch"]\n')
-    second = replicaset.join(first, config=local_config)
+    second = replicaset.join(first, config=replicaset.config_with("local", 'local_tables = ["scratch"]\n'))
     replicaset.wait_converged()
     with second.client() as client:
         client.execute("CREATE TABLE scratch(id INTEGER PRIMARY KEY, note TEXT)")
@@ -189,13 +195,7 @@ def test_local_tables_stay_local_and_a_stopped_upstream_shows_its_error(replicas
         # The bootstrap member creates a replicated table of the same name: member 2
         # cannot apply it, and says so instead of diverging silently.
         client.execute("CREATE TABLE scratch(id INTEGER PRIMARY KEY, other TEXT)")
-    deadline = time.monotonic() + 10
-    while True:
-        upstream = replicaset.info(second)["replication"][1].get("upstream", {})
-        if upstream.get("status") == "stopped" or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert upstream["status"] == "stopped"
+    upstream = wait_for(lambda: upstream_of(replicaset, second, 1, "stopped"), "member 2 stops following member 1")
     assert "scratch" in upstream["message"]
 
 
@@ -210,55 +210,53 @@ def test_demo_runs_three_members_and_they_agree(tmp_path):
     assert out.stdout.count("box.info of member") == 3
 
 
-def test_member_whose_rows_are_gone_everywhere_rejoins(tmp_path):
-    from tests.server.conftest import ReplicaSet
+@pytest.mark.parametrize("rejoin_by", ["flag", "config"])
+def test_member_whose_rows_are_gone_everywhere_rejoins(replicaset_factory, rejoin_by):
+    """`serve --rejoin` after the instance said it needs it, or `[replication] auto_rejoin`
+    doing it by itself."""
+    rs = replicaset_factory(extra_config="wal_max_size = 65536\n")
+    first = rs.bootstrap()
+    with first.client() as client:
+        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
+    second = rs.join(first)
+    third = rs.join(first)
+    with third.client() as client:
+        mine = [client.execute("INSERT INTO kv(v) VALUES (?)", [f"third-{n}"]).autoincrement_ids[0] for n in range(5)]
+    rs.wait_converged()
+    assert third.stop() == 0
+    with first.client() as client:
+        for n in range(400):
+            client.execute("INSERT INTO kv(k, v) VALUES (?, ?)", [10_000 + n, "x" * 400])
+    rs.wait_converged([first, second])
+    for member in (first, second):
+        assert member.stop() == 0
+        segments = sorted((member.data_dir / "wal").glob("*.wal"))
+        assert len(segments) > 2, "the log rolled"
+        for old in segments[:-1]:
+            old.unlink()  # nothing deletes WAL yet (GC comes later): do what GC will do
+        member.start()
+    rs.wait_converged([first, second])
 
-    rs = ReplicaSet(tmp_path, extra_config="wal_max_size = 65536\n")
-    try:
-        first = rs.bootstrap()
-        with first.client() as client:
-            client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
-        second = rs.join(first)
-        third = rs.join(first)
-        with third.client() as client:
-            mine = [client.execute("INSERT INTO kv(v) VALUES (?)", [f"third-{n}"]).autoincrement_ids[0] for n in range(5)]
-        rs.wait_converged()
-        assert third.stop() == 0
-        with first.client() as client:
-            for n in range(400):
-                client.execute("INSERT INTO kv(k, v) VALUES (?, ?)", [10_000 + n, "x" * 400])
-        rs.wait_converged([first, second])
-        for member in (first, second):
-            assert member.stop() == 0
-            segments = sorted((member.data_dir / "wal").glob("*.wal"))
-            assert len(segments) > 2, "the log rolled"
-            for old in segments[:-1]:
-                old.unlink()  # nothing deletes WAL yet (GC comes later): do what GC will do
-            member.start()
-        rs.wait_converged([first, second])
-
+    if rejoin_by == "flag":
         third.start()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            upstreams = [e.get("upstream", {}) for i, e in rs.info(third)["replication"].items() if i != 3]
-            if upstreams and all(u.get("status") == "stopped" for u in upstreams):
-                break
-            time.sleep(0.1)
-        assert all("join again" in u["message"] for u in upstreams), upstreams
-        deadline = time.monotonic() + 5
-        while '"event": "rejoin_needed"' not in third.log_path.read_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert '"event": "rejoin_needed"' in third.log_path.read_text()
-        assert third.stop() == 0
 
+        def both_stopped() -> list[dict] | None:
+            upstreams = [upstream_of(rs, third, i, "stopped") for i in (1, 2)]
+            return upstreams if all(upstreams) else None
+
+        upstreams = wait_for(both_stopped, "member 3 stops following both members")
+        assert all("join again" in u["message"] for u in upstreams), upstreams
+        wait_for(lambda: '"event": "rejoin_needed"' in third.log_path.read_text(), "rejoin_needed logged")
+        assert third.stop() == 0
         third.start("--rejoin")
-        vclock = rs.wait_converged()
-        assert vclock[3] == len(mine)
-        assert rows(third, "SELECT count(*) FROM kv") == [[405]]
-        assert rs.info(third)["id"] == 3, "a re-join keeps the instance's id"
-        assert (third.data_dir.parent / "m3.before-rejoin").exists(), "the old data directory is kept aside"
-    finally:
-        rs.stop_all()
+    else:
+        third.start("--config", str(rs.config_with("auto", "[replication]\nauto_rejoin = true\n")))
+    vclock = rs.wait_converged()
+    assert vclock[3] == len(mine)
+    assert rows(third, "SELECT count(*) FROM kv") == [[405]]
+    assert rs.info(third)["id"] == 3, "a re-join keeps the instance's id"
+    assert '"event": "rejoin"' in third.log_path.read_text()
+    assert (third.data_dir.parent / "m3.before-rejoin").exists(), "the old data directory is kept aside"
 
 
 def test_an_instance_uuid_registered_under_another_id_is_refused(trio_set):
@@ -277,10 +275,9 @@ def test_an_instance_uuid_registered_under_another_id_is_refused(trio_set):
     assert "peer_refused" in first.log_path.read_text()
 
 
-def test_skip_conflict_keeps_the_upstream_following(replicaset, tmp_path):
+def test_skip_conflict_keeps_the_upstream_following(replicaset):
     first = replicaset.bootstrap()
-    skipping = tmp_path / "skip.toml"
-    skipping.write_text(replicaset.config.read_text() + 'local_tables = ["scratch"]\nreplication_skip_conflict = true\n')
+    skipping = replicaset.config_with("skip", 'local_tables = ["scratch"]\nreplication_skip_conflict = true\n')
     with first.client() as client:
         client.execute("CREATE TABLE after(id INTEGER PRIMARY KEY)")
     second = replicaset.join(first, config=skipping)
@@ -313,3 +310,79 @@ def test_a_member_writing_steadily_keeps_its_upstreams(trio_set):
     silent = [line for line in first.log_path.read_text().splitlines() if "upstream_disconnected" in line and "no message" in line]
     assert silent == []
     assert all(entry["upstream"]["status"] == "follow" for i, entry in rs.info(first)["replication"].items() if i != 1)
+
+
+def test_a_joiner_takes_writes_once_a_majority_holds_its_registration(trio_set):
+    """DESIGN 4.7. In a set of four the registrar and the joiner are no majority: with the
+    two other members hung, the joiner follows the registrar (its connect quorum is one
+    peer) yet refuses writes until one of them holds its `_cluster` row."""
+    rs, (first, second, third) = trio_set
+    quorum_of_one = rs.config_with("quorum1", "replication_connect_quorum = 1\n")
+    with second.paused(), third.paused():
+        fourth = rs.join(first, config=quorum_of_one)
+        wait_for(lambda: upstream_of(rs, fourth, 1, "follow"), "member 4 follows member 1")
+        assert rs.info(fourth)["status"] == "orphan"
+        refused = refusal(fourth, "INSERT INTO kv(k, v) VALUES (4, 'too early')")
+        assert refused.code == ErrorCode.READONLY
+        assert "_cluster row" in refused.message and "majority of 3" in refused.message, refused.message
+    rs.wait_status(fourth, "running")
+    with fourth.client() as client:
+        client.execute("INSERT INTO kv(k, v) VALUES (4, 'once held')")
+    rs.wait_full_mesh()
+    rs.wait_converged()
+    assert rows(second) == rows(fourth) == [[4, "once held", 0]]
+    assert not (fourth.data_dir / "registration.toml").exists(), "held for good: a restart does not wait again"
+
+
+def test_a_join_after_a_snapshot_is_served_from_that_checkpoint(replicaset):
+    """DESIGN 4.4: no new checkpoint per join; the rows after the snapshot come from the log."""
+    first = replicaset.bootstrap()
+    with first.client() as client:
+        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
+        client.execute("INSERT INTO kv(k, v) VALUES (1, 'before the snapshot')")
+        client.eval("box.snapshot()")
+        client.execute("INSERT INTO kv(k, v) VALUES (2, 'after it')")
+    snapshots = sorted((first.data_dir / "snap").glob("*.snap"))
+    second = replicaset.join(first)
+    replicaset.wait_converged()
+    assert sorted((first.data_dir / "snap").glob("*.snap")) == snapshots, "the join made no checkpoint"
+    assert [e["checkpoint"] for e in first.log_events() if e["event"] == "join_serving"] == [str(snapshots[0])]
+    assert rows(second) == rows(first) == [[1, "before the snapshot"], [2, "after it"]]
+    assert rows(second, "SELECT id FROM _cluster ORDER BY id") == [[1], [2]], "its own row came from the log"
+
+
+def test_after_an_unclean_stop_a_member_waits_for_every_member_unless_forced(trio_set):
+    """DESIGN 4.4: a member that is down may hold rows of ours that we lost, and reusing
+    their LSNs would split the set. The connect quorum is one peer here: only this rule
+    keeps the member from taking writes while member 2 hangs."""
+    rs, (first, second, third) = trio_set
+    quorum_of_one = rs.config_with("quorum1", "replication_connect_quorum = 1\n")
+    third.kill()  # wal_mode = write: no clean_stop marker
+    with second.paused():
+        third.start("--config", str(quorum_of_one))
+        assert rs.info(third)["status"] == "orphan"
+        refused = refusal(third, "INSERT INTO kv(k, v) VALUES (1, 'too early')")
+        assert refused.code == ErrorCode.READONLY and "unclean stop" in refused.message, refused.message
+    rs.wait_status(third, "running")
+    third.kill()
+    with second.paused():
+        third.start("--force-recovery", "--config", str(quorum_of_one))
+        rs.wait_status(third, "running")
+        with third.client() as client:
+            client.execute("INSERT INTO kv(k, v) VALUES (1, 'forced')")
+    rs.wait_converged()
+    assert rows(first) == rows(second) == rows(third) == [[1, "forced", 0]]
+
+
+def test_a_read_only_member_refuses_writes_and_still_follows(replicaset):
+    first = replicaset.bootstrap()
+    with first.client() as client:
+        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
+    second = replicaset.join(first, config=replicaset.config_with("ro", "read_only = true\n"))
+    refused = refusal(second, "INSERT INTO kv(k, v) VALUES (1, 'no')")
+    assert refused.code == ErrorCode.READONLY and "read_only is true" in refused.message
+    with first.client() as client:
+        client.execute("INSERT INTO kv(k, v) VALUES (2, 'from member 1')")
+    replicaset.wait_converged()
+    assert rows(second) == [[2, "from member 1"]]
+    assert replicaset.info(second)["ro"] is True
