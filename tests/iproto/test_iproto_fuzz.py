@@ -5,9 +5,12 @@ server does. Invariants: only `Frame`, None or `RemoteProtocolError` come out; e
 that returns a frame or a non-fatal error consumes bytes (so draining terminates); after a
 fatal error the decoder stays failed; and the buffer never holds more than one maximal frame
 plus the chunk just fed.
+
+Each test runs a CI number of examples and, marked `deep` (`make test-deep`), a long one.
 """
 
 import msgpack
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +32,14 @@ from replicaset.iproto import (
 
 MAX_FRAME_BYTES = 512
 _PREFIX_BYTES_MAX = 9
+DEEP_EXAMPLES = 50_000
+
+
+def examples(ci: int) -> pytest.MarkDecorator:
+    """Parametrize a test by its example count: `ci` in CI, `DEEP_EXAMPLES` under `deep`."""
+    return pytest.mark.parametrize(
+        "max_examples", [ci, pytest.param(DEEP_EXAMPLES, marks=pytest.mark.deep)], ids=["ci", "deep"]
+    )
 
 
 def fuzz(max_examples: int) -> settings:
@@ -148,23 +159,31 @@ def _assert_well_formed(frame: Frame) -> None:
     assert 1 <= frame.size <= MAX_FRAME_BYTES + _PREFIX_BYTES_MAX
 
 
-@fuzz(3000)
-@given(data=st.binary(max_size=2000), cuts=st.lists(st.integers(min_value=0), max_size=8))
-def test_arbitrary_bytes(data: bytes, cuts: list[int]) -> None:
-    drain_all(chunked(data, cuts))
+@examples(ci=3000)
+def test_arbitrary_bytes(max_examples: int) -> None:
+    @fuzz(max_examples)
+    @given(data=st.binary(max_size=2000), cuts=st.lists(st.integers(min_value=0), max_size=8))
+    def check(data: bytes, cuts: list[int]) -> None:
+        drain_all(chunked(data, cuts))
+
+    check()
 
 
-@fuzz(1000)
-@given(frame_list=frames, cuts=st.lists(st.integers(min_value=0), max_size=8))
-def test_valid_frames_decode_exactly_under_any_split(frame_list, cuts) -> None:
-    encoded = [encode_frame(header, body) for header, body in frame_list]
-    data = b"".join(encoded)
-    decoded, errors, fatal = drain_all(chunked(data, cuts))
-    if all(len(e) <= MAX_FRAME_BYTES + 5 for e in encoded):
-        assert (errors, fatal) == (0, False)
-        assert [(f.header, f.body) for f in decoded] == frame_list
-    else:
-        assert fatal  # an oversize frame ends the stream
+@examples(ci=1000)
+def test_valid_frames_decode_exactly_under_any_split(max_examples: int) -> None:
+    @fuzz(max_examples)
+    @given(frame_list=frames, cuts=st.lists(st.integers(min_value=0), max_size=8))
+    def check(frame_list, cuts) -> None:
+        encoded = [encode_frame(header, body) for header, body in frame_list]
+        data = b"".join(encoded)
+        decoded, errors, fatal = drain_all(chunked(data, cuts))
+        if all(len(e) <= MAX_FRAME_BYTES + 5 for e in encoded):
+            assert (errors, fatal) == (0, False)
+            assert [(f.header, f.body) for f in decoded] == frame_list
+        else:
+            assert fatal  # an oversize frame ends the stream
+
+    check()
 
 
 mutations = st.lists(
@@ -194,12 +213,16 @@ def mutate(data: bytes, steps) -> bytes:
     return bytes(buf)
 
 
-@fuzz(3000)
-@given(
-    corpus_frames=st.lists(st.sampled_from(CORPUS), min_size=1, max_size=5),
-    steps=mutations,
-    cuts=st.lists(st.integers(min_value=0), max_size=8),
-)
-def test_mutated_frames(corpus_frames: list[bytes], steps, cuts: list[int]) -> None:
-    data = mutate(b"".join(corpus_frames), steps)
-    drain_all(chunked(data, cuts))
+@examples(ci=3000)
+def test_mutated_frames(max_examples: int) -> None:
+    @fuzz(max_examples)
+    @given(
+        corpus_frames=st.lists(st.sampled_from(CORPUS), min_size=1, max_size=5),
+        steps=mutations,
+        cuts=st.lists(st.integers(min_value=0), max_size=8),
+    )
+    def check(corpus_frames: list[bytes], steps, cuts: list[int]) -> None:
+        data = mutate(b"".join(corpus_frames), steps)
+        drain_all(chunked(data, cuts))
+
+    check()

@@ -7,10 +7,11 @@ import socket
 import struct
 
 import msgpack
+import pytest
 
 from replicaset.iproto.codec import GREETING_SIZE
 
-FRAMES = 300
+STEADY_EVERY = 25  # frames between two writes of the well-behaved client
 
 
 def _garbage(rng: random.Random) -> bytes:
@@ -45,16 +46,17 @@ def _send_and_drain(port: int, payload: bytes) -> None:
             pass  # the server may close a connection whose framing it cannot trust
 
 
-def test_malformed_frames_do_not_disturb_other_clients(server):
+@pytest.mark.parametrize("frames", [300, pytest.param(5000, marks=pytest.mark.deep)], ids=["ci", "deep"])
+def test_malformed_frames_do_not_disturb_other_clients(server, frames: int):
     rng = random.Random(20261122)
     with server.client() as steady:
         steady.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
-        for i in range(FRAMES):
+        for i in range(frames):
             _send_and_drain(server.port, _garbage(rng))
-            if i % 25 == 0:
+            if i % STEADY_EVERY == 0:
                 steady.execute("INSERT INTO t VALUES (?)", [i])
                 steady.ping()
-        assert steady.execute("SELECT count(*) FROM t").rows == [[FRAMES // 25]]
+        assert steady.execute("SELECT count(*) FROM t").rows == [[len(range(0, frames, STEADY_EVERY))]]
     assert server.proc.poll() is None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import pytest
 import yaml
 
 from replicaset.iproto.errors import ServerError
+from replicaset.runtime.node import CLEAN_STOP_FILE
 from tests.server.conftest import BOOTSTRAP_ROWS, Server
 
 
@@ -51,12 +53,16 @@ def test_snapshot_creates_a_checkpoint_named_by_signature(server):
     assert [p.name for p in (server.data_dir / "snap").glob("*.snap")] == [f"{BOOTSTRAP_ROWS + 2:020d}.snap"]
 
 
-def test_sigterm_stops_cleanly_and_serve_resumes(server):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_signal_stops_cleanly_and_serve_resumes(server, signum: signal.Signals):
     with server.client() as client:
         client.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
         client.execute("INSERT INTO t VALUES (1)")
-    assert server.stop() == 0
-    assert any(e.get("event") == "stopped" and e.get("instance_id") == 1 for e in server.log_events())
+    assert server.stop(signum) == 0
+    events = server.log_events()
+    assert any(e.get("event") == "signal" and e.get("signal") == signum.name for e in events)
+    assert any(e.get("event") == "stopped" and e.get("instance_id") == 1 for e in events)
+    assert (server.data_dir / CLEAN_STOP_FILE).exists(), "the node flushed and closed its engine"
     server.start()
     with server.client() as client:
         assert client.execute("SELECT id FROM t").rows == [[1]]
