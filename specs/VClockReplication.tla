@@ -26,7 +26,16 @@
 (* collides with the new row at the same LSN (docs/design/FINDINGS.md, F1; *)
 (* the variant VClockReplication_NoFence shows it).                        *)
 (*                                                                         *)
-(* Actions: LocalWrite, WalFlush, RelaySend, ApplierReceive,              *)
+(* ShipDurableOnly is the simpler cure the code uses: a relay ships rows  *)
+(* of its own member's origin only from the durable prefix of the WAL     *)
+(* (WalSync, an fsync, makes the written rows durable under "write").  No *)
+(* member then holds a row its origin can lose, and                       *)
+(* VClockReplication_ShipDurable shows that neither fences nor the        *)
+(* recovery fetch are needed for Agreement.  Rows of other origins ship   *)
+(* as soon as they are written: a member that loses them is not their     *)
+(* origin, cannot reuse their LSNs, and fetches them again.               *)
+(*                                                                         *)
+(* Actions: LocalWrite, WalFlush, WalSync, RelaySend, ApplierReceive,     *)
 (* RecoveryAnswer, RecoveryFinish, FenceRaise, Crash, OsCrash, Restart;    *)
 (* NetworkDrop, NetworkDuplicate and Heal are the environment.  The code   *)
 (* that implements each (Engine, Writer, and the Relay and Applier cores   *)
@@ -44,12 +53,14 @@ CONSTANTS
     Crashable,   \* the members that may crash (Members, or fewer for small runs)
     ApplyQueued, \* TRUE: received rows queue in the batch like local ones;
                  \* FALSE: each is written and committed at once (Writer.apply)
+    ShipDurableOnly, \* TRUE: relays ship their member's own rows once durable
     MaxWrites,   \* bound on client writes (all members together)
     MaxCrashes   \* bound on crashes of either kind
 
 ASSUME WalMode \in {"write", "fsync"}
 ASSUME Members \subseteq Nat /\ 0 \notin Members
 ASSUME Writers \subseteq Members /\ Crashable \subseteq Members /\ ApplyQueued \in BOOLEAN
+ASSUME ShipDurableOnly \in BOOLEAN
 ASSUME MaxWrites \in Nat /\ MaxCrashes \in Nat
 
 DELETE == "DELETE"    \* the value a delete writes: a tombstone
@@ -177,6 +188,14 @@ WalFlush(m) ==
     /\ UNCHANGED <<pending, hlc, status, epoch, answered, resumed, fence, net,
                    osLost, writes, crashes, healed>>
 
+(* An fsync of the WAL under "write": every written row becomes durable.   *)
+WalSync(m) ==
+    /\ Up(m)
+    /\ durable[m] < Len(wal[m])
+    /\ durable' = [durable EXCEPT ![m] = Len(wal[m])]
+    /\ UNCHANGED <<wal, batch, tbl, vclock, pending, hlc, status, epoch, answered,
+                   resumed, fence, net, acked, osLost, writes, crashes, healed>>
+
 (* The relay s -> p ships, from s's WAL (rows that met s's wal_mode), the *)
 (* next row of origin o that p's vclock lacks.  Rows of p's own origin are *)
 (* not sent back to it.  A message does not name its sender: one row sent *)
@@ -187,6 +206,7 @@ RelaySend(s, p, o) ==
     /\ \E i \in DOMAIN wal[s] :
          /\ wal[s][i].origin = o
          /\ wal[s][i].lsn = pending[p][o] + 1
+         /\ (ShipDurableOnly /\ o = s) => i <= durable[s]
          /\ LET msg == [to |-> p, row |-> wal[s][i]]
             IN /\ msg \notin net
                /\ net' = net \cup {msg}
@@ -349,7 +369,7 @@ Terminated ==
 (* allowed at any time.                                                   *)
 FaultyNext ==
     \/ \E m \in Members, ops \in WriteOps : LocalWrite(m, ops)
-    \/ \E m \in Members : WalFlush(m) \/ Crash(m) \/ OsCrash(m) \/ Restart(m)
+    \/ \E m \in Members : WalFlush(m) \/ WalSync(m) \/ Crash(m) \/ OsCrash(m) \/ Restart(m)
                           \/ RecoveryFinish(m)
     \/ \E s, p, o \in Members : RelaySend(s, p, o)
     \/ \E p, m \in Members : RecoveryAnswer(p, m) \/ FenceRaise(p, m)
@@ -360,7 +380,7 @@ FaultyNext ==
 Next == FaultyNext \/ Heal
 
 Fairness ==
-    /\ \A m \in Members : WF_vars(WalFlush(m)) /\ WF_vars(Restart(m))
+    /\ \A m \in Members : WF_vars(WalFlush(m)) /\ WF_vars(WalSync(m)) /\ WF_vars(Restart(m))
                           /\ WF_vars(RecoveryFinish(m))
     /\ \A s, p, o \in Members : WF_vars(RelaySend(s, p, o))
     /\ \A p, m \in Members : WF_vars(RecoveryAnswer(p, m)) /\ WF_vars(FenceRaise(p, m))

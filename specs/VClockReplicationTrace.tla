@@ -42,6 +42,7 @@ Step ==
       [] Line.event = "WalFlush" ->
             /\ WalFlush(Line.member)
             /\ vclock'[Line.member] = Line.vclock
+      [] Line.event = "WalSync" -> WalSync(Line.member)
       [] Line.event = "RelaySend" ->
             /\ RelaySend(Line.peer, Line.member, Line.origin)
             /\ \E msg \in net' \ net : msg.row.lsn = Line.lsn
