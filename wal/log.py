@@ -14,6 +14,7 @@ make every appended row durable when a caller needs it whatever the mode.
 """
 
 import contextlib
+import dataclasses
 import enum
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +34,16 @@ from wal.vclock import VCLOCK_MAX, VClock
 
 DEFAULT_MAX_SIZE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SyncPoint:
+    """A snapshot of what one sync makes durable (`Wal.sync_point`)."""
+
+    marks: dict[Path, int]
+    directory: bool
+    rolls: int
+    vclock: VClock
 
 
 class WalMode(str, enum.Enum):
@@ -77,8 +88,16 @@ class Wal:
         # (path, end offset) in one attribute, so a reader in another thread sees a matching pair.
         self._live = (segments[-1][0], live_end)
         self._live_header_end = live_header_end
-        # Segments that may hold bytes (or a name) an OS crash can still take away.
-        self._unsynced = unsynced
+        # Segments that may hold bytes an OS crash can still take away -> the count of appends
+        # when each was last written to (a sync forgets a segment only if none came since).
+        self._unsynced = dict.fromkeys(unsynced, 0)
+        self._appends = 0
+        # Whether a segment was created (under WRITE) since the directory was last fsynced,
+        # and how many were: a sync clears the flag only if no roll came since its snapshot.
+        self._names_unsynced = bool(unsynced)
+        self._rolls = 0
+        # The vclock at the end of the durable prefix of the log (at its start when unknown).
+        self._synced_vclock = segments[0][1].copy() if unsynced else vclock.copy()
         self._unusable_reason: str | None = None
 
     @classmethod
@@ -116,7 +135,7 @@ class Wal:
                 )
             live_path = recovered.segments[-1][0]
             fd = os.open(live_path, os.O_WRONLY | os.O_APPEND)
-            return cls(
+            wal = cls(
                 directory=directory,
                 mode=mode,
                 max_size_bytes=max_size_bytes,
@@ -131,6 +150,11 @@ class Wal:
                 # Whatever a previous process left in the page cache is not known to be durable.
                 unsynced=[path for path, _ in recovered.segments],
             )
+            if mode is WalMode.FSYNC:
+                # Once, so that under FSYNC every row in the log is durable from now on and
+                # only appends, in whatever thread, touch what a sync would read.
+                wal.sync()
+            return wal
         start = start_vclock.copy() if start_vclock is not None else VClock()
         live_path, fd, header_end = _create_segment(directory, start, b"", mode)
         return cls(
@@ -147,6 +171,12 @@ class Wal:
             live_header_end=header_end,
             unsynced=[] if mode is WalMode.FSYNC else [live_path],
         )
+
+    @property
+    def synced_vclock(self) -> VClock:
+        """Where the durable prefix of the log ends: what an OS crash cannot take away. Equal
+        to `vclock` under `FSYNC`; under `WRITE` it moves with `sync`."""
+        return self._synced_vclock.copy()
 
     @property
     def vclock(self) -> VClock:
@@ -190,9 +220,12 @@ class Wal:
         else:
             self._write_live(fd, batch)
         live_path, _ = self._live
-        if self._mode is WalMode.WRITE and self._unsynced[-1:] != [live_path]:
-            self._unsynced.append(live_path)
+        if self._mode is WalMode.WRITE:
+            self._appends += 1
+            self._unsynced[live_path] = self._appends
         self._vclock = vclock
+        if self._mode is WalMode.FSYNC:
+            self._synced_vclock = vclock.copy()
         for record in records:
             self._last_txn_id[record.origin] = record.txn_id
             self._max_txn_id = max(self._max_txn_id, record.txn_id)
@@ -201,23 +234,46 @@ class Wal:
         """Make every appended row durable (fsync), whatever the mode.
 
         Under `WRITE` some rows must still survive an OS crash before anyone relies on them:
-        the rows a checkpoint copies, a `_cluster` registration. Every segment written since the
-        last sync is fsynced, then the directory (a segment created under `WRITE` has a name
-        that is not durable yet); nothing is done when nothing was appended since. Like
-        `append`, it must not run concurrently with an append. A failed fsync leaves the log
-        refusing appends: the kernel may have dropped the pages it could not write.
+        the rows a checkpoint copies, a `_cluster` registration, the rows a relay ships. Like
+        `append`, it must not run concurrently with an append; `sync_point`, `fsync_point` and
+        `synced` split it for a caller that lets appends go on during the fsyncs.
         """
+        point = self.sync_point()
+        if point is not None:
+            self.fsync_point(point)
+            self.synced(point)
+
+    def sync_point(self) -> SyncPoint | None:
+        """What a sync now must make durable; None when nothing was appended since the last.
+        Call it where appends are made (it reads the log's state)."""
         self._writable_fd()  # closed, or refusing appends: raise as `append` would
         if not self._unsynced:
-            return
+            return None
+        return SyncPoint(
+            marks=dict(self._unsynced), directory=self._names_unsynced, rolls=self._rolls, vclock=self._vclock.copy()
+        )
+
+    def fsync_point(self, point: SyncPoint) -> None:
+        """The fsyncs of a sync point: its segments, then the directory if a segment was created
+        (its name is not durable yet under `WRITE`). Any thread, appends may go on meanwhile. A
+        failed fsync leaves the log refusing appends: the kernel may have dropped the pages."""
         try:
-            for path in self._unsynced:
+            for path in point.marks:
                 fsync_path(path)
-            fsync_path(self._directory)
+            if point.directory:
+                fsync_path(self._directory)
         except OSError as exc:
             self._unusable_reason = f"fsync of the WAL failed: {exc}"
             raise WalWriteError(f"sync of the WAL in {self._directory} failed: {exc}") from exc
-        self._unsynced = []
+
+    def synced(self, point: SyncPoint) -> None:
+        """Record that `point` is durable. Call it where appends are made."""
+        for path, mark in point.marks.items():
+            if self._unsynced.get(path) == mark:
+                del self._unsynced[path]
+        if self._rolls == point.rolls:
+            self._names_unsynced = False
+        self._synced_vclock = self._synced_vclock.merge(point.vclock)
 
     def read_from(self, vclock: VClock) -> Iterator[Record]:
         """Every record with `lsn > vclock.get(origin)`, in log order.
@@ -301,6 +357,9 @@ class Wal:
         self._fd = new_fd
         self._live = (path, header_end + len(batch))
         self._live_header_end = header_end
+        if self._mode is WalMode.WRITE:
+            self._names_unsynced = True
+            self._rolls += 1
         self._segments.append((path, start))
         # The old segment's bytes are written (and synced under FSYNC); a failing close of its
         # descriptor cannot take them back, and the batch is already in the log.

@@ -232,3 +232,33 @@ def test_open_validates_bounds_and_creates_the_directory(tmp_path: Path) -> None
         Wal.open(tmp_path, mode="sometimes")  # type: ignore[arg-type]
     with Wal.open(tmp_path / "a" / "wal") as wal:
         assert wal.vclock == VClock() and len(wal.segments()) == 1
+
+
+def test_the_synced_vclock_ends_the_durable_prefix(tmp_path: Path) -> None:
+    write = Wal.open(tmp_path / "w", mode=WalMode.WRITE)
+    write.append([dml(1, 1), dml(1, 2)])
+    assert write.synced_vclock == VClock() and write.vclock == VClock({1: 2})
+    write.sync()
+    assert write.synced_vclock == VClock({1: 2})
+    write.close()
+    fsync = Wal.open(tmp_path / "f", mode=WalMode.FSYNC)
+    fsync.append([dml(2, 1)])
+    assert fsync.synced_vclock == fsync.vclock == VClock({2: 1})
+    fsync.close()
+    for mode in WalMode:
+        with Wal.open(tmp_path / "w", mode=mode) as again:
+            assert again.synced_vclock == (VClock({1: 2}) if mode is WalMode.FSYNC else VClock())
+
+
+def test_a_sync_fsyncs_the_directory_only_after_a_segment_was_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relays make the writer sync after every group commit: it must cost one fsync."""
+    wal = Wal.open(tmp_path, mode="write", max_size_bytes=1000)
+    wal.append([dml(1, 1, b"x" * 40)])
+    wal.sync()
+    fsync_calls = counting(monkeypatch, "fsync")
+    wal.append([dml(1, 2, b"x" * 40)])
+    wal.sync()
+    assert len(fsync_calls) == 1, "the segment only: its name was durable already"
+    wal.close()
