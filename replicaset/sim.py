@@ -6,7 +6,9 @@ Each member has a real `Engine` in its own directory, one `Applier` per peer and
 delays (so rows from different peers interleave in every order), cut connections, whole
 partitions, duplicated and reordered deliveries (which the apply-once check must absorb
 and a gap must turn into a resubscribe), process crashes and OS crashes that lose the
-WAL bytes written since the member's last sync point. After the fault phase the network
+WAL bytes written since the member's last sync point. Relays ship only rows behind the sync
+point when they are of the relaying member's own origin, as the runtime does (FINDINGS
+F1): a member syncs before it relays its own rows and before a relay reads its log. After the fault phase the network
 heals, crashed members restart, and the run must converge: equal vclocks, equal tables,
 one payload per `(origin, lsn)` everywhere, every acknowledged write present.
 
@@ -81,6 +83,9 @@ class Member:
     synced_with: set[int] = field(default_factory=set)
     answered_by: set[int] = field(default_factory=set)  # peers whose recovery answer is traced
     sync_point: dict[str, int] = field(default_factory=dict)
+    unsynced: bool = False  # rows written since the last sync point
+    own_unsynced: bool = False  # rows of its own origin among them
+    vclock_at_crash: VClock | None = None
 
 
 class Simulation:
@@ -201,6 +206,10 @@ class Simulation:
         member.synced_with, member.answered_by = set(), set()
         self._open(member)
         assert member.engine is not None
+        if member.vclock_at_crash is not None and not member.vclock_at_crash <= member.engine.vclock:
+            # An OS crash took rows: what is left on disk after a reboot is durable.
+            self._mark_durable(member)
+        member.vclock_at_crash = None
         self.trace({"event": "Restart", "member": member_id, "vclock": self._clock_of(member), "t": self.now_s})
 
     def _crash(self, member: Member, *, os_crash: bool) -> None:
@@ -208,6 +217,7 @@ class Simulation:
         also loses the WAL bytes written since the member's last sync point."""
         assert member.engine is not None
         self.trace({"event": "Crash", "member": member.id, "os": os_crash, "t": self.now_s})
+        member.vclock_at_crash = member.engine.wal.vclock
         member.engine.close()
         member.engine = None
         for conn in list(member.links.values()) + list(member.relays):
@@ -219,6 +229,12 @@ class Simulation:
 
     def _sync(self, member: Member) -> None:
         """What the member wrote so far survives an OS crash from now on (an fsync)."""
+        if member.unsynced and self.wal_mode is WalMode.WRITE:
+            self.trace({"event": "WalSync", "member": member.id, "t": self.now_s})
+        self._mark_durable(member)
+
+    def _mark_durable(self, member: Member) -> None:
+        member.unsynced = member.own_unsynced = False
         member.sync_point = {p.name: p.stat().st_size for p in list_segments(member.data_dir / "wal")}
         assert member.engine is not None
         own_lsn = member.engine.vclock.get(member.id)
@@ -295,6 +311,8 @@ class Simulation:
         engine = member.engine
         assert engine is not None
         relay = repl.Relay(subscriber=link.applier_of, timeout_s=TIMEOUT_S)
+        if member.own_unsynced:
+            self._sync(member)
         segments = engine.wal.segments()
         refusal = relay.subscribe(
             self.now_s,
@@ -418,7 +436,9 @@ class Simulation:
         if not records:
             return
         self.trace({"event": "WalFlush", "member": member.id, "vclock": self._clock_of(member), "t": self.now_s})
-        if self.wal_mode is WalMode.FSYNC or self.rng.random() < 0.3:
+        member.unsynced = True
+        member.own_unsynced |= any(r.origin == member.id for r in records)
+        if self.wal_mode is WalMode.FSYNC or (member.relays and member.own_unsynced) or self.rng.random() < 0.3:
             self._sync(member)
         for conn, relay in list(member.relays.items()):
             self._do(member, relay.rows(self.now_s, records), conn=conn)

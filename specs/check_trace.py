@@ -7,7 +7,7 @@
 
 A trace is what `replicaset.sim.Simulation(trace=...)` logs, one JSON object a line: an
 `Init` line with the members and the `wal_mode`, then one line per step, named after the
-spec's action that it is (`LocalWrite`, `WalFlush`, `RelaySend`, `ApplierReceive`,
+spec's action that it is (`LocalWrite`, `WalFlush`, `WalSync`, `RelaySend`, `ApplierReceive`,
 `RecoveryAnswer`, `RecoveryFinish`, `Crash`, `Restart`). The script writes the trace as
 a TLA+ module holding it as a sequence literal, beside `VClockReplicationTrace.tla`
 (which says what matching a line means), and runs TLC: the trace is accepted when a
@@ -158,6 +158,7 @@ Log == <<
     MaxCrashes <- TraceCrashes
     TraceLog <- Log
     ApplyQueued = TRUE
+    ShipDurableOnly = TRUE
 INIT TraceInit
 NEXT TraceNext
 INVARIANTS

@@ -140,6 +140,7 @@ class Node:
             ),
             fsync=self.config.wal_mode == "fsync",
             on_flush=self._on_flush,
+            relaying=lambda: bool(self._feeds),
         )
         host, port = parse_address(self.config.listen)
         try:

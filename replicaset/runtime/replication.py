@@ -91,8 +91,17 @@ async def run_relay(node: Node, session: Session, relay: repl.Relay, feed: Feed)
     timeout_s = node.config.replication_timeout
 
     async def catch_up() -> None:
+        """Ship what the log holds, our own rows only up to their durable end (FINDINGS
+        F1). Rows synced after `durable` was read reach the relay through its feed, opened
+        before this read."""
+        own = node.identity.instance_id
+        if engine.wal.vclock.get(own) > engine.wal.synced_vclock.get(own):
+            await node.writer.sync_for_relays()
+        durable = engine.wal.synced_vclock.get(own)
         batch: list[Record] = []
         for record in engine.wal.read_from(relay.sent):
+            if record.origin == own and record.lsn > durable:
+                break
             batch.append(record)
             if len(batch) >= RELAY_BATCH_ROWS:
                 await send(relay.rows(trio.current_time(), batch))

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 import trio
 
 from replicaset.storage import ApplyError, Engine, EngineFatal, GapError, LocalTxn, SqlError, StatementResult
-from wal import GroupCommitPolicy, Record, VClock
+from wal import GroupCommitPolicy, Record, VClock, WalError
 
 
 class WriteFailed(Exception):
@@ -47,15 +47,20 @@ class Writer:
         group_commit: GroupCommitPolicy,
         fsync: bool,
         on_flush: Callable[[list[Record]], None] = lambda records: None,
+        relaying: Callable[[], bool] = lambda: False,
     ) -> None:
         self.engine = engine
         self._policy = group_commit
         self._fsync = fsync
         self._on_flush = on_flush
+        self._relaying = relaying
         self.token = trio.Semaphore(1)
         self._checkpoint_lock = trio.Lock()
         self._tickets: list[Ticket] = []
         self._wakeup = trio.Event()
+        self._to_ship: list[list[Record]] = []
+        self._shipping = False
+        self._ship_wakeup = trio.Event()
         self.fatal: EngineFatal | None = None
 
     # ---------------------------------------------------------------- client writes
@@ -160,16 +165,48 @@ class Writer:
     # ---------------------------------------------------------------- flushing
 
     async def run_flusher(self) -> None:
-        """Flush batches as they form; runs for the life of the node."""
+        """Flush batches as they form, and ship them; runs for the life of the node."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._run_shipper)
+            while True:
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                if self._policy.max_delay_ms:
+                    await trio.sleep(self._policy.max_delay_ms / 1000)
+                else:
+                    await trio.sleep(0)
+                async with self.token:
+                    await self._flush_now()
+
+    async def _run_shipper(self) -> None:
+        """Relays ship our own rows only once durable (FINDINGS F1): under `wal_mode =
+        write` a row a peer holds must not be one an OS crash can take from us, or we reuse
+        its LSN. The clients were answered already; the relays get the batches, in order,
+        after one fsync for all that were flushed meanwhile, made outside the token so that
+        the next group commit does not wait for it."""
         while True:
-            await self._wakeup.wait()
-            self._wakeup = trio.Event()
-            if self._policy.max_delay_ms:
-                await trio.sleep(self._policy.max_delay_ms / 1000)
-            else:
-                await trio.sleep(0)
-            async with self.token:
-                await self._flush_now()
+            await self._ship_wakeup.wait()
+            self._ship_wakeup = trio.Event()
+            batches, self._to_ship = self._to_ship, []
+            self._shipping = True
+            await self.sync_for_relays()
+            self._shipping = False
+            for records in batches:
+                self._on_flush(records)
+
+    async def sync_for_relays(self) -> None:
+        """Make every row flushed so far durable, while appends go on. A failed fsync
+        stops the process: the kernel may have dropped the pages."""
+        wal = self.engine.wal
+        point = wal.sync_point()
+        if point is None:
+            return
+        try:
+            await trio.to_thread.run_sync(wal.fsync_point, point)
+        except WalError as exc:
+            self.fatal = EngineFatal(f"fsync of the WAL failed: {exc}")
+            raise self.fatal from exc
+        wal.synced(point)
 
     async def _flush_now(self) -> None:
         tickets, self._tickets = self._tickets, []
@@ -196,7 +233,15 @@ class Writer:
             return
         for ticket in tickets:
             ticket.done.set()
-        if records:
+        if not records:
+            return
+        own = self.engine.instance_id
+        # Rows of other origins need no sync (we cannot reuse their LSNs), but keep their
+        # place behind a batch of ours that waits for one.
+        if self._relaying() and (self._to_ship or self._shipping or any(r.origin == own for r in records)):
+            self._to_ship.append(records)
+            self._ship_wakeup.set()
+        else:
             self._on_flush(records)
 
     async def sync_wal(self) -> None:

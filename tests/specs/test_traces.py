@@ -52,7 +52,7 @@ def rejected_at(trace: Trace, edited: int) -> check_trace.Verdict:
     [
         (0, "write", "none"),
         (2, "write", "links"),
-        (13, "write", "all"),
+        (10, "write", "all"),
         (1, "fsync", "all"),
         (5, "fsync", "all"),
     ],
@@ -109,6 +109,23 @@ def test_a_reused_lsn_is_rejected(small_trace: Trace) -> None:
     second = index_of(trace, "LocalWrite", after=first, member=1)
     trace[second]["lsn"] = trace[first]["lsn"]
     rejected_at(trace, second)
+
+
+@needs_tlc
+def test_a_row_shipped_before_its_origin_made_it_durable_is_rejected(small_trace: Trace) -> None:
+    """FINDINGS F1: under wal_mode=write a relay ships only rows behind a WalSync."""
+    trace = copy.deepcopy(small_trace)
+    for sync, line in enumerate(trace):
+        if line["event"] == "WalSync" and line["member"] == 1:
+            after = [i for i in range(sync + 1, len(trace))
+                     if trace[i]["event"] == "RelaySend" and trace[i]["peer"] == 1
+                     or trace[i]["event"] == "WalSync" and trace[i]["member"] == 1]
+            if after and trace[after[0]]["event"] == "RelaySend":
+                break
+    else:
+        raise AssertionError("no sync of member 1 followed by a row it relays")
+    del trace[sync]
+    rejected_at(trace, after[0] - 1)
 
 
 @needs_tlc
