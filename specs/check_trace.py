@@ -171,7 +171,6 @@ def check(events: list[dict[str, Any]], *, timeout_s: float = TIMEOUT_S, keep: P
     """Run TLC on the trace; `keep` receives the generated module and TLC's output."""
     name = "TraceRun"
     module, cfg = to_module(events, name)
-    steps = len(events) - 1
     with tempfile.TemporaryDirectory(prefix="trace-") as tmp:
         work = Path(tmp)
         for spec in SPEC_MODULES:

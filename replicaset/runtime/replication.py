@@ -96,7 +96,7 @@ async def run_relay(node: Node, session: Session, relay: repl.Relay, feed: Feed)
         before this read."""
         own = node.identity.instance_id
         if engine.wal.vclock.get(own) > engine.wal.synced_vclock.get(own):
-            await node.writer.sync_for_relays()
+            await node.writer.sync_wal()
         durable = engine.wal.synced_vclock.get(own)
         batch: list[Record] = []
         for record in engine.wal.read_from(relay.sent):

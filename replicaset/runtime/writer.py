@@ -189,23 +189,24 @@ class Writer:
             self._ship_wakeup = trio.Event()
             batches, self._to_ship = self._to_ship, []
             self._shipping = True
-            await self.sync_for_relays()
+            try:
+                await self.sync_wal()
+            except WalError as exc:  # the kernel may have dropped the pages: stop
+                self.fatal = EngineFatal(f"fsync of the WAL failed: {exc}")
+                raise self.fatal from exc
             self._shipping = False
             for records in batches:
                 self._on_flush(records)
 
-    async def sync_for_relays(self) -> None:
-        """Make every row flushed so far durable, while appends go on. A failed fsync
-        stops the process: the kernel may have dropped the pages."""
+    async def sync_wal(self) -> None:
+        """fsync every row flushed so far, whatever `wal_mode` says, for rows that must
+        survive an OS crash before anyone relies on them (a checkpoint's, a registration,
+        the rows relays ship). Appends go on during the fsyncs, so no token is taken."""
         wal = self.engine.wal
         point = wal.sync_point()
         if point is None:
             return
-        try:
-            await trio.to_thread.run_sync(wal.fsync_point, point)
-        except WalError as exc:
-            self.fatal = EngineFatal(f"fsync of the WAL failed: {exc}")
-            raise self.fatal from exc
+        await trio.to_thread.run_sync(wal.fsync_point, point)
         wal.synced(point)
 
     async def _flush_now(self) -> None:
@@ -243,12 +244,6 @@ class Writer:
             self._ship_wakeup.set()
         else:
             self._on_flush(records)
-
-    async def sync_wal(self) -> None:
-        """fsync the WAL whatever `wal_mode` says, for rows that must survive an OS crash
-        before anyone relies on them; under the token, so no append runs meanwhile."""
-        async with self.token:
-            await trio.to_thread.run_sync(self.engine.wal.sync)
 
     async def checkpoint(self) -> str:
         """Flush what is pending, then copy the database on a reader in a thread. Writes go
