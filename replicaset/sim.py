@@ -468,6 +468,7 @@ class Simulation:
             engine.execute(txn, *statement)
         except Exception:
             engine.rollback(txn)
+            self._flushed(member, engine.flush())
             return
         if self._committed(member, engine.commit(txn)):
             self.writes_left -= 1

@@ -140,6 +140,7 @@ class Node:
             ),
             fsync=self.config.wal_mode == "fsync",
             on_flush=self._on_flush,
+            ship=self._ship,
             relaying=lambda: bool(self._feeds),
         )
         host, port = parse_address(self.config.listen)
@@ -431,6 +432,8 @@ class Node:
         if any(r.type == RecordType.DDL for r in records):
             self.schema_version += 1
             self._schema_cache = None
+
+    def _ship(self, records: list[Any] | None) -> None:
         for feed in self._feeds:
             feed.push(records)
 

@@ -66,13 +66,14 @@ def record_bytes(record: Record) -> bytes:
 
 
 class Feed:
-    """Rows flushed locally, for one relay; overflowing means "re-read the log"."""
+    """Rows flushed locally, for one relay. None, or a full queue, means "re-read the log":
+    rows were not kept for the relay."""
 
     def __init__(self) -> None:
-        self.send, self.receive = trio.open_memory_channel[list[Record]](FEED_QUEUE_MAX)
+        self.send, self.receive = trio.open_memory_channel[list[Record] | None](FEED_QUEUE_MAX)
         self.overflowed = False
 
-    def push(self, records: list[Record]) -> None:
+    def push(self, records: list[Record] | None) -> None:
         try:
             self.send.send_nowait(records)
         except trio.WouldBlock:
@@ -128,7 +129,7 @@ async def run_relay(node: Node, session: Session, relay: repl.Relay, feed: Feed)
             if idle.cancelled_caught:
                 await send(relay.tick(trio.current_time(), engine.vclock))
                 continue
-            if feed.overflowed:
+            if feed.overflowed or records is None:
                 feed.overflowed = False
                 while True:
                     try:

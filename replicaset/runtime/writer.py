@@ -18,8 +18,12 @@ from typing import Any, BinaryIO
 
 import trio
 
-from replicaset.storage import ApplyError, Engine, EngineFatal, GapError, LocalTxn, SqlError, StatementResult
+from replicaset.storage import ApplyError, BatchKind, Engine, EngineFatal, GapError, LocalTxn, SqlError, StatementResult
 from wal import GroupCommitPolicy, Record, VClock, WalError
+
+# Rows flushed but not yet shipped (waiting for the fsync that lets relays have them) are
+# kept up to this bound; past it the relays re-read them from the log after that fsync.
+SHIP_QUEUE_ROWS_MAX = 65536
 
 
 class WriteFailed(Exception):
@@ -47,18 +51,24 @@ class Writer:
         group_commit: GroupCommitPolicy,
         fsync: bool,
         on_flush: Callable[[list[Record]], None] = lambda records: None,
+        ship: Callable[[list[Record] | None], None] = lambda records: None,
         relaying: Callable[[], bool] = lambda: False,
     ) -> None:
+        """`on_flush` sees every batch as it is flushed; `ship` hands batches to the relays,
+        in log order, each once every row of our own origin in it is durable (None: some
+        batches were not kept, re-read the log up to its durable end)."""
         self.engine = engine
         self._policy = group_commit
         self._fsync = fsync
         self._on_flush = on_flush
+        self._ship = ship
         self._relaying = relaying
         self.token = trio.Semaphore(1)
         self._checkpoint_lock = trio.Lock()
         self._tickets: list[Ticket] = []
         self._wakeup = trio.Event()
-        self._to_ship: list[list[Record]] = []
+        self._to_ship: list[list[Record] | None] = []
+        self._to_ship_rows = 0
         self._shipping = False
         self._ship_wakeup = trio.Event()
         self.fatal: EngineFatal | None = None
@@ -70,7 +80,7 @@ class Writer:
     ) -> tuple[StatementResult, Ticket]:
         """Run one statement in its own transaction; the ticket says when it is durable."""
         async with self.token:
-            txn = self.engine.begin()
+            txn = await self._begin()
             try:
                 result = self.engine.execute(txn, sql, binds)
             except SqlError:
@@ -81,7 +91,7 @@ class Writer:
     async def execute_trusted(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult:
         """A statement of the node itself (system tables), durable on return."""
         async with self.token:
-            txn = self.engine.begin()
+            txn = await self._begin()
             try:
                 result = self.engine.execute(txn, sql, binds, trusted=True)
             except SqlError:
@@ -125,6 +135,15 @@ class Writer:
         finally:
             self.token.release()
 
+    async def _begin(self) -> LocalTxn:
+        """A transaction in the local batch, after flushing a batch of applied rows."""
+        await self._flush_unless(BatchKind.LOCAL)
+        return self.engine.begin()
+
+    async def _flush_unless(self, kind: BatchKind) -> None:
+        if self.engine.batch_kind not in (None, kind):
+            await self._flush_now()
+
     async def _commit(self, txn: LocalTxn) -> Ticket:
         committed = self.engine.commit(txn)
         ticket = Ticket()
@@ -143,9 +162,13 @@ class Writer:
         self, records: Sequence[Record], *, own_allowed: bool = False, skip_conflicts: bool = False, log: Any = None
     ) -> int:
         """Apply rows of other origins, each once, and make them durable; returns how many
-        were new. A gap or a conflict raises after the rows before it are flushed."""
+        were new. A gap or a conflict raises after the rows before it are flushed; a flush
+        that failed raises `WriteFailed` (the pending vclock is back at the durable one, so
+        the applier must subscribe again)."""
         applied = 0
+        ticket = Ticket()
         async with self.token:
+            await self._flush_unless(BatchKind.APPLY)
             try:
                 for record in records:
                     try:
@@ -157,9 +180,12 @@ class Writer:
                             log.warning("conflict_skipped", origin=record.origin, lsn=record.lsn, error=str(exc))
                         applied += self.engine.skip(record)
             finally:
-                if applied:
-                    self._tickets.append(Ticket())
+                if self.engine.batch_kind is not None:
+                    self._tickets.append(ticket)
                     await self._flush_now()
+                else:
+                    ticket.done.set()
+        await ticket.wait()
         return applied
 
     # ---------------------------------------------------------------- flushing
@@ -187,7 +213,7 @@ class Writer:
         while True:
             await self._ship_wakeup.wait()
             self._ship_wakeup = trio.Event()
-            batches, self._to_ship = self._to_ship, []
+            batches, self._to_ship, self._to_ship_rows = self._to_ship, [], 0
             self._shipping = True
             try:
                 await self.sync_wal()
@@ -196,7 +222,17 @@ class Writer:
                 raise self.fatal from exc
             self._shipping = False
             for records in batches:
-                self._on_flush(records)
+                self._ship(records)
+
+    def _queue_for_shipping(self, records: list[Record]) -> None:
+        """Keep the batch for the shipper; past the bound (an fsync that stalls), keep a
+        marker instead of the rows: the relays re-read them from the log once synced."""
+        self._to_ship_rows += len(records)
+        if self._to_ship_rows > SHIP_QUEUE_ROWS_MAX:
+            self._to_ship, self._to_ship_rows = [None], 0
+        else:
+            self._to_ship.append(records)
+        self._ship_wakeup.set()
 
     async def sync_wal(self) -> None:
         """fsync every row flushed so far, whatever `wal_mode` says, for rows that must
@@ -236,14 +272,14 @@ class Writer:
             ticket.done.set()
         if not records:
             return
+        self._on_flush(records)
         own = self.engine.instance_id
         # Rows of other origins need no sync (we cannot reuse their LSNs), but keep their
         # place behind a batch of ours that waits for one.
         if self._relaying() and (self._to_ship or self._shipping or any(r.origin == own for r in records)):
-            self._to_ship.append(records)
-            self._ship_wakeup.set()
+            self._queue_for_shipping(records)
         else:
-            self._on_flush(records)
+            self._ship(records)
 
     async def checkpoint(self) -> str:
         """Flush what is pending, then copy the database on a reader in a thread. Writes go

@@ -1,8 +1,9 @@
 """The SQLite engine: capture of client changes, versioned apply, checkpoints."""
 
-from replicaset.storage.engine import Engine, EngineConfig, StatementResult, LocalTxn
+from replicaset.storage.engine import BatchKind, Engine, EngineConfig, LocalTxn, StatementResult
 from replicaset.storage.errors import (
     ApplyError,
+    BatchKindError,
     EngineFatal,
     GapError,
     SchemaDivergence,
@@ -12,6 +13,8 @@ from replicaset.storage.errors import (
 
 __all__ = [
     "ApplyError",
+    "BatchKind",
+    "BatchKindError",
     "Engine",
     "EngineConfig",
     "EngineFatal",

@@ -33,7 +33,15 @@ from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
 from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier, UniqueResolver, resolve_after_local_write, set_version
 from replicaset.storage.capture import Capture
-from replicaset.storage.errors import ApplyError, EngineFatal, GapError, SchemaDivergence, SchemaPending, SqlError
+from replicaset.storage.errors import (
+    ApplyError,
+    BatchKindError,
+    EngineFatal,
+    GapError,
+    SchemaDivergence,
+    SchemaPending,
+    SqlError,
+)
 from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import (
     INTERNAL_DDL,
@@ -129,14 +137,14 @@ class Committed:
     txn_id: int
 
 
-class _BatchKind(Enum):
+class BatchKind(Enum):
     LOCAL = "local"
     APPLY = "apply"
 
 
 @dataclass
 class _Batch:
-    kind: _BatchKind
+    kind: BatchKind
     conn: apsw.Connection
     records: list[Record] = field(default_factory=list)
     log_records: bool = True
@@ -303,6 +311,12 @@ class Engine:
     def batch_records(self) -> int:
         return len(self._batch.records) if self._batch else 0
 
+    @property
+    def batch_kind(self) -> BatchKind | None:
+        """The kind of the open batch, None when none is open: a caller that will open the
+        other kind flushes first (through the writer, which relays and answers)."""
+        return self._batch.kind if self._batch else None
+
     # ------------------------------------------------------------------ client writes
 
     def _authorize(self, op: int, p1: str | None, p2: str | None, db: str | None, trigger: str | None) -> int:
@@ -327,18 +341,18 @@ class Engine:
     def _internal(self, sql: str, binds: Sequence[Any] = ()) -> None:
         self._writer.execute(sql, binds, can_cache=False)
 
-    def _open_batch(self, kind: _BatchKind, *, log_records: bool = True) -> _Batch:
+    def _open_batch(self, kind: BatchKind, *, log_records: bool = True) -> _Batch:
         if self._batch is not None and self._batch.kind is not kind:
-            self.flush()
+            raise BatchKindError(f"a {self._batch.kind.value} batch is open: flush it before a {kind.value} one")
         if self._batch is None:
-            conn = self._writer if kind is _BatchKind.LOCAL else self._apply_conn
+            conn = self._writer if kind is BatchKind.LOCAL else self._apply_conn
             conn.execute("BEGIN IMMEDIATE", can_cache=False)
             self._batch = _Batch(kind=kind, conn=conn, log_records=log_records)
         return self._batch
 
     def begin(self, *, explicit: bool = False) -> LocalTxn:
         """Open a client transaction in the current local batch."""
-        self._open_batch(_BatchKind.LOCAL)
+        self._open_batch(BatchKind.LOCAL)
         self._txn_seq += 1
         txn = LocalTxn(savepoint=f"rs_txn_{self._txn_seq}", capture_mark=self._capture.mark(), explicit=explicit)
         self._internal(f"SAVEPOINT {txn.savepoint}")
@@ -604,7 +618,7 @@ class Engine:
                     f"row {origin}:{lsn} needs schema {schema_origin}:{schema_lsn}, not applied here yet",
                     payload.schema_id,
                 )
-        batch = self._open_batch(_BatchKind.APPLY, log_records=log_records)
+        batch = self._open_batch(BatchKind.APPLY, log_records=log_records)
         conn = batch.conn
         conn.execute("SAVEPOINT rs_apply", can_cache=False)
         try:

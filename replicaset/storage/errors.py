@@ -27,3 +27,9 @@ class SchemaDivergence(ApplyError):
 
 class EngineFatal(Exception):
     """The WAL and SQLite may disagree; the process must stop and recover at restart."""
+
+
+class BatchKindError(Exception):
+    """A caller opened a batch of one kind (local writes, applied rows) while one of the
+    other kind is open. The engine never flushes on its own: a flush that bypasses the
+    writer would leave its rows unrelayed and its clients unanswered."""

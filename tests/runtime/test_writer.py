@@ -43,11 +43,11 @@ def test_under_wal_mode_write_relays_hear_only_of_rows_an_os_crash_cannot_take(
     engine = open_engine(tmp_path, 1, FakeClock(), wal_mode=WalMode.WRITE)
     told: list[bool] = []
 
-    def on_flush(records: list) -> None:
+    def ship(records: list) -> None:
         told.append(VClock({r.origin: r.lsn for r in records}) <= engine.wal.synced_vclock)
 
     writer = Writer(engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False,
-                    on_flush=on_flush, relaying=lambda: relaying)
+                    ship=ship, relaying=lambda: relaying)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
