@@ -7,8 +7,11 @@ Theory of operation (DESIGN 4.3, Tarantool's relay/applier):
   vclock; the applier only acknowledges what the writer made durable (`SendAck`). It is in
   SYNC until it holds everything the relay had at subscribe time, then in FOLLOW. A peer
   silent for `4 * timeout_s` is disconnected; reconnects back off, capped at
-  `backoff_max_s`. A row that cannot be applied stops it (STOPPED) unless conflicts may be
-  skipped.
+  `backoff_max_s`, and the backoff is reset only by progress (rows made durable), not by
+  a subscribe that then fails again. A row that cannot be applied stops it (STOPPED)
+  unless conflicts may be skipped; a row whose apply breaks the link
+  `APPLY_FAILURES_MAX` times in a row (a gap, a schema that never comes, a bug) stops it
+  too, naming the row: retrying a deterministic failure forever helps no one.
 - A relay serves one subscriber. At SUBSCRIBE it refuses a split brain (the subscriber
   holds, at some LSN of an origin, a row with another txn id than ours) and a request for
   rows its log no longer has (never streams a hole). Then it sends, in log order, every
@@ -29,6 +32,7 @@ from wal import Record, VClock
 
 LOCAL_ORIGIN = 0
 SILENCE_TIMEOUTS = 4
+APPLY_FAILURES_MAX = 5
 
 
 class LocalProtocolError(Exception):
@@ -128,6 +132,8 @@ class Applier:
     sync_target: VClock = field(default_factory=VClock)
     upstream_vclock: VClock = field(default_factory=VClock)
     lag_s: float = 0.0
+    failed_row: tuple[int, int] | None = None
+    failures: int = 0
 
     def _event(self, name: str) -> None:
         if name not in APPLIER_TRANSITIONS[self.state]:
@@ -149,7 +155,7 @@ class Applier:
 
     def subscribed(self, now_s: float, relay_vclock: VClock, local_vclock: VClock) -> list[Action]:
         self._event("subscribed")
-        self.attempts, self.message, self.last_heard_s = 0, None, now_s
+        self.message, self.last_heard_s = None, now_s
         self.sync_target = relay_vclock.copy()
         self.upstream_vclock = relay_vclock.copy()
         self.state = S.FOLLOW if _covers(local_vclock, relay_vclock) else S.SYNC
@@ -174,8 +180,15 @@ class Applier:
         self._event("rows_applied")
         if self.state is S.STOPPED:
             return []
+        self._progressed(durable_vclock)
         self._leave_sync(durable_vclock)
         return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
+
+    def _progressed(self, durable_vclock: VClock) -> None:
+        """Rows were made durable: the link works, so the next failure backs off from the start."""
+        self.attempts = 0
+        if self.failed_row is not None and durable_vclock.get(self.failed_row[0]) >= self.failed_row[1]:
+            self.failed_row, self.failures = None, 0
 
     def _leave_sync(self, durable_vclock: VClock) -> None:
         """Synced once we hold what the relay had at subscribe time, from whichever peer."""
@@ -197,6 +210,7 @@ class Applier:
         self._event("heartbeat")
         self.last_heard_s = now_s
         self.upstream_vclock = self.upstream_vclock.merge(relay_vclock)
+        self._progressed(durable_vclock)
         self._leave_sync(durable_vclock)
         return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
 
@@ -205,11 +219,21 @@ class Applier:
         self.state, self.message = S.STOPPED, message
         return [Disconnect(peer=self.peer, reason=message)]
 
-    def disconnected(self, now_s: float, reason: str) -> list[Action]:
-        """The link broke; try again after a capped exponential backoff."""
+    def disconnected(self, now_s: float, reason: str, *, failed_row: tuple[int, int] | None = None) -> list[Action]:
+        """The link broke; try again after a capped exponential backoff. `failed_row` is
+        the row whose apply broke it, if one did: the same row failing again and again
+        stops the applier."""
         self._event("disconnected")
         if self.state is S.STOPPED:
             return []
+        if failed_row is not None:
+            self.failures = self.failures + 1 if failed_row == self.failed_row else 1
+            self.failed_row = failed_row
+            if self.failures >= APPLY_FAILURES_MAX:
+                origin, lsn = failed_row
+                message = f"row {origin}:{lsn} failed {self.failures} times in a row, last: {reason}"
+                self.state, self.message = S.STOPPED, message
+                return [Disconnect(peer=self.peer, reason=message)]
         self.state, self.message = S.DISCONNECTED, reason
         self.attempts += 1
         self.retry_at_s = now_s + min(self.backoff_max_s, self.timeout_s * 2 ** min(self.attempts - 1, 16))

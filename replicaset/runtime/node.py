@@ -49,6 +49,17 @@ class Listening:
     port: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Upstream:
+    """Whom an applier follows: a registered member (`uuid`, keyed by it, the instance
+    the applier must find at `address`), or a configured address of no registered member
+    yet (`uuid` None, keyed by the address)."""
+
+    key: str
+    address: str
+    uuid: str | None
+
+
 class Node:
     version = __version__
     shutdown_grace_s = 5.0
@@ -60,13 +71,16 @@ class Node:
         self.identity = identity
         self.data_dir = data_dir
         self.force_recovery = force_recovery
+        # Keyed by Upstream.key: a member's UUID, or a configured address.
         self.appliers: dict[str, Any] = {}
-        self.self_addresses: set[str] = set()
         self.upstream_uuids: dict[str, str] = {}
+        # Configured addresses found to be this instance, or a member followed by its UUID.
+        self.ignored_addresses: set[str] = set()
         self.downstreams: dict[int, Any] = {}
         self._feeds: set[Any] = set()
         self.recovering = False
         self._synced_once: set[str] = set()
+        self._failed_unanswered: set[str] = set()
         self._connect_deadline = 0.0
         self._quorum_reached = False
         self.rows_unavailable: set[str] = set()
@@ -154,15 +168,15 @@ class Node:
                     nursery.start_soon(self._checkpoint_daemon)
                 self._nursery = nursery
                 await self._bootstrap_cluster()
-                peers = self.peer_addresses()
+                peers = self.upstreams()
                 self.recovering = (
                     unclean and self.config.wal_mode == "write" and bool(peers) and not self.force_recovery
                 )
                 if self.recovering:
-                    self.log.warning("recovering_own_rows", peers=sorted(peers))
+                    self.log.warning("recovering_own_rows", peers=sorted(u.address for u in peers.values()))
                 self._connect_deadline = trio.current_time() + self.config.replication_connect_timeout
-                for address in sorted(peers):
-                    self._start_applier(address)
+                for key in sorted(peers):
+                    self._start_applier(peers[key])
                 self.on_upstream_change()  # with no peer to wait for, the quorum is met now
                 nursery.start_soon(self._watch_members)
                 self.log.info(
@@ -207,33 +221,46 @@ class Node:
             await self.writer.execute_trusted("UPDATE _cluster SET address = ? WHERE uuid = ?", (self.listen_address, self.identity.instance_uuid))
 
     def members(self) -> list[tuple[int, str, str]]:
-        try:
-            return [tuple(r) for r in self.engine._reader.execute("SELECT id, uuid, address FROM _cluster ORDER BY id")]  # type: ignore[misc]
-        except Exception:
+        """The registered members, `(id, uuid, address)`. Empty only before the registrar
+        created `_cluster`; any other failure propagates: an empty answer here would make a
+        majority of one (STYLE: errors propagate)."""
+        engine = self.engine
+        found = engine.query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = '_cluster'")
+        if found is None or not found.rows:
             return []
+        listing = engine.query("SELECT id, uuid, address FROM _cluster ORDER BY id")
+        assert listing is not None, "a SELECT never writes"
+        return [(int(i), str(u), str(a)) for i, u, a in listing.rows]
 
     def member_id(self, uuid: str) -> int | None:
         return next((i for i, u, _ in self.members() if u == uuid), None)
 
-    def peer_addresses(self) -> set[str]:
-        mine = {self.listen_address, self.config.listen}
-        found = {a for i, u, a in self.members() if u != self.identity.instance_uuid and a}
-        return (found | set(self.config.replication)) - mine - self.self_addresses
+    def upstreams(self) -> dict[str, Upstream]:
+        """Every member but us, by UUID, and the configured addresses of no member."""
+        mine = {self.listen_address, self.config.listen} | self.ignored_addresses
+        found = {
+            uuid: Upstream(key=uuid, address=address, uuid=uuid)
+            for _, uuid, address in self.members()
+            if uuid != self.identity.instance_uuid and address
+        }
+        taken = {u.address for u in found.values()} | mine
+        configured = {a: Upstream(key=a, address=a, uuid=None) for a in self.config.replication if a not in taken}
+        return found | configured
 
-    def _start_applier(self, address: str) -> None:
+    def _start_applier(self, upstream: Upstream) -> None:
         from replicaset.runtime.replication import run_applier
 
-        if address not in self.appliers:
-            self._nursery.start_soon(run_applier, self, address)
+        if upstream.key not in self.appliers:
+            self._nursery.start_soon(run_applier, self, upstream)
 
     async def _watch_members(self) -> None:
         """Full mesh: follow every registered member, including those that join later."""
         while True:
             await trio.sleep(self.config.replication_timeout)
-            for address in self.peer_addresses():
-                self._start_applier(address)
+            for upstream in self.upstreams().values():
+                self._start_applier(upstream)
             self.on_upstream_change()
-            peers = self.peer_addresses()
+            peers = set(self.upstreams())
             if peers and self.rows_unavailable >= peers and self.rejoin_through is None:
                 await self._rejoin_if_allowed()
 
@@ -345,27 +372,39 @@ class Node:
     # ---------------------------------------------------------------- status
 
     def connect_quorum(self) -> int:
+        """How many peers must be followed before writes are taken: the configured number,
+        or by default a majority of the registered members counting ourselves (the quorum
+        the 2PC counts), so that one member gone for good does not keep the rest orphan."""
         configured = self.config.replication_connect_quorum
-        peers = len(self.peer_addresses())
-        return peers if configured is None else min(configured, peers)
+        peers = len(self.upstreams())
+        if configured is None:
+            return min(peers, self._majority() - 1)
+        return min(configured, peers)
 
     def _connected(self) -> set[str]:
         """Peers we are synced with: in FOLLOW, we hold all they had when we subscribed."""
         from replicaset.core.replication import ApplierState
 
-        return {a for a, core in self.appliers.items() if core.state is ApplierState.FOLLOW}
+        return {k for k, core in self.appliers.items() if core.state is ApplierState.FOLLOW}
+
+    def upstream_failed(self, key: str) -> None:
+        """A link broke or was refused. During the start-up fetch of our own rows, a peer
+        that never answered is not waited for: under F1 no peer holds a row of ours we can
+        have lost, so the fetch brings nothing that is worth staying orphan for."""
+        if self.recovering and key not in self._synced_once:
+            self._failed_unanswered.add(key)
+        self.on_upstream_change()
 
     def on_upstream_change(self) -> None:
-        from replicaset.core.replication import ApplierState
-
-        followed = {a for a, core in self.appliers.items() if core.state is ApplierState.FOLLOW}
-        self._synced_once |= followed
+        self._synced_once |= self._connected()
         if not self._quorum_reached and not self.recovering and len(self._connected()) >= self.connect_quorum():
             self._quorum_reached = True
             self.log.info("connect_quorum_reached", quorum=self.connect_quorum())
-        if self.recovering and self._synced_once >= self.peer_addresses():
+        if self.recovering and (self._synced_once | self._failed_unanswered) >= set(self.upstreams()):
             self.recovering = False
-            self.log.info("recovery_done", vclock=self.engine.vclock.to_dict())
+            unanswered = sorted(self._failed_unanswered - self._synced_once)
+            self.log.info("recovery_done", vclock=self.engine.vclock.to_dict(), not_answered=unanswered)
+            self.on_upstream_change()
         self._registration_held()  # logged as soon as it is, not at the next write
 
     def status(self) -> str:
@@ -386,9 +425,9 @@ class Node:
         ids = {uuid: i for i, uuid, _ in self.members()}
         holders = {i for i, d in self.downstreams.items() if d.relay.acked.get(REGISTRAR_ID) >= lsn}
         holders |= {
-            ids[self.upstream_uuids[address]]
-            for address, core in self.appliers.items()
-            if self.upstream_uuids.get(address) in ids and core.upstream_vclock.get(REGISTRAR_ID) >= lsn
+            ids[self.upstream_uuids[key]]
+            for key, core in self.appliers.items()
+            if self.upstream_uuids.get(key) in ids and core.upstream_vclock.get(REGISTRAR_ID) >= lsn
         }
         if self.engine.vclock.get(REGISTRAR_ID) >= lsn:
             holders.add(self.identity.instance_id)
@@ -481,11 +520,10 @@ class Node:
         """`box.info.replication`: every registered member, with our link to it each way."""
         now = trio.current_time()
         vclock = self.engine.vclock
-        by_uuid = {uuid: address for address, uuid in self.upstream_uuids.items()}
         result: dict[int, dict[str, Any]] = {}
         for instance_id, uuid, address in self.members() or [(self.identity.instance_id, self.identity.instance_uuid, self.listen_address)]:
             entry: dict[str, Any] = {"id": instance_id, "uuid": uuid, "lsn": vclock.get(instance_id)}
-            core = self.appliers.get(by_uuid.get(uuid, address))
+            core = self.appliers.get(uuid)
             if core is not None and uuid != self.identity.instance_uuid:
                 entry["upstream"] = {
                     "status": core.state.value,

@@ -29,12 +29,14 @@ from replicaset.iproto.codec import (
 )
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import RemoteProtocolError
+from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.runtime.writer import WriteFailed
 from replicaset.storage import ApplyError, EngineFatal, GapError, SchemaPending
-from wal import Record, VClock, WalError, decode_record, encode_record
+from wal import Record, VClock, WalError, encode_record
 
 if TYPE_CHECKING:
-    from replicaset.runtime.node import Node
+    from replicaset.runtime.node import Node, Upstream
     from replicaset.runtime.session import Session
 
 RELAY_BATCH_ROWS = 256
@@ -53,8 +55,22 @@ class PeerError(Exception):
         self.code = code
 
 
+class WrongInstance(Exception):
+    """Another instance answers at a member's address (it was wiped and re-joined under a
+    new id, or the address moved): following it would count it as that member."""
+
+
+class ApplyBroke(Exception):
+    """Applying a received row broke the link; `row` is the first row not applied."""
+
+    def __init__(self, message: str, row: tuple[int, int] | None) -> None:
+        super().__init__(message)
+        self.row = row
+
+
 _LINK_ERRORS = (
-    OSError, trio.TooSlowError, PeerError, RemoteProtocolError, WalError, trio.BrokenResourceError, trio.ClosedResourceError,
+    OSError, trio.TooSlowError, PeerError, RemoteProtocolError, WalError, trio.BrokenResourceError,
+    trio.ClosedResourceError, WrongInstance, ApplyBroke, WriteFailed,
 )
 
 
@@ -212,51 +228,61 @@ class PeerLink:
         await trio.aclose_forcefully(self.stream)
 
 
-async def run_applier(node: Node, address: str) -> None:
-    """Follow one upstream peer for the life of the node, reconnecting with backoff."""
+async def run_applier(node: Node, upstream: Upstream) -> None:
+    """Follow one upstream (a member by UUID, or a configured address) for the life of the
+    node, reconnecting with backoff, at the member's address of the moment."""
     cfg = node.config
+    key = upstream.key
     core = repl.Applier(
-        peer=address,
+        peer=upstream.address,
         timeout_s=cfg.replication_timeout,
         backoff_max_s=max(cfg.replication_timeout * 8, 1.0),
         skip_conflict=cfg.replication_skip_conflict,
     )
-    node.appliers[address] = core
+    node.appliers[key] = core
     core.start(trio.current_time())
     while True:
         if core.state is repl.ApplierState.CONNECT:
+            upstream = node.upstreams().get(key, upstream)
+            core.peer = upstream.address
             try:
-                await _follow(node, core, address)
+                await _follow(node, core, upstream)
             except _LINK_ERRORS as exc:
                 reason = str(exc) or type(exc).__name__
                 if isinstance(exc, PeerError) and exc.code in _FINAL_REFUSALS:
                     core.stop(trio.current_time(), reason)
-                    node.log.error("upstream_refused", peer=address, error=reason)
+                    node.log.error("upstream_refused", peer=upstream.address, error=reason)
                     if exc.code == ErrorCode.XLOG_GAP:
-                        node.rows_unavailable.add(address)
+                        node.rows_unavailable.add(key)
                 elif core.state is not repl.ApplierState.STOPPED:
-                    core.disconnected(trio.current_time(), reason)
-                    node.log.info("upstream_disconnected", peer=address, reason=reason)
-                node.on_upstream_change()
+                    failed_row = exc.row if isinstance(exc, ApplyBroke) else None
+                    core.disconnected(trio.current_time(), reason, failed_row=failed_row)
+                    if core.state is repl.ApplierState.STOPPED:
+                        node.log.error("upstream_stopped", peer=upstream.address, error=core.message)
+                    else:
+                        node.log.info("upstream_disconnected", peer=upstream.address, reason=reason)
+                node.upstream_failed(key)
             except EngineFatal:
                 raise
             except Exception as exc:  # a bug must cost this link, not the node
-                node.log.error("applier_failed", peer=address, error=repr(exc), exc_info=exc)
+                node.log.error("applier_failed", peer=upstream.address, error=repr(exc), exc_info=exc)
                 if core.state is not repl.ApplierState.STOPPED:
                     core.disconnected(trio.current_time(), repr(exc))
-            if core.state is repl.ApplierState.STOPPED and address in node.self_addresses:
+                node.upstream_failed(key)
+            if core.state is repl.ApplierState.STOPPED and upstream.address in node.ignored_addresses:
                 return
         await trio.sleep(cfg.replication_timeout / 2)
         core.tick(trio.current_time())
 
 
-async def _follow(node: Node, core: repl.Applier, address: str) -> None:
+async def _follow(node: Node, core: repl.Applier, upstream: Upstream) -> None:
+    address = upstream.address
     link = await PeerLink.open(address, node.config.max_frame_bytes)
     try:
-        if link.greeting_uuid == node.identity.instance_uuid:
-            node.self_addresses.add(address)
-            core.state, core.message = repl.ApplierState.STOPPED, "this is the instance itself"
+        if upstream.uuid is None and _is_known(node, link.greeting_uuid, address):
             return
+        if upstream.uuid is not None and link.greeting_uuid != upstream.uuid:
+            raise WrongInstance(f"{address} is instance {link.greeting_uuid}, not {upstream.uuid}")
         engine = node.engine
         (subscribe,) = core.connected(trio.current_time(), engine.vclock, engine.last_txn(), include_own=node.recovering)
         assert isinstance(subscribe, repl.SendSubscribe)
@@ -267,9 +293,11 @@ async def _follow(node: Node, core: repl.Applier, address: str) -> None:
             PeerKey.LAST_TXN: {o: list(v) for o, v in subscribe.last_txn.items()},
             PeerKey.INCLUDE_OWN: subscribe.include_own,
         }, replica_id=node.identity.instance_id)
-        reply = await link.receive()
-        core.subscribed(trio.current_time(), VClock(reply.body.get(Key.VCLOCK, {})), engine.vclock)
-        node.upstream_uuids[address] = str(reply.body.get(Key.INSTANCE_UUID, ""))
+        reply = peer_messages.subscribed(await link.receive())
+        if reply.instance_uuid != link.greeting_uuid:
+            raise WrongInstance(f"{address} greeted as {link.greeting_uuid} and subscribed as {reply.instance_uuid}")
+        core.subscribed(trio.current_time(), reply.vclock, engine.vclock)
+        node.upstream_uuids[upstream.key] = reply.instance_uuid
         node.log.info("upstream_subscribed", peer=address, state=core.state.value)
         node.on_upstream_change()
         silence_s = repl.SILENCE_TIMEOUTS * core.timeout_s
@@ -281,14 +309,14 @@ async def _follow(node: Node, core: repl.Applier, address: str) -> None:
                 raise PeerError(ErrorCode.TIMEOUT, f"no message from {address} for {silence_s:.1f} s") from None
             actions: list[repl.Action] = []
             if frame.request_type == PeerRequest.ROWS:
-                records = [decode_record(raw)[0] for raw in frame.body.get(PeerKey.RECORDS, [])]
+                records = peer_messages.rows(frame)
                 if records:
                     # Tarantool's lag: from the row's creation (its stamp) to its receipt.
                     core.lag_s = max(0.0, (now_ms() - (records[-1].txn_id >> 22)) / 1000)
                 for action in core.rows_received(trio.current_time(), records):
                     actions += await _apply(node, core, action)
             elif frame.request_type == PeerRequest.HEARTBEAT:
-                actions = core.heartbeat(trio.current_time(), VClock(frame.body.get(Key.VCLOCK, {})), engine.vclock)
+                actions = core.heartbeat(trio.current_time(), peer_messages.heartbeat(frame), engine.vclock)
             for action in actions:
                 if isinstance(action, repl.SendAck):
                     await link.send(PeerRequest.ACK, {Key.VCLOCK: action.vclock})
@@ -297,6 +325,21 @@ async def _follow(node: Node, core: repl.Applier, address: str) -> None:
             node.on_upstream_change()
     finally:
         await link.aclose()
+
+
+def _is_known(node: Node, uuid: str, address: str) -> bool:
+    """A configured address turned out to be this instance, or a member followed by its
+    UUID already: stop this applier for good."""
+    if uuid == node.identity.instance_uuid:
+        why = "this is the instance itself"
+    elif uuid in node.appliers:
+        why = f"instance {uuid} is followed at its registered address"
+    else:
+        return False
+    node.ignored_addresses.add(address)
+    core = node.appliers[address]
+    core.state, core.message = repl.ApplierState.STOPPED, why
+    return True
 
 
 async def _apply(node: Node, core: repl.Applier, action: repl.Action) -> list[repl.Action]:
@@ -315,13 +358,23 @@ async def _apply(node: Node, core: repl.Applier, action: repl.Action) -> list[re
                     while node.engine.pending_vclock.get(origin) < lsn:
                         await trio.sleep(SCHEMA_WAIT_POLL_S)
     except trio.TooSlowError as exc:
-        raise PeerError(ErrorCode.TIMEOUT, "a row waited too long for its schema") from exc
+        raise ApplyBroke("a row waited too long for its schema", _first_unapplied(node, records)) from exc
     except GapError as exc:
-        raise PeerError(ErrorCode.PROTOCOL, str(exc)) from exc
+        raise ApplyBroke(str(exc), _first_unapplied(node, records)) from exc
     except ApplyError as exc:
         node.log.error("apply_failed", peer=core.peer, error=str(exc))
         return core.apply_failed(trio.current_time(), str(exc)) + [repl.Disconnect(peer=core.peer, reason=str(exc))]
+    except (EngineFatal, WriteFailed):
+        raise
+    except Exception as exc:  # a bug in the apply path: this link pays, counted against the row
+        node.log.error("applier_failed", peer=core.peer, error=repr(exc), exc_info=exc)
+        raise ApplyBroke(repr(exc), _first_unapplied(node, records)) from exc
     return core.rows_applied(trio.current_time(), node.engine.vclock)
+
+
+def _first_unapplied(node: Node, records: list[Record]) -> tuple[int, int] | None:
+    vclock = node.engine.vclock
+    return next(((r.origin, r.lsn) for r in records if r.lsn > vclock.get(r.origin)), None)
 
 
 # ---------------------------------------------------------------- join: the joiner
@@ -367,23 +420,22 @@ async def fetch_checkpoint(
         with open(partial, "wb") as out:
             while True:
                 frame = await link.receive()
-                body = frame.body
                 if frame.request_type == PeerRequest.CHECKPOINT_CHUNK:
-                    chunk, offset = body[PeerKey.CHUNK], body[PeerKey.OFFSET]
-                    if xxhash.xxh3_64_intdigest(chunk) != body[PeerKey.DIGEST] or offset != out.tell():
-                        raise PeerError(ErrorCode.PROTOCOL, f"checkpoint chunk at {offset} failed its check")
-                    out.write(chunk)
-                    whole.update(chunk)
-                    progress(out.tell(), body[PeerKey.SIZE])
+                    part = peer_messages.checkpoint_chunk(frame)
+                    if xxhash.xxh3_64_intdigest(part.chunk) != part.digest or part.offset != out.tell():
+                        raise PeerError(ErrorCode.PROTOCOL, f"checkpoint chunk at {part.offset} failed its check")
+                    out.write(part.chunk)
+                    whole.update(part.chunk)
+                    progress(out.tell(), part.size)
                     continue
-                size = body[PeerKey.SIZE]
-                if out.tell() != size or whole.intdigest() != body[PeerKey.DIGEST]:
+                end = peer_messages.joined(frame)
+                if out.tell() != end.size or whole.intdigest() != end.digest:
                     raise PeerError(ErrorCode.PROTOCOL, "the checkpoint arrived incomplete or damaged")
                 out.flush()
                 os.fsync(out.fileno())
                 os.replace(partial, target)
-                registration = Registration(instance_id=body[PeerKey.INSTANCE_ID], registrar_lsn=body[PeerKey.REGISTRAR_LSN])
-                return Joined(registration=registration, vclock=VClock(body[Key.VCLOCK]), size_bytes=size)
+                registration = Registration(instance_id=end.instance_id, registrar_lsn=end.registrar_lsn)
+                return Joined(registration=registration, vclock=end.vclock, size_bytes=end.size)
     finally:
         partial.unlink(missing_ok=True)
         await link.aclose()
@@ -400,8 +452,8 @@ async def register_with(
             Key.INSTANCE_UUID: instance_uuid,
             PeerKey.ADDRESS: listen,
         })
-        reply = await link.receive()
-        return Registration(instance_id=int(reply.body[PeerKey.INSTANCE_ID]), registrar_lsn=int(reply.body[PeerKey.REGISTRAR_LSN]))
+        reply = peer_messages.registered(await link.receive())
+        return Registration(instance_id=reply.instance_id, registrar_lsn=reply.registrar_lsn)
     finally:
         await link.aclose()
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -27,6 +27,7 @@ from replicaset.iproto.constants import GREETING_VERSION, ErrorCode, Key, Reques
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.sql_wire import decode_binds, metadata, sql_info, sql_type_name
 from replicaset.core import replication as repl
+from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.replication import Downstream, run_relay, serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
@@ -40,6 +41,7 @@ RECEIVE_BYTES = 64 * 1024
 LANE_QUEUE_MAX = 256
 STREAMS_PER_CONNECTION_MAX = 64
 _VSPACE, _VINDEX = 281, 289
+T = TypeVar("T", peer_messages.Hello, peer_messages.Subscribe)
 
 
 class _ConnectionClosed(Exception):
@@ -239,33 +241,31 @@ class Session:
         elif kind == RequestType.SUBSCRIBE:
             await self._subscribe(frame)
         elif kind == PeerRequest.ACK:
-            if self._downstream is not None:
-                self._downstream.relay.ack(trio.current_time(), VClock(frame.body.get(Key.VCLOCK, {})))
+            if self._downstream is None:
+                raise RequestError(ErrorCode.PROTOCOL, "ACK on a connection that relays nothing")
+            self._downstream.relay.ack(trio.current_time(), peer_messages.ack(frame))
         elif kind == RequestType.JOIN:
             await self._join(frame)
         elif kind == PeerRequest.REGISTER:
-            registration = await self._node.register(*self._peer_identity(frame))
+            hello = self._check_replicaset(peer_messages.hello(frame, "REGISTER"))
+            registration = await self._node.register(hello.instance_uuid, hello.address)
             self._reply_ok(frame, {PeerKey.INSTANCE_ID: registration.instance_id, PeerKey.REGISTRAR_LSN: registration.registrar_lsn})
         else:
             raise RequestError(ErrorCode.UNKNOWN_REQUEST_TYPE, f"Unknown request type {kind}")
 
-    def _peer_identity(self, frame: Frame) -> tuple[str, str]:
-        """(instance uuid, address) of a peer request, after checking its replica set."""
+    def _check_replicaset(self, request: T) -> T:
+        """A validated peer request, refused unless it is for our replica set."""
         node = self._node
-        theirs = frame.body.get(Key.REPLICASET_UUID)
         ours = node.identity.replicaset_uuid
-        if theirs != ours:
-            message = f"Replica set UUID mismatch: expected {ours}, got {theirs}"
+        if request.replicaset_uuid != ours:
+            message = f"Replica set UUID mismatch: expected {ours}, got {request.replicaset_uuid}"
             node.log.warning("peer_refused", error=message)
             raise RequestError(ErrorCode.REPLICASET_UUID_MISMATCH, message)
-        uuid = frame.body.get(Key.INSTANCE_UUID)
-        if not isinstance(uuid, str):
-            raise RequestError(ErrorCode.ILLEGAL_PARAMS, "a peer request needs INSTANCE_UUID")
-        address = frame.body.get(PeerKey.ADDRESS, "")
-        return uuid, address if isinstance(address, str) else ""
+        return request
 
     async def _join(self, frame: Frame) -> None:
-        uuid, address = self._peer_identity(frame)
+        hello = self._check_replicaset(peer_messages.hello(frame, "JOIN"))
+        uuid, address = hello.instance_uuid, hello.address
         node = self._node
         registration = await node.register(uuid, address)
         await node.wait_for_member(uuid)
@@ -276,20 +276,20 @@ class Session:
             await serve_checkpoint(self, frame.sync, checkpoint, vclock, registration, node.schema_version)
 
     async def _subscribe(self, frame: Frame) -> None:
-        uuid, _ = self._peer_identity(frame)
+        request = self._check_replicaset(peer_messages.subscribe(frame))
+        uuid = request.instance_uuid
         node = self._node
         subscriber = node.member_id(uuid)
         if subscriber is None:
             raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {uuid} is not registered in replica set {node.identity.replicaset_uuid}: join first")
-        claimed = frame.header.get(Key.REPLICA_ID)
-        if isinstance(claimed, int) and claimed != subscriber:
+        claimed = request.replica_id
+        if claimed is not None and claimed != subscriber:
             message = f"instance {uuid} is registered as id {subscriber}, it says it is id {claimed}"
             node.log.warning("peer_refused", error=message)
             raise RequestError(ErrorCode.INSTANCE_UUID_MISMATCH, message)
         if self._downstream is not None:
             raise RequestError(ErrorCode.PROTOCOL, "this connection already relays")
-        vclock = VClock(frame.body.get(Key.VCLOCK) or {})
-        last_txn = {int(o): (int(v[0]), int(v[1])) for o, v in (frame.body.get(PeerKey.LAST_TXN) or {}).items()}
+        vclock, last_txn = request.vclock, request.last_txn
         relay = repl.Relay(subscriber=subscriber, timeout_s=node.config.replication_timeout)
         engine = node.engine
         segments = engine.wal.segments()
@@ -299,7 +299,7 @@ class Session:
             last_txn=last_txn,
             local_txn_at={o: engine.txn_at(o, lsn) for o, (lsn, _) in last_txn.items()},
             log_start=segments[0][1] if segments else VClock(),
-            include_own=bool(frame.body.get(PeerKey.INCLUDE_OWN)),
+            include_own=request.include_own,
         )
         if refusal is not None:
             node.log.error("subscribe_refused", subscriber=subscriber, error=refusal.message)

@@ -17,7 +17,7 @@ from replicaset.demo import free_port
 from replicaset.identity import Identity
 from replicaset.iproto.codec import FrameDecoder, encode_error, encode_greeting
 from replicaset.iproto.constants import ErrorCode
-from replicaset.runtime.node import CLUSTER_DDL, MEMBERS_MAX, REGISTRAR_ID, Node
+from replicaset.runtime.node import CLUSTER_DDL, MEMBERS_MAX, REGISTRAR_ID, Node, Upstream
 from replicaset.runtime.replication import run_applier
 from replicaset.runtime.session import RequestError
 from replicaset.runtime.writer import Writer
@@ -161,10 +161,37 @@ def test_a_member_that_does_not_know_us_yet_is_asked_again(tmp_path: Path) -> No
     async def follow_it() -> None:
         async with opened(make_node(tmp_path, replication_timeout=0.1)) as node, trio.open_nursery() as nursery:
             listeners = await nursery.start(partial(trio.serve_tcp, member_without_our_row, 0, host="127.0.0.1"))
-            nursery.start_soon(run_applier, node, f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+            address = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+            nursery.start_soon(run_applier, node, Upstream(key=address, address=address, uuid=None))
             with trio.fail_after(10):
                 while len(subscribes) < 2:
                     await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
 
     trio.run(follow_it)
+
+
+def test_a_failing_read_of_the_members_propagates_and_keeps_a_pending_registration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty member list would make a majority of one and clear the registration the
+    joiner still waits for (DESIGN 4.7): the error must reach the caller instead."""
+    from replicaset.identity import PENDING_REGISTRATION_FILE, save_pending_registration
+    from replicaset.storage import SqlError
+
+    save_pending_registration(tmp_path, 1)  # a row we hold: only the majority decides
+    node = make_node(tmp_path)
+
+    async def check() -> None:
+        async with opened(node):
+            assert len(node.members()) == 1
+
+            def broken(sql: str, binds: object = ()) -> None:
+                raise SqlError("disk I/O error")
+
+            monkeypatch.setattr(node.engine, "query", broken)
+            with pytest.raises(SqlError, match="disk I/O error"):
+                node._registration_held()
+
+    trio.run(check)
+    assert (tmp_path / PENDING_REGISTRATION_FILE).exists()

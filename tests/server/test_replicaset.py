@@ -351,19 +351,23 @@ def test_a_join_after_a_snapshot_is_served_from_that_checkpoint(replicaset):
     assert rows(second, "SELECT id FROM _cluster ORDER BY id") == [[1], [2]], "its own row came from the log"
 
 
-def test_after_an_unclean_stop_a_member_waits_for_every_member_unless_forced(trio_set):
-    """DESIGN 4.4: a member that is down may hold rows of ours that we lost, and reusing
-    their LSNs would split the set. The connect quorum is one peer here: only this rule
-    keeps the member from taking writes while member 2 hangs."""
+def test_after_an_unclean_stop_a_member_fetches_its_rows_from_every_member_that_answers(trio_set):
+    """DESIGN 4.4 with F1: a peer never holds a row of ours we can have lost, so the fetch
+    of our own rows waits for the members that answer, not for one that hangs (member 2,
+    SIGSTOPped: its link times out). The connect quorum is one peer here, so only this
+    rule keeps member 3 orphan at first. `--force-recovery` skips the fetch."""
     rs, (first, second, third) = trio_set
     quorum_of_one = rs.config_with("quorum1", "replication_connect_quorum = 1\n")
     third.kill()  # wal_mode = write: no clean_stop marker
+    second_uuid = rs.info(second)["uuid"]
     with second.paused():
         third.start("--config", str(quorum_of_one))
         assert rs.info(third)["status"] == "orphan"
         refused = refusal(third, "INSERT INTO kv(k, v) VALUES (1, 'too early')")
         assert refused.code == ErrorCode.READONLY and "unclean stop" in refused.message, refused.message
-    rs.wait_status(third, "running")
+        rs.wait_status(third, "running")
+        done = [e for e in third.log_events() if e["event"] == "recovery_done"]
+        assert done[-1]["not_answered"] == [second_uuid], done
     third.kill()
     with second.paused():
         third.start("--force-recovery", "--config", str(quorum_of_one))

@@ -122,3 +122,56 @@ def test_applier_disconnects_a_silent_peer_and_stops_on_a_conflict():
     applier.check_invariants()
     with pytest.raises(repl.LocalProtocolError):
         applier.rows_received(1.0, [row(1, 1)])
+
+
+def _reconnect_and_fail(applier: repl.Applier, *, failed_row: tuple[int, int] | None) -> float:
+    """Reconnect when the backoff allows, subscribe, and break again; returns that time."""
+    now = applier.retry_at_s
+    applier.tick(now)
+    applier.connected(now, VClock(), {})
+    applier.subscribed(now, VClock({1: 9}), VClock())
+    applier.disconnected(now, "gap", failed_row=failed_row)
+    return now
+
+
+def test_a_subscribe_that_fails_again_does_not_reset_the_backoff():
+    applier = subscribed_applier(VClock(), VClock())
+    applier.disconnected(0.0, "broken")
+    delays = [applier.retry_at_s]
+    for _ in range(3):
+        now = _reconnect_and_fail(applier, failed_row=None)
+        delays.append(applier.retry_at_s - now)
+    assert delays == [1.0, 2.0, 4.0, 4.0]
+    now = applier.retry_at_s
+    applier.tick(now)
+    applier.connected(now, VClock(), {})
+    applier.subscribed(now, VClock({1: 1}), VClock())
+    applier.rows_applied(now, VClock({1: 1}))
+    applier.disconnected(now, "cut")
+    assert applier.retry_at_s - now == 1.0, "progress resets the backoff"
+
+
+def test_a_row_that_breaks_the_link_again_and_again_stops_the_applier_naming_it():
+    applier = subscribed_applier(VClock(), VClock())
+    applier.disconnected(0.0, "row 1:5 arrived but 1:4 is the next expected", failed_row=(1, 4))
+    for _ in range(repl.APPLY_FAILURES_MAX - 2):
+        _reconnect_and_fail(applier, failed_row=(1, 4))
+        assert applier.state is repl.ApplierState.DISCONNECTED
+    _reconnect_and_fail(applier, failed_row=(1, 4))
+    assert applier.state is repl.ApplierState.STOPPED
+    assert applier.message.startswith(f"row 1:4 failed {repl.APPLY_FAILURES_MAX} times in a row"), applier.message
+    applier.check_invariants()
+
+
+def test_failures_on_different_rows_or_with_progress_between_do_not_add_up():
+    applier = subscribed_applier(VClock(), VClock())
+    applier.disconnected(0.0, "gap", failed_row=(1, 1))
+    for lsn in range(2, 3 * repl.APPLY_FAILURES_MAX):
+        _reconnect_and_fail(applier, failed_row=(1, lsn))
+    assert applier.state is repl.ApplierState.DISCONNECTED
+    now = _reconnect_and_fail(applier, failed_row=(1, 20))
+    applier.tick(applier.retry_at_s)
+    applier.connected(applier.retry_at_s, VClock(), {})
+    applier.subscribed(applier.retry_at_s, VClock({1: 99}), VClock())
+    applier.rows_applied(now, VClock({1: 20}))
+    assert applier.failed_row is None and applier.failures == 0

@@ -1,0 +1,256 @@
+"""Typed peer messages: every peer body is decoded and validated here, once.
+
+A peer request can come from anyone who can reach the port, so nothing in it is used
+before it is checked: UUIDs are UUIDs, addresses are short HOST:PORT strings, vclocks map
+origins in 0..31 to LSNs, ids are in range, rows are valid WAL records. A bad field is a
+`RemoteProtocolError` naming the request and the field (answered with an error reply,
+the connection kept), so the caller registers nothing and sends nothing for it.
+"""
+
+from __future__ import annotations
+
+import uuid as uuid_module
+from dataclasses import dataclass
+from typing import Any
+
+from wal import Record, VClock, WalError, decode_record
+
+from .codec import Frame
+from .constants import ErrorCode, Key
+from .errors import RemoteProtocolError
+from .peer import PeerKey
+
+ADDRESS_BYTES_MAX = 255
+INSTANCE_ID_MIN, INSTANCE_ID_MAX = 1, 31
+U64_MAX = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hello:
+    """JOIN and REGISTER: an instance of `replicaset_uuid` asking for an id."""
+
+    replicaset_uuid: str
+    instance_uuid: str
+    address: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subscribe:
+    replicaset_uuid: str
+    instance_uuid: str
+    replica_id: int | None
+    vclock: VClock
+    last_txn: dict[int, tuple[int, int]]
+    include_own: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subscribed:
+    """The relay's answer to SUBSCRIBE: who it is and what it holds."""
+
+    instance_uuid: str
+    vclock: VClock
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointChunk:
+    chunk: bytes
+    offset: int
+    size: int
+    digest: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Joined:
+    """The end of a JOIN: the checkpoint's vclock, size and digest, and the joiner's id."""
+
+    vclock: VClock
+    size: int
+    digest: int
+    instance_id: int
+    registrar_lsn: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Registered:
+    instance_id: int
+    registrar_lsn: int
+
+
+# ---------------------------------------------------------------- requests a member serves
+
+
+def hello(frame: Frame, request: str) -> Hello:
+    body = _Body(frame, request)
+    return Hello(
+        replicaset_uuid=body.uuid(Key.REPLICASET_UUID, "REPLICASET_UUID"),
+        instance_uuid=body.uuid(Key.INSTANCE_UUID, "INSTANCE_UUID"),
+        address=body.address(PeerKey.ADDRESS, "ADDRESS"),
+    )
+
+
+def subscribe(frame: Frame) -> Subscribe:
+    body = _Body(frame, "SUBSCRIBE")
+    replica_id = frame.header.get(Key.REPLICA_ID)
+    if replica_id is not None and not _is_int(replica_id, INSTANCE_ID_MIN, INSTANCE_ID_MAX):
+        raise body.error("REPLICA_ID", f"must be an instance id in {INSTANCE_ID_MIN}..{INSTANCE_ID_MAX}")
+    return Subscribe(
+        replicaset_uuid=body.uuid(Key.REPLICASET_UUID, "REPLICASET_UUID"),
+        instance_uuid=body.uuid(Key.INSTANCE_UUID, "INSTANCE_UUID"),
+        replica_id=replica_id,
+        vclock=body.vclock(Key.VCLOCK, "VCLOCK"),
+        last_txn=body.last_txn(PeerKey.LAST_TXN, "LAST_TXN"),
+        include_own=body.flag(PeerKey.INCLUDE_OWN, "INCLUDE_OWN"),
+    )
+
+
+def ack(frame: Frame) -> VClock:
+    return _Body(frame, "ACK").vclock(Key.VCLOCK, "VCLOCK")
+
+
+# ---------------------------------------------------------------- replies and streams a member receives
+
+
+def subscribed(frame: Frame) -> Subscribed:
+    body = _Body(frame, "SUBSCRIBE reply")
+    return Subscribed(
+        instance_uuid=body.uuid(Key.INSTANCE_UUID, "INSTANCE_UUID"),
+        vclock=body.vclock(Key.VCLOCK, "VCLOCK"),
+    )
+
+
+def rows(frame: Frame) -> list[Record]:
+    body = _Body(frame, "ROWS")
+    raw = body.required(PeerKey.RECORDS, "RECORDS")
+    if not isinstance(raw, list):
+        raise body.error("RECORDS", "must be an array of WAL records")
+    records = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, bytes):
+            raise body.error("RECORDS", f"item {i} is not binary")
+        try:
+            record, end = decode_record(item)
+        except WalError as exc:
+            raise body.error("RECORDS", f"item {i} is not a valid WAL record: {exc}") from exc
+        if end != len(item):
+            raise body.error("RECORDS", f"item {i} has {len(item) - end} bytes after its record")
+        records.append(record)
+    return records
+
+
+def heartbeat(frame: Frame) -> VClock:
+    return _Body(frame, "HEARTBEAT").vclock(Key.VCLOCK, "VCLOCK")
+
+
+def checkpoint_chunk(frame: Frame) -> CheckpointChunk:
+    body = _Body(frame, "CHECKPOINT_CHUNK")
+    chunk = body.required(PeerKey.CHUNK, "CHUNK")
+    if not isinstance(chunk, bytes):
+        raise body.error("CHUNK", "must be binary")
+    return CheckpointChunk(
+        chunk=chunk,
+        offset=body.integer(PeerKey.OFFSET, "OFFSET", 0, U64_MAX),
+        size=body.integer(PeerKey.SIZE, "SIZE", 0, U64_MAX),
+        digest=body.integer(PeerKey.DIGEST, "DIGEST", 0, U64_MAX),
+    )
+
+
+def joined(frame: Frame) -> Joined:
+    body = _Body(frame, "JOIN reply")
+    return Joined(
+        vclock=body.vclock(Key.VCLOCK, "VCLOCK"),
+        size=body.integer(PeerKey.SIZE, "SIZE", 0, U64_MAX),
+        digest=body.integer(PeerKey.DIGEST, "DIGEST", 0, U64_MAX),
+        instance_id=body.integer(PeerKey.INSTANCE_ID, "INSTANCE_ID", INSTANCE_ID_MIN, INSTANCE_ID_MAX),
+        registrar_lsn=body.integer(PeerKey.REGISTRAR_LSN, "REGISTRAR_LSN", 1, U64_MAX),
+    )
+
+
+def registered(frame: Frame) -> Registered:
+    body = _Body(frame, "REGISTER reply")
+    return Registered(
+        instance_id=body.integer(PeerKey.INSTANCE_ID, "INSTANCE_ID", INSTANCE_ID_MIN, INSTANCE_ID_MAX),
+        registrar_lsn=body.integer(PeerKey.REGISTRAR_LSN, "REGISTRAR_LSN", 1, U64_MAX),
+    )
+
+
+# ---------------------------------------------------------------- fields
+
+
+def _is_int(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+class _Body:
+    def __init__(self, frame: Frame, request: str) -> None:
+        self.frame = frame
+        self.request = request
+
+    def error(self, field: str, problem: str) -> RemoteProtocolError:
+        return RemoteProtocolError(
+            f"{self.request}: field {field} {problem}", fatal=False, sync=self.frame.sync, code=ErrorCode.PROTOCOL
+        )
+
+    def required(self, key: int, field: str) -> Any:
+        if key not in self.frame.body:
+            raise self.error(field, "is missing")
+        return self.frame.body[key]
+
+    def uuid(self, key: int, field: str) -> str:
+        value = self.required(key, field)
+        if not isinstance(value, str) or len(value) != 36:
+            raise self.error(field, "must be a UUID string of 36 characters")
+        try:
+            return str(uuid_module.UUID(value))
+        except ValueError:
+            raise self.error(field, f"is not a UUID: {value!r}") from None
+
+    def address(self, key: int, field: str) -> str:
+        value = self.required(key, field)
+        if not isinstance(value, str) or not 0 < len(value.encode()) <= ADDRESS_BYTES_MAX:
+            raise self.error(field, f"must be HOST:PORT of at most {ADDRESS_BYTES_MAX} bytes")
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise self.error(field, f"is not HOST:PORT: {value!r}")
+        if not value.isprintable() or " " in value:
+            raise self.error(field, f"has spaces or control characters: {value!r}")
+        return value
+
+    def integer(self, key: int, field: str, low: int, high: int) -> int:
+        value = self.required(key, field)
+        if not _is_int(value, low, high):
+            raise self.error(field, f"must be an integer in {low}..{high}, got {_short(value)}")
+        return value
+
+    def flag(self, key: int, field: str) -> bool:
+        value = self.frame.body.get(key, False)
+        if not isinstance(value, bool):
+            raise self.error(field, f"must be a boolean, got {_short(value)}")
+        return value
+
+    def vclock(self, key: int, field: str) -> VClock:
+        value = self.frame.body.get(key, {})
+        if not isinstance(value, dict):
+            raise self.error(field, f"must be a map of origin to LSN, got {_short(value)}")
+        try:
+            return VClock(value)
+        except ValueError as exc:
+            raise self.error(field, str(exc)) from None
+
+    def last_txn(self, key: int, field: str) -> dict[int, tuple[int, int]]:
+        value = self.frame.body.get(key, {})
+        if not isinstance(value, dict):
+            raise self.error(field, f"must be a map of origin to [lsn, txn id], got {_short(value)}")
+        result = {}
+        for origin, pair in value.items():
+            if not _is_int(origin, 0, INSTANCE_ID_MAX):
+                raise self.error(field, f"origin {_short(origin)} is not in 0..{INSTANCE_ID_MAX}")
+            if not (isinstance(pair, list) and len(pair) == 2 and all(_is_int(v, 0, U64_MAX) for v in pair)):
+                raise self.error(field, f"origin {origin}: expected [lsn, txn id], got {_short(pair)}")
+            result[origin] = (pair[0], pair[1])
+        return result
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

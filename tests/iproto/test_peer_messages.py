@@ -1,0 +1,68 @@
+"""Peer bodies are decoded and validated once, at the edge; garbage names its field."""
+
+from __future__ import annotations
+
+import pytest
+
+from replicaset.iproto import peer_messages
+from replicaset.iproto.codec import Frame
+from replicaset.iproto.constants import ErrorCode, Key
+from replicaset.iproto.errors import RemoteProtocolError
+from replicaset.iproto.peer import PeerKey
+from wal import Record, RecordType, VClock, encode_record
+
+RS = "8c5e4a52-0000-4000-8000-00000000abcd"
+ME = "5f0e4a52-0000-4000-8000-0000000000aa"
+
+
+def frame(body: dict, header: dict | None = None) -> Frame:
+    return Frame(header={Key.REQUEST_TYPE: 1, Key.SYNC: 9, **(header or {})}, body=body, size=0)
+
+
+def refused(decode, *args) -> str:
+    with pytest.raises(RemoteProtocolError) as caught:
+        decode(*args)
+    assert not caught.value.fatal and caught.value.code == ErrorCode.PROTOCOL and caught.value.sync == 9
+    return caught.value.message
+
+
+def test_a_hello_is_normalised_and_each_bad_field_named() -> None:
+    good = {Key.REPLICASET_UUID: RS.upper(), Key.INSTANCE_UUID: ME, PeerKey.ADDRESS: "localhost:3301"}
+    hello = peer_messages.hello(frame(good), "JOIN")
+    assert (hello.replicaset_uuid, hello.instance_uuid, hello.address) == (RS, ME, "localhost:3301")
+    assert "JOIN: field INSTANCE_UUID" in refused(peer_messages.hello, frame({**good, Key.INSTANCE_UUID: "7" * 100_000}), "JOIN")
+    assert "field ADDRESS is missing" in refused(peer_messages.hello, frame({k: v for k, v in good.items() if k != PeerKey.ADDRESS}), "JOIN")
+    assert "field ADDRESS" in refused(peer_messages.hello, frame({**good, PeerKey.ADDRESS: "host:0"}), "REGISTER")
+    assert "control characters" in refused(peer_messages.hello, frame({**good, PeerKey.ADDRESS: "ho\nst:1"}), "JOIN")
+
+
+def test_subscribe_fields() -> None:
+    body = {Key.REPLICASET_UUID: RS, Key.INSTANCE_UUID: ME, Key.VCLOCK: {1: 5, 2: 0},
+            PeerKey.LAST_TXN: {1: [5, 77]}, PeerKey.INCLUDE_OWN: True}
+    request = peer_messages.subscribe(frame(body, {Key.REPLICA_ID: 3}))
+    assert request.vclock == VClock({1: 5}) and request.last_txn == {1: (5, 77)}
+    assert request.include_own is True and request.replica_id == 3
+    assert "REPLICA_ID" in refused(peer_messages.subscribe, frame(body, {Key.REPLICA_ID: 0}))
+    assert "field VCLOCK" in refused(peer_messages.subscribe, frame({**body, Key.VCLOCK: {32: 1}}))
+    assert "field VCLOCK" in refused(peer_messages.subscribe, frame({**body, Key.VCLOCK: {1: True}}))
+    assert "field LAST_TXN origin 1" in refused(peer_messages.subscribe, frame({**body, PeerKey.LAST_TXN: {1: [1, -2]}}))
+    assert "field INCLUDE_OWN" in refused(peer_messages.subscribe, frame({**body, PeerKey.INCLUDE_OWN: 1}))
+
+
+def test_rows_must_be_whole_valid_records() -> None:
+    record = Record(type=RecordType.DML, origin=2, lsn=3, txn_id=99, payload=b"\x80")
+    raw = encode_record(record, max_record_bytes=1 << 20)
+    assert peer_messages.rows(frame({PeerKey.RECORDS: [raw]})) == [record]
+    assert "item 0 is not a valid WAL record" in refused(peer_messages.rows, frame({PeerKey.RECORDS: [raw[:-1] + b"\x00"]}))
+    assert "bytes after its record" in refused(peer_messages.rows, frame({PeerKey.RECORDS: [raw + b"x"]}))
+    assert "item 1 is not binary" in refused(peer_messages.rows, frame({PeerKey.RECORDS: [raw, "text"]}))
+    assert "RECORDS is missing" in refused(peer_messages.rows, frame({}))
+
+
+def test_join_replies_are_checked_before_the_joiner_uses_them() -> None:
+    end = {Key.VCLOCK: {1: 4}, PeerKey.SIZE: 10, PeerKey.DIGEST: 5, PeerKey.INSTANCE_ID: 2, PeerKey.REGISTRAR_LSN: 4}
+    joined = peer_messages.joined(frame(end))
+    assert (joined.instance_id, joined.registrar_lsn, joined.vclock) == (2, 4, VClock({1: 4}))
+    assert "INSTANCE_ID" in refused(peer_messages.joined, frame({**end, PeerKey.INSTANCE_ID: 32}))
+    assert "REGISTRAR_LSN is missing" in refused(peer_messages.registered, frame({PeerKey.INSTANCE_ID: 2}))
+    assert "field CHUNK" in refused(peer_messages.checkpoint_chunk, frame({PeerKey.CHUNK: "text", PeerKey.OFFSET: 0}))

@@ -1,0 +1,118 @@
+"""What the writer hands the relays: every flushed row, once, in log order, whatever mix
+of local writes and applied rows made the batches (a flush the writer did not see once
+left a member's rows unrelayed), and what an applier learns when its flush fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from replicaset.runtime import writer as writer_module
+from replicaset.runtime.writer import WriteFailed, Writer
+from replicaset.storage import BatchKindError
+from tests.storage.enginekit import FakeClock, open_engine, run, wal_records
+from wal import GroupCommitPolicy, Record, WalMode
+
+# No group-commit flush of its own: a local batch stays open until something flushes it.
+HOLD_OPEN = GroupCommitPolicy(max_batch_bytes=1 << 20, max_batch_count=1 << 20, max_delay_ms=60_000)
+
+
+def _member_one(tmp_path: Path, **config) -> tuple:
+    engine = open_engine(tmp_path / "m1", 1, FakeClock(), **config)
+    run(engine, "CREATE TABLE t(id INTEGER PRIMARY KEY)")
+    schema = wal_records(engine)
+    shipped: list[list[Record] | None] = []
+    writer = Writer(engine, group_commit=HOLD_OPEN, fsync=False, ship=shipped.append)
+    return engine, writer, shipped, schema
+
+
+def test_local_rows_still_open_when_applied_rows_come_are_shipped_before_them(tmp_path: Path) -> None:
+    engine, writer, shipped, schema = _member_one(tmp_path)
+    other = open_engine(tmp_path / "m2", 2, FakeClock())
+    for record in schema:
+        other.apply(record)
+    other.flush()
+    run(other, "INSERT INTO t(id) VALUES (1000)")
+    theirs = [r for r in wal_records(other) if r.origin == 2]
+
+    async def main() -> None:
+        _, ticket = await writer.execute_nowait("INSERT INTO t(id) VALUES (1)", ())
+        assert not ticket.done.is_set(), "held open by the group-commit delay"
+        assert await writer.apply(theirs) == 1
+        assert ticket.done.is_set()
+
+    trio.run(main)
+    flat = [(r.origin, r.lsn) for batch in shipped for r in batch]
+    assert flat == [(1, 2), (2, 1)], "member 1's row was flushed and shipped before the applied one"
+    assert [(r.origin, r.lsn) for r in wal_records(engine)] == [(1, 1), (1, 2), (2, 1)]
+
+
+def test_the_engine_refuses_to_switch_batch_kinds_behind_the_writers_back(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "m1", 1, FakeClock())
+    run(engine, "CREATE TABLE t(id INTEGER PRIMARY KEY)")
+    other = open_engine(tmp_path / "m2", 2, FakeClock())
+    other.apply(wal_records(engine)[0])
+    other.flush()
+    run(other, "INSERT INTO t(id) VALUES (7)")
+    txn = engine.begin()
+    engine.execute(txn, "INSERT INTO t(id) VALUES (1)")
+    engine.commit(txn)
+    with pytest.raises(BatchKindError, match="local batch is open"):
+        engine.apply(wal_records(other)[-1])
+    assert engine.batch_records == 1, "the local batch is still open: nothing was flushed on the side"
+
+
+def test_an_applier_learns_that_the_flush_of_its_rows_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine, writer, _, schema = _member_one(tmp_path)
+    other = open_engine(tmp_path / "m2", 2, FakeClock())
+    for record in schema:
+        other.apply(record)
+    other.flush()
+    run(other, "INSERT INTO t(id) VALUES (1000)")
+    theirs = [r for r in wal_records(other) if r.origin == 2]
+
+    def full_disk(records: list[Record]) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(engine.wal, "append", full_disk)
+    with pytest.raises(WriteFailed, match="No space left"):
+        trio.run(writer.apply, theirs)
+    assert engine.pending_vclock.get(2) == 0, "back at the durable vclock: the rows will come again"
+
+
+def test_rows_waiting_for_the_ship_fsync_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An fsync that stalls must not let the queue grow: past the bound the relays are told
+    to re-read the log (None), which holds every row, once the fsync is done."""
+    monkeypatch.setattr(writer_module, "SHIP_QUEUE_ROWS_MAX", 3)
+    engine = open_engine(tmp_path, 1, FakeClock(), wal_mode=WalMode.WRITE)
+    shipped: list[list[Record] | None] = []
+    writer = Writer(engine, group_commit=GroupCommitPolicy(1 << 20, 1, 0), fsync=False,
+                    ship=shipped.append, relaying=lambda: True)
+    stalled = trio.Event()
+
+    async def main() -> None:
+        real_sync = writer.sync_wal
+
+        async def stalling_sync() -> None:
+            await stalled.wait()
+            await real_sync()
+
+        monkeypatch.setattr(writer, "sync_wal", stalling_sync)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run_flusher)
+            await writer.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
+            for k in range(10):
+                await writer.execute("INSERT INTO t(id) VALUES (?)", (k,))
+            assert shipped == []
+            assert writer._to_ship_rows <= 3
+            stalled.set()
+            with trio.fail_after(10):
+                while None not in shipped:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert None in shipped
+    assert engine.wal.synced_vclock.get(1) == 11, "the re-read finds every row durable"
