@@ -51,6 +51,8 @@ _STREAM_ID = int(Key.STREAM_ID)
 _ERROR_24 = int(Key.ERROR_24)
 _ERROR = int(Key.ERROR)
 _OK = int(RequestType.OK)
+_AUTH = int(RequestType.AUTH)
+_TUPLE = int(Key.TUPLE)
 _UINT_HEADER_KEYS = (_SYNC, _SCHEMA_VERSION, _STREAM_ID)
 
 # Shared by all encoders. msgpack's C packer does not release the GIL while packing plain
@@ -242,8 +244,7 @@ class FrameDecoder:
 def _decode_frame(data: bytearray, size: int) -> Frame:
     if not data:
         raise RemoteProtocolError("frame is empty: no header", fatal=False)
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(data))
-    unpacker.feed(data)
+    unpacker = _frame_unpacker(data, "strict")
     try:
         header = unpacker.unpack()
     except _MSGPACK_ERRORS as exc:
@@ -251,6 +252,10 @@ def _decode_frame(data: bytearray, size: int) -> Frame:
     sync = _check_header(header)
     if unpacker.tell() == len(data):
         return Frame(header=header, body={}, size=size)
+    is_auth = header[_REQUEST_TYPE] == _AUTH
+    if is_auth:
+        unpacker = _frame_unpacker(data, "surrogateescape")
+        unpacker.skip()
     try:
         body = unpacker.unpack()
     except _MSGPACK_ERRORS as exc:
@@ -268,7 +273,36 @@ def _decode_frame(data: bytearray, size: int) -> Frame:
     for key in body:
         if type(key) is not int:
             raise RemoteProtocolError("frame body keys must be integers", fatal=False, sync=sync)
+    if is_auth:
+        _scramble_to_bytes(body, sync)
     return Frame(header=header, body=body, size=size)
+
+
+def _frame_unpacker(data: bytearray, unicode_errors: str) -> msgpack.Unpacker:
+    unpacker = msgpack.Unpacker(
+        raw=False, strict_map_key=False, max_buffer_size=len(data), unicode_errors=unicode_errors
+    )
+    unpacker.feed(data)
+    return unpacker
+
+
+def _scramble_to_bytes(body: dict[int, Any], sync: int | None) -> None:
+    """Give an AUTH body's scramble as bytes, whichever msgpack type carried it.
+
+    net.box (tarantool 2.6) sends the chap-sha1 scramble as a msgpack str holding 20 raw
+    bytes, which Tarantool accepts as it accepts bin (what PyPI `tarantool` sends). An AUTH
+    body is decoded with surrogateescape so such a str survives, and turns back into its
+    exact bytes here (PEP 383); every other string in it must still be valid UTF-8.
+    """
+    tuple_ = body.get(_TUPLE)
+    if isinstance(tuple_, list) and len(tuple_) == 2 and isinstance(tuple_[1], str):
+        body[_TUPLE] = [tuple_[0], tuple_[1].encode("utf-8", "surrogateescape")]
+    try:
+        msgpack.packb(body)
+    except UnicodeEncodeError as exc:
+        raise RemoteProtocolError(
+            f"invalid UTF-8 in AUTH body: {exc!r}", fatal=False, sync=sync
+        ) from exc
 
 
 def _check_header(header: object) -> int | None:

@@ -166,7 +166,10 @@ class ErrorCode(IntEnum):
     TUPLE_FOUND = 3
     UNSUPPORTED = 5
     READONLY = 7
+    KEY_PART_TYPE = 18
     INVALID_MSGPACK = 20
+    KEY_PART_COUNT = 31
+    NO_SUCH_INDEX_ID = 35
     NO_SUCH_SPACE = 36
     WAL_IO = 40
     ACCESS_DENIED = 42

@@ -1,9 +1,9 @@
-"""How SQL requests and results, and the schema rows connectors read, look on the wire.
+"""How SQL requests and results look on the wire.
 
 Everything here mirrors what Tarantool 2.10 sends or accepts, because connectors were
 written against it: EXECUTE replies carry METADATA + DATA for queries and SQL_INFO for
-changes; binds arrive as a list of values and/or one-entry maps; `_vspace`/`_vindex` rows
-have Tarantool's field order, which the PyPI `tarantool` schema loader indexes by position.
+changes; binds arrive as a list of values and/or one-entry maps. The schema rows
+connectors read live in `system_views`.
 """
 
 from collections.abc import Sequence
@@ -26,10 +26,6 @@ _BIND_NAME_PREFIXES = (":", "@", "$")
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _SCALAR_TYPES = (type(None), bool, int, float, str, bytes)
-
-_ADMIN_USER_ID = 1  # owner of every space, as `admin` owns SQL tables in Tarantool
-_ENGINE = "memtx"  # what connectors expect of an SQL table's space
-_INDEX_TYPE = "tree"
 
 
 def metadata(columns: Sequence[tuple[str, str]]) -> list[dict[int, str]]:
@@ -139,31 +135,3 @@ def _check_bind_value(value: Any, parameter: str) -> Any:
 def _bind_error(message: str, code: ErrorCode) -> RemoteProtocolError:
     return RemoteProtocolError(message, fatal=False, code=code)
 
-
-def schema_vspace_tuple(
-    space_id: int, name: str, field_names_and_types: Sequence[tuple[str, str]]
-) -> list[Any]:
-    """A `_vspace` row: [id, owner, name, engine, field_count, flags, format].
-
-    The PyPI `tarantool` connector reads id (0), name (2) and format (6), a list of maps
-    with "name" and "type"; field_count 0 means "not fixed", as for SQL tables.
-    """
-    field_format = [{"name": field, "type": kind} for field, kind in field_names_and_types]
-    return [space_id, _ADMIN_USER_ID, name, _ENGINE, 0, {}, field_format]
-
-
-def schema_vindex_tuple(
-    space_id: int,
-    index_id: int,
-    name: str,
-    parts: Sequence[tuple[int, str]],
-    *,
-    unique: bool = True,
-) -> list[Any]:
-    """A `_vindex` row: [space id, index id, name, type, options, parts].
-
-    `parts` are (0-based field number, type name) pairs, sent as Tarantool 2.x's maps with
-    "field" and "type". Index 0 is the primary key, which must be unique.
-    """
-    part_maps = [{"field": field, "type": kind} for field, kind in parts]
-    return [space_id, index_id, name, _INDEX_TYPE, {"unique": unique}, part_maps]

@@ -15,13 +15,14 @@ import trio
 from replicaset import __version__, console
 from replicaset.config import Config
 from replicaset.identity import Identity, clear_pending_registration, load_pending_registration
-from replicaset.iproto.sql_wire import schema_vindex_tuple, schema_vspace_tuple, sql_type_name
+from replicaset.iproto.sql_wire import sql_type_name
+from replicaset.iproto.system_views import Field, Space, SystemView, build_system_views
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.replication import PeerError, Registration, register_with
 from replicaset.runtime.session import RequestError, Session
 from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import Engine, EngineConfig, SqlError
-from replicaset.storage.schema import is_internal, load_table
+from replicaset.storage.schema import is_internal, load_table, quote
 from replicaset.iproto.constants import ErrorCode
 from replicaset.iproto.errors import RemoteProtocolError
 from wal import GroupCommitPolicy, RecordType, WalError, WalMode
@@ -92,7 +93,7 @@ class Node:
         self.log = get_logger(identity.instance_id)
         self.started_monotonic = time.monotonic()
         self.schema_version = 1
-        self._schema_cache: dict[int, list[list[Any]]] | None = None
+        self._system_views: dict[SystemView, list[list[Any]]] | None = None
         self.listen_address = config.listen
 
     @property
@@ -470,7 +471,7 @@ class Node:
     def _on_flush(self, records: list[Any]) -> None:
         if any(r.type == RecordType.DDL for r in records):
             self.schema_version += 1
-            self._schema_cache = None
+            self._system_views = None
 
     def _ship(self, records: list[Any] | None) -> None:
         for feed in self._feeds:
@@ -478,24 +479,32 @@ class Node:
 
     # ---------------------------------------------------------------- views
 
-    def schema_tuples(self, space: int) -> list[list[Any]]:
-        """`_vspace` (281) and `_vindex` (289) rows listing the SQL tables as spaces."""
-        if self._schema_cache is None:
-            reader = self.engine._reader
-            spaces, indexes = [], []
-            names = [n for (n,) in reader.execute("SELECT name FROM sqlite_schema WHERE type='table' ORDER BY name")]
-            for offset, name in enumerate(n for n in names if not is_internal(n)):
-                info = load_table(reader, name)
-                if info is None:
-                    continue
-                space_id = USER_SPACE_ID_MIN + offset
-                types = {r[1]: r[2] for r in reader.execute(f"PRAGMA table_xinfo(\"{name}\")")}
-                spaces.append(schema_vspace_tuple(space_id, name, [(c, sql_type_name(types.get(c))) for c in info.columns]))
-                positions = info.column_positions()
-                parts = [(positions[c], sql_type_name(types.get(c))) for c in info.pk_columns] or [(0, "unsigned")]
-                indexes.append(schema_vindex_tuple(space_id, 0, "pk", parts))
-            self._schema_cache = {281: spaces, 289: indexes}
-        return self._schema_cache[space]
+    def system_views(self) -> dict[SystemView, list[list[Any]]]:
+        """The system views' rows, listing the SQL tables as spaces. Built once per schema
+        version: connectors read them at every connect and after every schema change."""
+        if self._system_views is None:
+            self._system_views = build_system_views(self._sql_spaces())
+        return self._system_views
+
+    def _sql_spaces(self) -> list[Space]:
+        """Each client table as a space, numbered from 512 in name order; primary key
+        columns are not nullable, as in Tarantool's SQL."""
+        reader = self.engine._reader
+        spaces = []
+        names = [n for (n,) in reader.execute("SELECT name FROM sqlite_schema WHERE type='table' ORDER BY name")]
+        for offset, name in enumerate(n for n in names if not is_internal(n)):
+            info = load_table(reader, name)
+            if info is None:
+                continue
+            declared = {r[1]: (r[2], bool(r[3])) for r in reader.execute(f"PRAGMA main.table_xinfo({quote(name)})")}
+            fields = tuple(
+                Field(name=c, type=sql_type_name(declared[c][0]), is_nullable=not declared[c][1] and c not in info.pk_columns)
+                for c in info.columns
+            )
+            positions = info.column_positions()
+            primary_key = tuple(positions[c] for c in info.pk_columns)
+            spaces.append(Space(id=USER_SPACE_ID_MIN + offset, name=name, fields=fields, primary_key=primary_key))
+        return spaces
 
     def info(self) -> dict[str, Any]:
         vclock = self.engine.vclock

@@ -26,6 +26,7 @@ from replicaset.iproto.codec import FrameDecoder, Frame, encode_error, encode_gr
 from replicaset.iproto.constants import GREETING_VERSION, ErrorCode, Key, RequestType
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.sql_wire import decode_binds, metadata, sql_info, sql_type_name
+from replicaset.iproto.system_views import decode_select, select_system_view
 from replicaset.core import replication as repl
 from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerKey, PeerRequest
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 RECEIVE_BYTES = 64 * 1024
 LANE_QUEUE_MAX = 256
 STREAMS_PER_CONNECTION_MAX = 64
-_VSPACE, _VINDEX = 281, 289
 T = TypeVar("T", peer_messages.Hello, peer_messages.Subscribe)
 
 
@@ -390,15 +390,8 @@ class Session:
             self._reply_ok(frame, {Key.SQL_INFO: sql_info(result.row_count or 0, result.autoincrement_ids)})
 
     def _select(self, frame: Frame) -> None:
-        space = frame.body.get(Key.SPACE_ID)
-        if space not in (_VSPACE, _VINDEX):
-            raise RequestError(ErrorCode.UNSUPPORTED, f"SELECT on space {space} is not supported: use SQL (EXECUTE)")
-        key = frame.body.get(Key.KEY) or []
-        index = frame.body.get(Key.INDEX_ID, 0)
-        rows = self._node.schema_tuples(space)
-        if key:
-            field = {(_VSPACE, 0): [0], (_VSPACE, 2): [2], (_VINDEX, 0): [0, 1], (_VINDEX, 2): [0, 2]}.get((space, index), [0])
-            rows = [r for r in rows if all(r[f] == k for f, k in zip(field, key))]
+        """Only the system views connectors read at connect: data is read with SQL."""
+        rows = select_system_view(self._node.system_views(), decode_select(frame.body))
         self._reply_ok(frame, {Key.DATA: rows})
 
     async def _eval(self, frame: Frame) -> None:

@@ -16,20 +16,22 @@ from replicaset.iproto import (
     IPROTO_PROTOCOL_VERSION,
     ErrorCode,
     Feature,
+    Field,
     Frame,
     FrameDecoder,
     Key,
     RemoteProtocolError,
     RequestType,
+    SystemView,
     check_scramble,
     decode_binds,
     encode_error,
     encode_greeting,
     encode_ok,
     metadata,
-    schema_vindex_tuple,
-    schema_vspace_tuple,
     sql_info,
+    vindex_tuple,
+    vspace_tuple,
 )
 
 SALT = bytes(range(32))
@@ -40,8 +42,10 @@ USERS_SPACE_ID = 512
 MAX_FRAME_BYTES = 1 << 20
 _SOCKET_TIMEOUT_S = 5.0
 _POLL_S = 0.05
-_VSPACE = 281
-_VINDEX = 289
+_USERS_FIELDS = (
+    Field(name="ID", type="integer", is_nullable=False),
+    Field(name="NAME", type="string", is_nullable=True),
+)
 
 
 class FakeServer:
@@ -140,14 +144,11 @@ def answer(frame: Frame) -> bytes:
             return _auth(sync, body)
         case RequestType.PING:
             return _ok(sync)
-        case RequestType.SELECT if body.get(Key.SPACE_ID) == _VSPACE:
-            fields = [("ID", "integer"), ("NAME", "string")]
-            return _ok(sync, {Key.DATA: [schema_vspace_tuple(USERS_SPACE_ID, "USERS", fields)]})
-        case RequestType.SELECT if body.get(Key.SPACE_ID) == _VINDEX:
-            pk = schema_vindex_tuple(USERS_SPACE_ID, 0, "pk_unnamed_USERS_1", [(0, "integer")])
-            by_name = schema_vindex_tuple(
-                USERS_SPACE_ID, 1, "BY_NAME", [(1, "string")], unique=False
-            )
+        case RequestType.SELECT if body.get(Key.SPACE_ID) == SystemView.VSPACE:
+            return _ok(sync, {Key.DATA: [vspace_tuple(USERS_SPACE_ID, "USERS", _USERS_FIELDS)]})
+        case RequestType.SELECT if body.get(Key.SPACE_ID) == SystemView.VINDEX:
+            pk = vindex_tuple(USERS_SPACE_ID, 0, "pk_unnamed_USERS_1", _USERS_FIELDS, [0])
+            by_name = vindex_tuple(USERS_SPACE_ID, 1, "BY_NAME", _USERS_FIELDS, [1], unique=False)
             return _ok(sync, {Key.DATA: [pk, by_name]})
         case RequestType.EXECUTE:
             return _execute(frame)

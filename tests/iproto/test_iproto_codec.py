@@ -320,3 +320,40 @@ def test_bad_frame_content_is_skipped_with_its_sync(payload: bytes, sync, code) 
     assert info.value.code == code
     assert decoder.next_frame().sync == 99  # the connection goes on with the next frame
     assert decoder.pending_bytes == 0
+
+
+# --- AUTH scrambles ---------------------------------------------------------------------
+
+def auth_frame(sync: int, user: bytes, scramble_type: int, scramble: bytes) -> bytes:
+    """An AUTH frame with its strings typed by hand: `scramble_type` 0xd9 is msgpack str 8,
+    as net.box (tarantool 2.6) sends the scramble; 0xc4 is bin 8, as PyPI `tarantool` does."""
+    body = (
+        b"\x82"
+        + msgpack.packb(Key.USER_NAME) + b"\xd9" + bytes([len(user)]) + user
+        + msgpack.packb(Key.TUPLE) + b"\x92" + msgpack.packb("chap-sha1")
+        + bytes([scramble_type, len(scramble)]) + scramble
+    )
+    return raw_frame(msgpack.packb({0: int(RequestType.AUTH), 1: sync}) + body)
+
+
+# Not valid UTF-8, as most scrambles are not.
+NON_UTF8_SCRAMBLE = bytes.fromhex("77625d71d3e5ea617e6ca79fb4def24c183457e4")
+
+
+@pytest.mark.parametrize("scramble_type", [0xD9, 0xC4])
+def test_auth_scramble_is_bytes_whether_sent_as_str_or_bin(scramble_type: int) -> None:
+    (frame,) = decode_all(auth_frame(3, b"alice", scramble_type, NON_UTF8_SCRAMBLE))
+    assert frame.body[Key.USER_NAME] == "alice"
+    assert frame.body[Key.TUPLE] == ["chap-sha1", NON_UTF8_SCRAMBLE]
+
+
+def test_auth_with_a_user_name_that_is_not_utf8_is_refused_with_its_sync() -> None:
+    error = decode_error(auth_frame(3, b"al\xffce", 0xD9, NON_UTF8_SCRAMBLE))
+    assert (error.fatal, error.sync, error.code) == (False, 3, ErrorCode.INVALID_MSGPACK)
+    assert "AUTH" in error.message
+
+
+def test_other_requests_keep_refusing_strings_that_are_not_utf8() -> None:
+    body = b"\x81" + msgpack.packb(Key.SQL_TEXT) + b"\xd9\x02\xff\xfe"
+    error = decode_error(raw_frame(msgpack.packb({0: int(RequestType.EXECUTE), 1: 4}) + body))
+    assert (error.fatal, error.sync, error.code) == (False, 4, ErrorCode.INVALID_MSGPACK)

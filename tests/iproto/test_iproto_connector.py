@@ -13,14 +13,15 @@ from replicaset.iproto import (
     GREETING_VERSION,
     ErrorCode,
     Feature,
+    Field,
     Key,
     encode_error,
     encode_greeting,
     encode_ok,
     metadata,
-    schema_vindex_tuple,
-    schema_vspace_tuple,
     sql_info,
+    vindex_tuple,
+    vspace_tuple,
 )
 
 _PREFIX_BYTES = 5  # the connector reads exactly 5 bytes of length prefix, then the frame
@@ -90,12 +91,14 @@ def test_connector_reads_id_reply(offline_conn) -> None:
 
 def test_connector_schema_loader_accepts_schema_tuples() -> None:
     schema: dict = {}
-    space = SchemaSpace(
-        schema_vspace_tuple(600, "T", [("ID", "integer"), ("V", "string")]), schema
-    )
+    fields = [
+        Field(name="ID", type="integer", is_nullable=False),
+        Field(name="V", type="string", is_nullable=True),
+    ]
+    space = SchemaSpace(vspace_tuple(600, "T", fields), schema)
     assert schema["T"] is space and space.sid == 600
     assert space.format["V"]["id"] == 1
-    index = SchemaIndex(schema_vindex_tuple(600, 0, "PK", [(0, "integer")]), space)
+    index = SchemaIndex(vindex_tuple(600, 0, "PK", fields, [0]), space)
     assert space.indexes["PK"] is index
     assert (index.iid, index.unique, index.parts) == (0, {"unique": True}, [(0, "integer")])
 
