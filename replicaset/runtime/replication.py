@@ -31,7 +31,7 @@ from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.storage import ApplyError, EngineFatal, GapError, SchemaPending
-from wal import Record, VClock, WalError, decode_record, encode_record
+from wal import Record, VClock, WalError, decode_record, encode_record, fsync_path
 
 if TYPE_CHECKING:
     from replicaset.runtime.node import Node
@@ -353,7 +353,8 @@ async def fetch_checkpoint(
     max_frame_bytes: int = 64 * 1024 * 1024,
 ) -> Joined:
     """JOIN through `address`: get an id and the newest checkpoint, verified chunk by chunk
-    with xxhash, into `target` (written under a temporary name, then renamed)."""
+    with xxhash, into `target` (written under a temporary name, fsynced, renamed, and the
+    directory fsynced: durable on return)."""
     link = await PeerLink.open(address, max_frame_bytes)
     partial = target.with_name(target.name + ".partial")
     try:
@@ -381,6 +382,7 @@ async def fetch_checkpoint(
                 out.flush()
                 os.fsync(out.fileno())
                 os.replace(partial, target)
+                fsync_path(target.parent)  # the rename is durable only once the directory is
                 registration = Registration(instance_id=body[PeerKey.INSTANCE_ID], registrar_lsn=body[PeerKey.REGISTRAR_LSN])
                 return Joined(registration=registration, vclock=VClock(body[Key.VCLOCK]), size_bytes=size)
     finally:
