@@ -75,6 +75,15 @@ class PageCache:
         for name, inode in names.items():
             self._durable_bytes[inode] = (directory / name).stat().st_size
 
+    def crash_image(self, directory: Path, into: Path) -> None:
+        """Write to the new directory `into` what an OS crash now would leave of `directory`
+        (its durable names, each with its durable bytes), leaving `directory` as it is: for
+        checking, while a test runs, what a crash at that moment would keep."""
+        st = directory.stat()
+        into.mkdir()
+        for name, inode in self._durable_names.get((st.st_dev, st.st_ino), {}).items():
+            (into / name).write_bytes(os.pread(self._kept[inode], self._durable_bytes.get(inode, 0), 0))
+
     def _entries(self, dir_fd: int) -> dict[str, Inode]:
         names: dict[str, Inode] = {}
         for name in os.listdir(dir_fd):

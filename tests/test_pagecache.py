@@ -85,3 +85,18 @@ def test_subdirectories_are_left_alone(cache: PageCache, tmp_path: Path) -> None
     (tmp_path / "sub" / "f").write_bytes(b"x")
     cache.os_crash(tmp_path)
     assert (tmp_path / "sub" / "f").read_bytes() == b"x"
+
+
+def test_a_crash_image_is_what_a_crash_now_would_leave(cache: PageCache, tmp_path: Path) -> None:
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "f").write_bytes(b"durable")
+    fsync_file(live / "f")
+    fsync_path(live)
+    with open(live / "f", "ab") as f:
+        f.write(b" not yet")
+    (live / "g").write_bytes(b"new name")
+    fsync_file(live / "g")
+    cache.crash_image(live, tmp_path / "image")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "image").iterdir()} == {"f": b"durable"}
+    assert {p.name: p.read_bytes() for p in live.iterdir()} == {"f": b"durable not yet", "g": b"new name"}
