@@ -8,6 +8,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from wal import fsync_path
+
 FILE_NAME = "instance.toml"
 # Kept from the join until a majority of members hold the joiner's `_cluster` row (DESIGN 4.7).
 PENDING_REGISTRATION_FILE = "registration.toml"
@@ -62,12 +64,15 @@ def parse_uuid(text: str, what: str) -> str:
 
 
 def write_durably(path: Path, text: str) -> None:
-    """Write under a temporary name, fsync, rename: a crash leaves the old file or the new."""
+    """Write under a temporary name, fsync, rename, fsync the directory: a crash leaves the
+    old file or the new, and once this returns an OS crash leaves the new (the rename is a
+    change of the directory, durable only once the directory is fsynced)."""
     partial = path.with_name(path.name + ".partial")
     partial.write_text(text)
     with open(partial, "rb") as f:
         os.fsync(f.fileno())
     os.replace(partial, path)
+    fsync_path(path.parent)
 
 
 def save_pending_registration(data_dir: Path, registrar_lsn: int) -> None:

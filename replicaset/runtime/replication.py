@@ -33,7 +33,7 @@ from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.writer import WriteFailed
 from replicaset.storage import ApplyError, EngineFatal, GapError, SchemaPending
-from wal import Record, VClock, WalError, encode_record
+from wal import Record, VClock, WalError, encode_record, fsync_path
 
 if TYPE_CHECKING:
     from replicaset.runtime.node import Node, Upstream
@@ -407,7 +407,8 @@ async def fetch_checkpoint(
     max_frame_bytes: int = 64 * 1024 * 1024,
 ) -> Joined:
     """JOIN through `address`: get an id and the newest checkpoint, verified chunk by chunk
-    with xxhash, into `target` (written under a temporary name, then renamed)."""
+    with xxhash, into `target` (written under a temporary name, fsynced, renamed, and the
+    directory fsynced: durable on return)."""
     link = await PeerLink.open(address, max_frame_bytes)
     partial = target.with_name(target.name + ".partial")
     try:
@@ -434,6 +435,7 @@ async def fetch_checkpoint(
                 out.flush()
                 os.fsync(out.fileno())
                 os.replace(partial, target)
+                fsync_path(target.parent)  # the rename is durable only once the directory is
                 registration = Registration(instance_id=end.instance_id, registrar_lsn=end.registrar_lsn)
                 return Joined(registration=registration, vclock=end.vclock, size_bytes=end.size)
     finally:

@@ -1,62 +1,121 @@
-"""Malformed frames over a real socket: no crash, no hang, everyone else still served."""
+"""Malformed frames over a real socket: each whole frame gets an error reply, a broken length
+prefix gets one and the connection closed, no hang, everyone else still served (the error
+rules of `replicaset.iproto.codec`)."""
 
 from __future__ import annotations
 
 import random
 import socket
 import struct
+import time
+from dataclasses import dataclass
 
 import msgpack
 import pytest
 
-from replicaset.iproto.codec import GREETING_SIZE
+from replicaset.iproto.codec import GREETING_SIZE, Frame, FrameDecoder
+from replicaset.iproto.constants import ErrorCode, Key
 
 STEADY_EVERY = 25  # frames between two writes of the well-behaved client
+ANSWER_TIMEOUT_S = 5.0  # for the whole answer to one connection, its close included
+REPLY_BYTES_MAX = 1 << 20
 
 
-def _garbage(rng: random.Random) -> bytes:
-    kind = rng.randrange(6)
-    if kind == 0:  # random bytes
-        return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
-    if kind == 1:  # valid length, body not msgpack
-        body = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 32)))
-        return b"\xce" + struct.pack(">I", len(body)) + body
-    if kind == 2:  # header not a map
-        body = msgpack.packb([1, 2, 3]) + msgpack.packb({})
-        return b"\xce" + struct.pack(">I", len(body)) + body
-    if kind == 3:  # oversize length prefix
-        return b"\xce" + struct.pack(">I", 0xFFFFFFF0)
-    if kind == 4:  # unknown request type
-        body = msgpack.packb({0: 0x1234, 1: 5}) + msgpack.packb({})
-        return b"\xce" + struct.pack(">I", len(body)) + body
-    # EXECUTE with a body of wrong types
-    body = msgpack.packb({0: 11, 1: 6}) + msgpack.packb({0x40: 12345, 0x41: {"not": "a list"}})
+@dataclass(frozen=True)
+class Garbage:
+    """Bytes to send, and what the server must answer: `replies` error frames (None: any
+    number, for random bytes), each with `sync` and a message holding `says` when given.
+    `fatal`: the length prefix is broken, so the server closes without waiting for us."""
+
+    kind: str
+    payload: bytes
+    replies: int | None = 1
+    sync: int | None = None
+    code: int | None = None
+    says: str | None = None
+    fatal: bool = False
+
+
+def _frame(body: bytes) -> bytes:
     return b"\xce" + struct.pack(">I", len(body)) + body
 
 
-def _send_and_drain(port: int, payload: bytes) -> None:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.recv(GREETING_SIZE)
-        try:
-            sock.sendall(payload)
+def _garbage(rng: random.Random) -> Garbage:
+    kind = rng.randrange(6)
+    if kind == 0:
+        return Garbage("random bytes", bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))), replies=None)
+    if kind == 1:
+        body = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 32)))
+        return Garbage("valid length, body not msgpack", _frame(body))
+    if kind == 2:
+        return Garbage("header not a map", _frame(msgpack.packb([1, 2, 3]) + msgpack.packb({})), sync=0,
+                       says="frame header must be a map")
+    if kind == 3:
+        return Garbage("oversize length prefix", b"\xce" + struct.pack(">I", 0xFFFFFFF0), sync=0,
+                       says="exceeds the limit", fatal=True)
+    if kind == 4:
+        return Garbage("unknown request type", _frame(msgpack.packb({0: 0x1234, 1: 5}) + msgpack.packb({})), sync=5,
+                       code=ErrorCode.UNKNOWN_REQUEST_TYPE)
+    body = msgpack.packb({0: 11, 1: 6}) + msgpack.packb({0x40: 12345, 0x41: {"not": "a list"}})
+    return Garbage("EXECUTE with a body of wrong types", _frame(body), sync=6)
+
+
+def _answer(port: int, garbage: Garbage) -> list[Frame]:
+    """Send the garbage (then end our side, unless the server must close by itself) and
+    read everything until the server closes. A hang or a reset fails the test."""
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
+    received = bytearray()
+    with socket.create_connection(("127.0.0.1", port), timeout=ANSWER_TIMEOUT_S) as sock:
+        sock.sendall(garbage.payload)
+        if not garbage.fatal:
             sock.shutdown(socket.SHUT_WR)
-            while sock.recv(65536):
-                pass
-        except OSError:
-            pass  # the server may close a connection whose framing it cannot trust
+        while True:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                chunk = None
+            assert chunk is not None, f"{garbage.kind} {garbage.payload!r}: no close within {ANSWER_TIMEOUT_S} s, got {bytes(received)!r}"
+            if not chunk:
+                break
+            received += chunk
+            assert len(received) <= REPLY_BYTES_MAX, f"{garbage.kind}: an answer without end"
+    assert len(received) >= GREETING_SIZE, f"{garbage.kind}: closed before the greeting"
+    decoder = FrameDecoder(REPLY_BYTES_MAX)
+    decoder.feed(bytes(received[GREETING_SIZE:]))
+    frames = []
+    while (frame := decoder.next_frame()) is not None:
+        frames.append(frame)
+    assert decoder.pending_bytes == 0, f"{garbage.kind}: the answer ends inside a frame"
+    return frames
+
+
+def _check(garbage: Garbage, replies: list[Frame]) -> None:
+    what = f"{garbage.kind} {garbage.payload!r}: replies {[(f.header, f.body) for f in replies]}"
+    assert all(f.is_error for f in replies), what
+    if garbage.replies is not None:
+        assert len(replies) == garbage.replies, what
+    for reply in replies:
+        assert garbage.sync is None or reply.sync == garbage.sync, what
+        assert garbage.code is None or reply.request_type & 0x7FFF == garbage.code, what
+        assert garbage.says is None or garbage.says in reply.body[Key.ERROR_24], what
 
 
 @pytest.mark.parametrize("frames", [300, pytest.param(5000, marks=pytest.mark.deep)], ids=["ci", "deep"])
-def test_malformed_frames_do_not_disturb_other_clients(server, frames: int):
+def test_malformed_frames_are_answered_as_specified_and_disturb_no_one(server, frames: int):
     rng = random.Random(20261122)
+    seen: set[str] = set()
     with server.client() as steady:
         steady.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
         for i in range(frames):
-            _send_and_drain(server.port, _garbage(rng))
+            garbage = _garbage(rng)
+            _check(garbage, _answer(server.port, garbage))
+            seen.add(garbage.kind)
             if i % STEADY_EVERY == 0:
                 steady.execute("INSERT INTO t VALUES (?)", [i])
                 steady.ping()
         assert steady.execute("SELECT count(*) FROM t").rows == [[len(range(0, frames, STEADY_EVERY))]]
+    assert len(seen) == 6, seen
     assert server.proc.poll() is None
 
 

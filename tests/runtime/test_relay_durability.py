@@ -1,0 +1,126 @@
+"""FINDINGS F1 in the runtime: under `wal_mode = write` a relay ships a row of its own
+member's origin only once an OS crash can no longer take it, or the member reuses the LSN
+after the crash and two different rows carry one `(origin, lsn)`. Both ways rows reach a
+relay are driven: the catch-up from the log (rows written before the subscriber came) and
+the feed of new flushes (the writer's shipper). At every frame the relay sends, the test
+takes the image an OS crash at that moment would leave of the WAL, and the frame's rows of
+our origin must be in it."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import trio
+
+from replicaset.config import load
+from replicaset.core import replication as repl
+from replicaset.identity import Identity
+from replicaset.iproto.codec import FrameDecoder
+from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.runtime.node import Node
+from replicaset.runtime.replication import Feed, run_relay
+from replicaset.runtime.writer import Writer
+from tests.pagecache import PageCache
+from wal import GroupCommitPolicy, Record, VClock, Wal, decode_record
+
+OWN = 1
+SUBSCRIBER = 2
+ROWS_BEFORE = 20  # written before the subscriber comes: the relay's catch-up ships them
+ROWS_AFTER = 20  # written while it listens: the feed ships them
+FRAME_BYTES_MAX = 1 << 24
+WAIT_S = 10
+FSYNC_S = 0.02
+REPLICATION_TIMEOUT_S = 30.0  # nobody acks: no silence timeout within the test
+
+
+class SubscriberEnd:
+    """The subscriber's end of the relay's connection (a `Session` as `run_relay` uses it):
+    decodes each frame sent and, at that moment, takes what an OS crash would leave."""
+
+    def __init__(self, cache: PageCache, wal_dir: Path, images: Path) -> None:
+        self._cache = cache
+        self._wal_dir = wal_dir
+        self._images = images
+        self._decoder = FrameDecoder(FRAME_BYTES_MAX)
+        self.shipped: list[tuple[list[Record], Path]] = []  # each ROWS frame, and its crash image
+
+    def send_frame(self, data: bytes) -> None:
+        self._decoder.feed(data)
+        while (frame := self._decoder.next_frame()) is not None:
+            if frame.request_type == PeerRequest.ROWS:
+                image = self._images / str(len(self.shipped))
+                self._cache.crash_image(self._wal_dir, image)
+                self.shipped.append(([decode_record(raw)[0] for raw in frame.body[PeerKey.RECORDS]], image))
+
+    async def flush_outbox(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    def own_rows(self) -> list[int]:
+        return [r.lsn for records, _ in self.shipped for r in records if r.origin == OWN]
+
+
+def surviving(wal_dir: Path) -> VClock:
+    with Wal.open(wal_dir) as wal:
+        return wal.vclock
+
+
+def test_a_relay_ships_no_row_of_ours_an_os_crash_could_still_take(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = PageCache(monkeypatch)
+    fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        """Writes go on while an fsync runs, as on a disk: the relay's catch-up then finds
+        rows in the log that its sync did not cover."""
+        fsync(fd)
+        time.sleep(FSYNC_S)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    identity = Identity(replicaset_uuid=str(uuid.uuid4()), instance_uuid=str(uuid.uuid4()), instance_id=OWN)
+    node = Node(config=load(overrides={"wal_mode": "write", "replication_timeout": REPLICATION_TIMEOUT_S}), identity=identity,
+                data_dir=tmp_path / "data")
+    node.engine = node.open_engine()
+    feed = Feed()
+    listening: list[Feed] = []  # the feeds the writer hands its flushes to, as Node.run wires them
+
+    def ship(records: list[Record] | None) -> None:
+        for listener in listening:
+            listener.push(records)
+
+    node.writer = Writer(node.engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False,
+                         ship=ship, relaying=lambda: bool(listening))
+    images = tmp_path / "images"
+    images.mkdir()
+    wire = SubscriberEnd(cache, tmp_path / "data" / "wal", images)
+    relay = repl.Relay(subscriber=SUBSCRIBER, timeout_s=node.config.replication_timeout)
+
+    async def main() -> None:
+        assert relay.subscribe(trio.current_time(), vclock=VClock(), last_txn={}, local_txn_at={}, log_start=VClock()) is None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(node.writer.run_flusher)
+            await node.writer.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
+            for n in range(ROWS_BEFORE):
+                await node.writer.execute("INSERT INTO t VALUES (?)", [n])
+            listening.append(feed)
+            nursery.start_soon(run_relay, node, wire, relay, feed)
+            for n in range(ROWS_BEFORE, ROWS_BEFORE + ROWS_AFTER):
+                await node.writer.execute("INSERT INTO t VALUES (?)", [n])
+            with trio.fail_after(WAIT_S):
+                while len(wire.own_rows()) < 1 + ROWS_BEFORE + ROWS_AFTER:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        node.engine.close()
+    assert wire.own_rows() == list(range(1, 2 + ROWS_BEFORE + ROWS_AFTER)), "each row once, in order"
+    for records, image in wire.shipped:
+        durable = surviving(image).get(OWN)
+        lost = [r.lsn for r in records if r.origin == OWN and r.lsn > durable]
+        assert not lost, f"shipped {OWN}:{lost} while an OS crash would have left the WAL at {OWN}:{durable}"
+    cache.os_crash(tmp_path / "data" / "wal")
+    assert surviving(tmp_path / "data" / "wal").get(OWN) >= wire.own_rows()[-1]

@@ -1,0 +1,45 @@
+"""`instance.toml` and the pending registration survive an OS crash once written
+(DESIGN 4.7, FINDINGS F5: a registration that vanishes lets an id be given twice)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from replicaset.identity import Identity, load_pending_registration, save_pending_registration
+from tests.pagecache import PageCache
+
+
+def identity(instance_id: int) -> Identity:
+    return Identity(replicaset_uuid=str(uuid.uuid4()), instance_uuid=str(uuid.uuid4()), instance_id=instance_id)
+
+
+def test_a_saved_identity_survives_an_os_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = PageCache(monkeypatch)
+    saved = identity(2)
+    saved.save(tmp_path)
+    cache.os_crash(tmp_path)
+    assert Identity.load(tmp_path) == saved
+
+
+def test_an_identity_saved_over_another_survives_an_os_crash_as_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-join under a new id: after the crash the old id must not come back."""
+    cache = PageCache(monkeypatch)
+    identity(2).save(tmp_path)
+    rejoined = identity(3)
+    rejoined.save(tmp_path)
+    cache.os_crash(tmp_path)
+    assert Identity.load(tmp_path) == rejoined
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["instance.toml"]
+
+
+def test_a_pending_registration_survives_an_os_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lost, the joiner would take writes before a majority holds its `_cluster` row."""
+    cache = PageCache(monkeypatch)
+    save_pending_registration(tmp_path, 7)
+    cache.os_crash(tmp_path)
+    assert load_pending_registration(tmp_path) == 7
