@@ -398,14 +398,13 @@ class Node:
 
     def on_upstream_change(self) -> None:
         self._synced_once |= self._connected()
-        if not self._quorum_reached and not self.recovering and len(self._connected()) >= self.connect_quorum():
-            self._quorum_reached = True
-            self.log.info("connect_quorum_reached", quorum=self.connect_quorum())
         if self.recovering and (self._synced_once | self._failed_unanswered) >= set(self.upstreams()):
             self.recovering = False
             unanswered = sorted(self._failed_unanswered - self._synced_once)
             self.log.info("recovery_done", vclock=self.engine.vclock.to_dict(), not_answered=unanswered)
-            self.on_upstream_change()
+        if not self._quorum_reached and not self.recovering and len(self._connected()) >= self.connect_quorum():
+            self._quorum_reached = True
+            self.log.info("connect_quorum_reached", quorum=self.connect_quorum())
         self._registration_held()  # logged as soon as it is, not at the next write
 
     def status(self) -> str:

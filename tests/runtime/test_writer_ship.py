@@ -28,14 +28,19 @@ def _member_one(tmp_path: Path, **config) -> tuple:
     return engine, writer, shipped, schema
 
 
-def test_local_rows_still_open_when_applied_rows_come_are_shipped_before_them(tmp_path: Path) -> None:
-    engine, writer, shipped, schema = _member_one(tmp_path)
+def _rows_of_member_two(tmp_path: Path, schema: list[Record]) -> list[Record]:
+    """One row of origin 2 over member 1's schema, as its relay would send it."""
     other = open_engine(tmp_path / "m2", 2, FakeClock())
     for record in schema:
         other.apply(record)
     other.flush()
     run(other, "INSERT INTO t(id) VALUES (1000)")
-    theirs = [r for r in wal_records(other) if r.origin == 2]
+    return [r for r in wal_records(other) if r.origin == 2]
+
+
+def test_local_rows_still_open_when_applied_rows_come_are_shipped_before_them(tmp_path: Path) -> None:
+    engine, writer, shipped, schema = _member_one(tmp_path)
+    theirs = _rows_of_member_two(tmp_path, schema)
 
     async def main() -> None:
         _, ticket = await writer.execute_nowait("INSERT INTO t(id) VALUES (1)", ())
@@ -66,12 +71,7 @@ def test_the_engine_refuses_to_switch_batch_kinds_behind_the_writers_back(tmp_pa
 
 def test_an_applier_learns_that_the_flush_of_its_rows_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engine, writer, _, schema = _member_one(tmp_path)
-    other = open_engine(tmp_path / "m2", 2, FakeClock())
-    for record in schema:
-        other.apply(record)
-    other.flush()
-    run(other, "INSERT INTO t(id) VALUES (1000)")
-    theirs = [r for r in wal_records(other) if r.origin == 2]
+    theirs = _rows_of_member_two(tmp_path, schema)
 
     def full_disk(records: list[Record]) -> None:
         raise OSError(28, "No space left on device")
