@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 import signal
 import tomllib
@@ -254,7 +255,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.data_dir, rows=args.rows)
 
 
+AUDIT_PACKAGES = ("pyspark", "pyarrow", "matplotlib")
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
+    missing = [name for name in AUDIT_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"replicaset audit needs the audit extra, which is not installed (missing: {', '.join(missing)}): "
+              "pip install 'replicaset[audit]'", file=sys.stderr)
+        return 2
     from replicaset.audit.run import run_from_args
 
     return run_from_args(args)
