@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from replicaset.demo import start_instance, stop_instance  # noqa: E402
+from replicaset.testing.processes import start_instance, stop_instance  # noqa: E402
 from replicaset.iproto.client import Client  # noqa: E402
 
 HOST = "127.0.0.1"

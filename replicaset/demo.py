@@ -7,12 +7,8 @@ and read, and the console to show `box.info`; everything it starts, it stops.
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,54 +19,9 @@ import xxhash
 
 from replicaset.console import to_yaml
 from replicaset.iproto.client import Client
+from replicaset.testing.processes import start_instance, stop_instance
 
-START_TIMEOUT_S = 30.0
 CONVERGE_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_instance(args: list[str], log_path: Path, port: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
-    """Start `replicaset <args> --listen 127.0.0.1:<port>` (a free one by default) and wait
-    until it answers."""
-    port = port or free_port()
-    log = open(log_path, "ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "replicaset.cli", *args, "--listen", f"127.0.0.1:{port}"],
-        stdout=log,
-        stderr=log,
-    )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"instance exited with {proc.returncode}; see {log_path}")
-        try:
-            with Client.connect("127.0.0.1", port, timeout_s=1.0) as client:
-                client.ping()
-            return proc, port
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"instance did not answer within {START_TIMEOUT_S} s; see {log_path}")
-
-
-def stop_instance(
-    proc: subprocess.Popen[bytes], timeout_s: float = 10.0, *, signum: signal.Signals = signal.SIGTERM
-) -> int:
-    """Ask the instance to stop with `signum` (SIGTERM and SIGINT both stop it cleanly);
-    kill it if it is still running after `timeout_s`."""
-    if proc.poll() is None:
-        proc.send_signal(signum)
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return proc.returncode
 
 
 def run_workload(client: Client, rows: int, *, seed: int, tag: str) -> dict[str, int]:

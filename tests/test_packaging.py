@@ -27,7 +27,7 @@ def test_the_audit_packages_are_an_extra_not_a_dependency() -> None:
 
 def test_the_server_and_its_tools_never_load_the_audit_packages() -> None:
     code = (
-        "import sys, replicaset.cli, replicaset.runtime.node, replicaset.demo, replicaset.sim, replicaset.console; "
+        "import sys, replicaset.cli, replicaset.runtime.node, replicaset.demo, replicaset.sim, replicaset.console, replicaset.testing.processes; "
         f"loaded = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(AUDIT_ONLY)!r}); "
         "print(loaded); sys.exit(1 if loaded else 0)"
     )

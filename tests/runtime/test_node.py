@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from replicaset.config import load
-from replicaset.demo import free_port
+from replicaset.testing.processes import free_port
 from replicaset.identity import Identity
 from replicaset.iproto.codec import FrameDecoder, encode_error, encode_greeting
 from replicaset.iproto.constants import ErrorCode

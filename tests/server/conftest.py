@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import pytest
 
-from replicaset.demo import start_instance, stop_instance
+from replicaset.testing.processes import start_instance, stop_instance
 from replicaset.iproto.client import Client
 
 

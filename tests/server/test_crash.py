@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from replicaset.demo import free_port
+from replicaset.testing.processes import free_port
 from replicaset.identity import Identity, load_pending_registration
 from replicaset.iproto.errors import ServerError
 from replicaset.runtime.join import join

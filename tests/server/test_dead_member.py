@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 
-from replicaset.demo import start_instance
+from replicaset.testing.processes import start_instance
 from tests.server.conftest import REPLICASET_UUID, wait_for
 from tests.server.test_replicaset import rows, trio_set, upstream_of  # noqa: F401 (fixture)
 

@@ -9,7 +9,7 @@ from datetime import datetime
 import pytest
 import tarantool
 
-from replicaset.demo import start_instance
+from replicaset.testing.processes import start_instance
 from replicaset.iproto.constants import ErrorCode
 from replicaset.iproto.errors import ServerError
 from tests.server.conftest import REPLICASET_UUID, ReplicaSet, Server, wait_for

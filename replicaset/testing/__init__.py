@@ -1,0 +1,5 @@
+"""What tests, the simulator, benchmarks and tools hold the server against (trio keeps its
+test kit in `trio.testing`; this is ours). Nothing here is used by the server itself.
+
+- `replicaset.testing.processes`: real server processes on 127.0.0.1, started and stopped.
+"""
