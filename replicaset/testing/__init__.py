@@ -1,0 +1,6 @@
+"""What tests, the simulator and tools hold the server against (trio keeps its test kit in
+`trio.testing`; this is ours). Nothing here is used by the server itself.
+
+- `replicaset.testing.lww`: an independent reference model of last-writer-wins (DESIGN 4.2),
+  computed from captured WAL rows without the engine's apply code.
+"""
