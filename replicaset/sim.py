@@ -9,8 +9,10 @@ and a gap must turn into a resubscribe), process crashes and OS crashes that los
 WAL bytes written since the member's last sync point. Relays ship only rows behind the sync
 point when they are of the relaying member's own origin, as the runtime does (FINDINGS
 F1): a member syncs before it relays its own rows and before a relay reads its log. After the fault phase the network
-heals, crashed members restart, and the run must converge: equal vclocks, equal tables,
-one payload per `(origin, lsn)` everywhere, every acknowledged write present.
+heals, crashed members restart, and the run must converge: equal vclocks, one payload per
+`(origin, lsn)` everywhere and each one a client was acknowledged for, every acknowledged
+durable write held byte-for-byte, and on every member the tables, versions and latent
+images that the reference model of last-writer-wins (`replicaset.testing.lww`) computes.
 
 Under `wal_mode = "fsync"` every flush is durable: an OS crash loses nothing and a
 restarted member takes writes at once. Under `"write"` a restarted member first fetches
@@ -38,6 +40,7 @@ from replicaset.core import replication as repl
 from replicaset.storage import ApplyError, Engine, EngineConfig, GapError
 from replicaset.storage.engine import Committed
 from replicaset.storage.rows import DmlPayload, Op
+from replicaset.testing import lww
 from wal import Record, RecordType, VClock, WalMode
 from wal.segment import list_segments
 
@@ -108,7 +111,10 @@ class Simulation:
         self.links: dict[int, Link] = {}
         self.partitioned: set[frozenset[int]] = set()
         self.acked: list[tuple[int, int, bytes]] = []
-        self.durable: set[tuple[int, int]] = set()
+        # (origin, lsn, payload) of acknowledged writes their origin made durable: none of
+        # them may be lost, nor its LSN taken by another write.
+        self.durable: set[tuple[int, int, bytes]] = set()
+        self._last_ack: dict[tuple[int, int], bytes] = {}
         self.trace = trace or (lambda event: None)
         self.members = {i: Member(i, root / f"m{i}") for i in range(1, members + 1)}
 
@@ -238,7 +244,9 @@ class Simulation:
         member.sync_point = {p.name: p.stat().st_size for p in list_segments(member.data_dir / "wal")}
         assert member.engine is not None
         own_lsn = member.engine.vclock.get(member.id)
-        self.durable.update((o, lsn) for o, lsn, _ in self.acked if o == member.id and lsn <= own_lsn)
+        # An LSN acknowledged twice was lost in an OS crash the first time: the later write holds it.
+        self.durable.update((o, lsn, payload) for (o, lsn), payload in self._last_ack.items()
+                            if o == member.id and lsn <= own_lsn)
 
     def _lose_unsynced_tail(self, member: Member) -> None:
         for path in list_segments(member.data_dir / "wal"):
@@ -479,6 +487,7 @@ class Simulation:
             return False
         for record in committed.records:
             self.acked.append((record.origin, record.lsn, record.payload))
+            self._last_ack[(record.origin, record.lsn)] = record.payload
             self.trace({"event": "LocalWrite", "member": member.id, "lsn": record.lsn,
                         "ops": _traced_ops(record), "t": self.now_s})
         return True
@@ -500,27 +509,53 @@ class Simulation:
         return all(c == clocks[0] for c in clocks)
 
     def check(self) -> None:
-        """The end-of-run checks; each failure names the seed."""
+        """The end-of-run checks; each failure names the seed.
+
+        Every member holds each `(origin, lsn)` once, all with one payload, and that payload
+        is one a client was acknowledged for; an acknowledged write whose origin made it
+        durable is held by every member byte-for-byte (under `wal_mode = write` an OS crash
+        may lose a write that was not durable yet, whose LSN the origin then reuses). The
+        tables, versions and latent images of every member are those the reference model
+        of last-writer-wins (`replicaset.testing.lww`) computes from the rows held: members
+        that agree with each other but not with the rules fail here."""
         where = f"seed {self.seed}"
         self.final_vclocks = self.vclocks()
         digests = {i: m.engine.table_digest() for i, m in self.members.items() if m.engine}
         assert len(set(map(str, digests.values()))) == 1, f"{where}: table digests differ: {digests}"
         payloads: dict[tuple[int, int], bytes] = {}
+        held_by: dict[int, set[tuple[int, int]]] = {}
+        records: list[Record] = []
         for i, member in self.members.items():
             assert member.engine is not None
-            seen: set[tuple[int, int]] = set()
+            seen = held_by.setdefault(i, set())
             for record in member.engine.wal.read_from(VClock()):
                 key = (record.origin, record.lsn)
                 if record.origin == 0:
                     continue
                 assert key not in seen, f"{where}: member {i} holds {key} twice"
                 seen.add(key)
-                first = payloads.setdefault(key, record.payload)
-                assert first == record.payload, f"{where}: {key} has two payloads"
+                if key not in payloads:
+                    payloads[key] = record.payload
+                    records.append(record)
+                assert payloads[key] == record.payload, f"{where}: {key} has two payloads"
+        acked: dict[tuple[int, int], list[bytes]] = {}
         for origin, lsn, payload in self.acked:
-            held = payloads.get((origin, lsn))
-            if (origin, lsn) in self.durable:
-                assert held is not None, f"{where}: acknowledged durable write {origin}:{lsn} is lost"
+            acked.setdefault((origin, lsn), []).append(payload)
+        for key, payload in payloads.items():
+            assert payload in acked.get(key, []), f"{where}: {key[0]}:{key[1]} holds a payload no client wrote there"
+        for origin, lsn, payload in self.acked:
+            if (origin, lsn, payload) not in self.durable:
+                continue
+            for i, seen in held_by.items():
+                assert (origin, lsn) in seen, (
+                    f"{where}: acknowledged durable write {origin}:{lsn} is lost on member {i}")
+            assert payloads[(origin, lsn)] == payload, (
+                f"{where}: acknowledged durable write {origin}:{lsn} was overwritten by another write at its LSN")
+        expected = lww.Model().add_all(records).state()
+        for i, member in self.members.items():
+            assert member.engine is not None
+            wrong = lww.differences(expected, lww.engine_state(member.engine))
+            assert not wrong, f"{where}: member {i} differs from the reference model: " + "; ".join(wrong)
 
     def close(self) -> None:
         for member in self.members.values():

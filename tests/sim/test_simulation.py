@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import apsw
 import pytest
 
 from replicaset.sim import NO_FAULTS, Faults, Simulation
@@ -53,6 +54,39 @@ def test_a_reused_lsn_would_be_caught(tmp_path):
         victim.wal.append([Record(type=RecordType.DML, origin=2, lsn=victim.wal.vclock.get(2) + 1, txn_id=1, payload=forged)])
         sim.members[3].engine.wal.append([Record(type=RecordType.DML, origin=2, lsn=sim.members[3].engine.wal.vclock.get(2) + 1, txn_id=2, payload=forged + b"\x00")])
         with pytest.raises(AssertionError, match="two payloads"):
+            sim.check()
+    finally:
+        sim.close()
+
+
+def test_an_acknowledged_write_overwritten_everywhere_would_be_caught(tmp_path):
+    """Every member agrees on the row at 2:L, but a client was told its write there was
+    durable and it is not the row held: an LSN was reused, and the end check says so."""
+    sim = Simulation(tmp_path / "x", seed=3, faults=NO_FAULTS, writes=10, wal_mode="fsync")
+    try:
+        sim.run()
+        sim.check()
+        origin, lsn, payload = next(a for a in sim.acked if a[0] == 2)
+        overwritten = payload + b"\x00"
+        sim.acked.insert(0, (origin, lsn, overwritten))
+        sim.durable.add((origin, lsn, overwritten))
+        with pytest.raises(AssertionError, match=f"durable write {origin}:{lsn} was overwritten"):
+            sim.check()
+    finally:
+        sim.close()
+
+
+def test_members_that_agree_with_each_other_but_not_with_the_rules_would_be_caught(tmp_path):
+    """The same wrong value on every member: digests agree, the reference model does not."""
+    sim = Simulation(tmp_path / "x", seed=4, faults=NO_FAULTS, writes=20)
+    try:
+        sim.run()
+        sim.check()
+        for member in sim.members.values():
+            conn = apsw.Connection(str(member.data_dir / "db.sqlite"))
+            conn.execute("UPDATE kv SET v = 'not written by anyone' WHERE k = (SELECT min(k) FROM kv)")
+            conn.close()
+        with pytest.raises(AssertionError, match="differs from the reference model: kv: row .*not written by anyone"):
             sim.check()
     finally:
         sim.close()
