@@ -350,6 +350,11 @@ def _read_state(rows: Any, versions: Any, local_tables: set[str]) -> State:
     return state
 
 
+def differing_tables(expected: State, held: State) -> list[str]:
+    """The tables whose rows, versions or latent images differ, or that only one side has."""
+    return sorted(t for t in set(expected) | set(held) if expected.get(t) != held.get(t))
+
+
 def differences(expected: State, held: State, *, limit: int = DIFFERENCES_LISTED_MAX) -> list[str]:
     """What `held` has that `expected` has not and back, one line each (at most `limit`)."""
     found: list[str] = []
