@@ -9,8 +9,10 @@ and a gap must turn into a resubscribe), process crashes and OS crashes that los
 WAL bytes written since the member's last sync point. Relays ship only rows behind the sync
 point when they are of the relaying member's own origin, as the runtime does (FINDINGS
 F1): a member syncs before it relays its own rows and before a relay reads its log. After the fault phase the network
-heals, crashed members restart, and the run must converge: equal vclocks, equal tables,
-one payload per `(origin, lsn)` everywhere, every acknowledged write present.
+heals, crashed members restart, and the run must converge: equal vclocks, one payload per
+`(origin, lsn)` everywhere and each one a client was acknowledged for, every acknowledged
+durable write held byte-for-byte, and on every member the tables, versions and latent
+images that the reference model of last-writer-wins (`replicaset.testing.lww`) computes.
 
 Under `wal_mode = "fsync"` every flush is durable: an OS crash loses nothing and a
 restarted member takes writes at once. Under `"write"` a restarted member first fetches
@@ -18,7 +20,12 @@ the rows of its own origin from every peer (DESIGN 4.4).
 
 The run can write a trace: one dict per step, named and parameterised as the actions of
 `specs/VClockReplication.tla`, which `specs/check_trace.py` checks against the spec. The
-first dict (`"event": "Init"`) gives the constants. A row applied from a peer is traced as
+first dict (`"event": "Init"`) gives the constants, the last (`"event": "End"`, written once
+the run converged) the number of steps between them. A row's changes are traced as
+`[key, value id]` (`_value_id`: a digest of the image the row wrote; None for a delete),
+with its HLC stamp at `LocalWrite`, and after every flush and restart the member's table
+is traced as `{key: [value id, stamp, origin]}` as it holds it, so TLC compares the values
+and versions it holds with the spec's last-writer-wins. A row applied from a peer is traced as
 `RelaySend` then `ApplierReceive` at the moment it is applied: links are TCP-like, so a
 crash of the sender cuts them and drops what was in flight, and an applied row is still in
 the sender's WAL, as the spec's `RelaySend` requires.
@@ -29,15 +36,19 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from replicaset.core import replication as repl
 from replicaset.storage import ApplyError, Engine, EngineConfig, GapError
 from replicaset.storage.engine import Committed
-from replicaset.storage.rows import DmlPayload, Op
+from replicaset.storage.rows import DdlPayload, DmlPayload, Op
+from replicaset.testing import lww
 from wal import Record, RecordType, VClock, WalMode
 from wal.segment import list_segments
 
@@ -108,11 +119,40 @@ class Simulation:
         self.links: dict[int, Link] = {}
         self.partitioned: set[frozenset[int]] = set()
         self.acked: list[tuple[int, int, bytes]] = []
-        self.durable: set[tuple[int, int]] = set()
-        self.trace = trace or (lambda event: None)
+        # (origin, lsn, payload) of acknowledged writes their origin made durable: none of
+        # them may be lost, nor its LSN taken by another write.
+        self.durable: set[tuple[int, int, bytes]] = set()
+        self._last_ack: dict[tuple[int, int], bytes] = {}
+        self._trace_out = trace
+        self.traced_steps = 0
         self.members = {i: Member(i, root / f"m{i}") for i in range(1, members + 1)}
 
     # ---------------------------------------------------------------- plumbing
+
+    def trace(self, event: dict[str, Any]) -> None:
+        if self._trace_out is None:
+            return
+        if event["event"] not in ("Init", "End"):
+            self.traced_steps += 1
+        self._trace_out(event)
+
+    def _traced_table(self, member: Member) -> dict[str, list[Any]]:
+        """The member's table as the trace shows it: every key with a version, as
+        `[value id of the image it holds (visible or latent), stamp, origin]`, None for a
+        tombstone; "missing" when a live version has no image at all."""
+        if self._trace_out is None:
+            return {}
+        assert member.engine is not None
+        state = lww.engine_state(member.engine).get("kv")
+        if state is None:
+            return {}
+        images = {f"kv:{row['k']}": row for row in state.rows.values()} | state.latent
+        table = {}
+        for key, (stamp, origin, deleted) in sorted(state.versions.items()):
+            image = images.get(key)
+            value = None if deleted else _value_id(image) if image is not None else "missing"
+            table[key] = [value, stamp, origin]
+        return table
 
     def _at(self, delay_s: float, kind: str, *args: Any) -> None:
         heapq.heappush(self._queue, (self.now_s + delay_s, next(self._seq), kind, args))
@@ -156,6 +196,7 @@ class Simulation:
             self.now_s, _, kind, args = heapq.heappop(self._queue)
             getattr(self, f"_on_{kind}")(*args)
             if self.healed and self.writes_left == 0 and self._converged():
+                self.trace({"event": "End", "steps": self.traced_steps})
                 return
         raise AssertionError(f"seed {self.seed}: no convergence after {max_events} events: {self.vclocks()}")
 
@@ -210,7 +251,8 @@ class Simulation:
             # An OS crash took rows: what is left on disk after a reboot is durable.
             self._mark_durable(member)
         member.vclock_at_crash = None
-        self.trace({"event": "Restart", "member": member_id, "vclock": self._clock_of(member), "t": self.now_s})
+        self.trace({"event": "Restart", "member": member_id, "vclock": self._clock_of(member),
+                    "table": self._traced_table(member), "t": self.now_s})
 
     def _crash(self, member: Member, *, os_crash: bool) -> None:
         """A process crash loses nothing the WAL holds; an OS crash under wal_mode=write
@@ -238,7 +280,9 @@ class Simulation:
         member.sync_point = {p.name: p.stat().st_size for p in list_segments(member.data_dir / "wal")}
         assert member.engine is not None
         own_lsn = member.engine.vclock.get(member.id)
-        self.durable.update((o, lsn) for o, lsn, _ in self.acked if o == member.id and lsn <= own_lsn)
+        # An LSN acknowledged twice was lost in an OS crash the first time: the later write holds it.
+        self.durable.update((o, lsn, payload) for (o, lsn), payload in self._last_ack.items()
+                            if o == member.id and lsn <= own_lsn)
 
     def _lose_unsynced_tail(self, member: Member) -> None:
         for path in list_segments(member.data_dir / "wal"):
@@ -393,7 +437,7 @@ class Simulation:
                     self.trace({"event": "RelaySend", "peer": peer, "member": member.id, "origin": record.origin,
                                 "lsn": record.lsn, "t": self.now_s})
                     self.trace({"event": "ApplierReceive", "member": member.id, "origin": record.origin,
-                                "lsn": record.lsn, "t": self.now_s})
+                                "lsn": record.lsn, "ops": _traced_ops(record), "t": self.now_s})
         except GapError as exc:
             self._flushed(member, engine.flush())
             conn = member.links.get(peer)
@@ -435,7 +479,8 @@ class Simulation:
     def _flushed(self, member: Member, records: list[Record]) -> None:
         if not records:
             return
-        self.trace({"event": "WalFlush", "member": member.id, "vclock": self._clock_of(member), "t": self.now_s})
+        self.trace({"event": "WalFlush", "member": member.id, "vclock": self._clock_of(member),
+                    "table": self._traced_table(member), "t": self.now_s})
         member.unsynced = True
         member.own_unsynced |= any(r.origin == member.id for r in records)
         if self.wal_mode is WalMode.FSYNC or (member.relays and member.own_unsynced) or self.rng.random() < 0.3:
@@ -480,7 +525,8 @@ class Simulation:
             return False
         for record in committed.records:
             self.acked.append((record.origin, record.lsn, record.payload))
-            self.trace({"event": "LocalWrite", "member": member.id, "lsn": record.lsn,
+            self._last_ack[(record.origin, record.lsn)] = record.payload
+            self.trace({"event": "LocalWrite", "member": member.id, "lsn": record.lsn, "hlc": _stamp(record),
                         "ops": _traced_ops(record), "t": self.now_s})
         return True
 
@@ -501,27 +547,53 @@ class Simulation:
         return all(c == clocks[0] for c in clocks)
 
     def check(self) -> None:
-        """The end-of-run checks; each failure names the seed."""
+        """The end-of-run checks; each failure names the seed.
+
+        Every member holds each `(origin, lsn)` once, all with one payload, and that payload
+        is one a client was acknowledged for; an acknowledged write whose origin made it
+        durable is held by every member byte-for-byte (under `wal_mode = write` an OS crash
+        may lose a write that was not durable yet, whose LSN the origin then reuses). The
+        tables, versions and latent images of every member are those the reference model
+        of last-writer-wins (`replicaset.testing.lww`) computes from the rows held: members
+        that agree with each other but not with the rules fail here."""
         where = f"seed {self.seed}"
         self.final_vclocks = self.vclocks()
         digests = {i: m.engine.table_digest() for i, m in self.members.items() if m.engine}
         assert len(set(map(str, digests.values()))) == 1, f"{where}: table digests differ: {digests}"
         payloads: dict[tuple[int, int], bytes] = {}
+        held_by: dict[int, set[tuple[int, int]]] = {}
+        records: list[Record] = []
         for i, member in self.members.items():
             assert member.engine is not None
-            seen: set[tuple[int, int]] = set()
+            seen = held_by.setdefault(i, set())
             for record in member.engine.wal.read_from(VClock()):
                 key = (record.origin, record.lsn)
                 if record.origin == 0:
                     continue
                 assert key not in seen, f"{where}: member {i} holds {key} twice"
                 seen.add(key)
-                first = payloads.setdefault(key, record.payload)
-                assert first == record.payload, f"{where}: {key} has two payloads"
+                if key not in payloads:
+                    payloads[key] = record.payload
+                    records.append(record)
+                assert payloads[key] == record.payload, f"{where}: {key} has two payloads"
+        acked: dict[tuple[int, int], list[bytes]] = {}
         for origin, lsn, payload in self.acked:
-            held = payloads.get((origin, lsn))
-            if (origin, lsn) in self.durable:
-                assert held is not None, f"{where}: acknowledged durable write {origin}:{lsn} is lost"
+            acked.setdefault((origin, lsn), []).append(payload)
+        for key, payload in payloads.items():
+            assert payload in acked.get(key, []), f"{where}: {key[0]}:{key[1]} holds a payload no client wrote there"
+        for origin, lsn, payload in self.acked:
+            if (origin, lsn, payload) not in self.durable:
+                continue
+            for i, seen in held_by.items():
+                assert (origin, lsn) in seen, (
+                    f"{where}: acknowledged durable write {origin}:{lsn} is lost on member {i}")
+            assert payloads[(origin, lsn)] == payload, (
+                f"{where}: acknowledged durable write {origin}:{lsn} was overwritten by another write at its LSN")
+        expected = lww.Model().add_all(records).state()
+        for i, member in self.members.items():
+            assert member.engine is not None
+            wrong = lww.differences(expected, lww.engine_state(member.engine))
+            assert not wrong, f"{where}: member {i} differs from the reference model: " + "; ".join(wrong)
 
     def close(self) -> None:
         for member in self.members.values():
@@ -531,8 +603,24 @@ class Simulation:
 
 
 def _traced_ops(record: Record) -> list[list[Any]]:
-    """A row's changes as the spec sees them: `[key, deleted]` per captured row; a DDL row
-    changes the one key "schema"."""
+    """A row's changes as the spec sees them: `[key, value id]` per key it changes (the
+    last change of a key in the row is what stays), None for a delete; a DDL row changes the
+    one key "schema"."""
     if record.type == RecordType.DDL:
-        return [["schema", False]]
-    return [[row.key, row.op is Op.DELETE] for row in DmlPayload.unpack(record.payload).rows]
+        return [["schema", "ddl"]]
+    ops = {row.key: None if row.op is Op.DELETE else _value_id(row.new or {})
+           for row in DmlPayload.unpack(record.payload).rows}
+    return [[key, value] for key, value in ops.items()]
+
+
+def _value_id(image: dict[str, Any]) -> str:
+    """A short id of a row image's content: 24 bits of a digest of its columns."""
+    digest = zlib.crc32(msgpack.packb(sorted(image.items()), use_bin_type=True)) & 0xFFFFFF
+    return f"v{digest:06x}"
+
+
+def _stamp(record: Record) -> int:
+    """The HLC stamp of a row, as last-writer-wins compares it."""
+    if record.type == RecordType.DDL:
+        return DdlPayload.unpack(record.payload).hlc
+    return DmlPayload.unpack(record.payload).hlc

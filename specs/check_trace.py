@@ -8,11 +8,21 @@
 A trace is what `replicaset.sim.Simulation(trace=...)` logs, one JSON object a line: an
 `Init` line with the members and the `wal_mode`, then one line per step, named after the
 spec's action that it is (`LocalWrite`, `WalFlush`, `WalSync`, `RelaySend`, `ApplierReceive`,
-`RecoveryAnswer`, `RecoveryFinish`, `Crash`, `Restart`). The script writes the trace as
-a TLA+ module holding it as a sequence literal, beside `VClockReplicationTrace.tla`
-(which says what matching a line means), and runs TLC: the trace is accepted when a
-behaviour of the spec takes every line, with the spec's invariants holding throughout.
-Otherwise it names the first line no behaviour could take.
+`RecoveryAnswer`, `RecoveryFinish`, `Crash`, `Restart`), then an `End` line with the number
+of steps the simulator logged. The script writes the trace as a TLA+ module holding it as a
+sequence literal, beside `VClockReplicationTrace.tla` (which says what matching a line
+means), and runs TLC: the trace is accepted when a behaviour of the spec takes every line,
+with the spec's invariants holding throughout. Otherwise it names the first line no
+behaviour could take. A trace without steps, without its `End` line, or with fewer or more
+steps than its `End` line says is rejected without running TLC: an empty or cut trace
+proves nothing.
+
+Values: a change is `[key, value]`, the value an id of the image the row wrote (null for a
+delete); `LocalWrite` and `ApplierReceive` carry the changes of their row, `LocalWrite` the
+HLC stamp it took, and `WalFlush` and `Restart` the member's table, `{key: [value, stamp,
+origin]}` for every key with a version. Stamps become their rank among the trace's stamps
+(LWW uses their order only, and TLC's integers are 32-bit). The key `"schema"` is the one a
+DDL row changes; no table lists it.
 
 `--simulate` runs the deterministic simulator with that seed and checks its trace (the
 `replicaset` package must be importable: use the project's `.venv/bin/python`).
@@ -99,37 +109,92 @@ def _clock(clock: dict[Any, int], members: Sequence[int]) -> str:
     return "(" + " @@ ".join(f"{m} :> {tla_value(lsns.get(m, 0))}" for m in members) + ")"
 
 
+SCHEMA_KEY = "schema"
+TABLED_EVENTS = ("WalFlush", "Restart")
+
+
+def _value(value: Any) -> str:
+    """A value id as a TLA+ string; null is a delete, which writes the tombstone."""
+    if value is None:
+        return "DELETE"
+    if not isinstance(value, str):
+        raise TraceError(f"{value!r} is not a value id")
+    return tla_value(value)
+
+
 def _ops(ops: list[list[Any]]) -> str:
-    """`[key, deleted]` pairs as the spec's ops: a delete writes the tombstone value."""
-    return "{" + ", ".join(
-        _record({"key": tla_value(key), "val": "DELETE" if deleted else '"v"'}) for key, deleted in ops
-    ) + "}"
+    """`[key, value]` pairs as the spec's ops."""
+    return "{" + ", ".join(_record({"key": tla_value(key), "val": _value(value)}) for key, value in ops) + "}"
 
 
-def _line(event: dict[str, Any], members: Sequence[int]) -> str:
+def _table(table: dict[str, list[Any]], keys: Sequence[str], ranks: dict[int, int]) -> str:
+    """A member's table as a function on every key; a key it does not list has no version."""
+    unknown = set(table) - set(keys)
+    if unknown:
+        raise TraceError(f"a table lists keys no row wrote: {sorted(unknown)}")
+    entries = []
+    for key in keys:
+        if key in table:
+            value, stamp, origin = table[key]
+            entry = {"val": _value(value), "hlc": tla_value(ranks[int(stamp)]), "origin": tla_value(int(origin))}
+        else:
+            entry = {"val": '"none"', "hlc": "0", "origin": "0"}
+        entries.append(f"{tla_value(key)} :> {_record(entry)}")
+    return "(" + " @@ ".join(entries) + ")" if entries else "<<>>"
+
+
+def _line(event: dict[str, Any], members: Sequence[int], keys: Sequence[str], ranks: dict[int, int]) -> str:
     fields = {"event": tla_value(event["event"])}
     for name in ("member", "peer", "origin", "lsn"):
         if name in event:
             fields[name] = tla_value(int(event[name]))
+    if event["event"] == "LocalWrite":
+        fields["hlc"] = tla_value(ranks[int(event["hlc"])])
     if "vclock" in event:
         fields["vclock"] = _clock(event["vclock"], members)
     if "ops" in event:
         fields["ops"] = _ops(event["ops"])
+    if event["event"] in TABLED_EVENTS:
+        fields["table"] = _table(event["table"], keys, ranks)
     return _record(fields)
+
+
+def steps_of(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The step lines: between the Init line and the End line (when there is one)."""
+    if not events or events[0].get("event") != "Init":
+        raise TraceError("a trace starts with its Init line")
+    return events[1:-1] if events[-1].get("event") == "End" else events[1:]
+
+
+def incomplete(events: list[dict[str, Any]]) -> str | None:
+    """Why a trace cannot count as a whole run (None when it can): any spec accepts a
+    trace of no step, and a trace cut short hides what came after the cut."""
+    steps = steps_of(events)
+    if events[-1].get("event") != "End":
+        return "the trace has no End line: it was cut short"
+    if not steps:
+        return "the trace holds no step"
+    reported = events[-1].get("steps")
+    if reported != len(steps):
+        return f"the trace holds {len(steps)} steps, its End line says {reported}"
+    return None
 
 
 def to_module(events: list[dict[str, Any]], name: str) -> tuple[str, str]:
     """The TLA+ module holding the trace, and its TLC configuration."""
-    if not events or events[0].get("event") != "Init":
-        raise TraceError("a trace starts with its Init line")
-    init, steps = events[0], events[1:]
+    init, steps = events[0] if events else {}, steps_of(events)
     try:
         members = sorted(int(m) for m in init["members"])
         wal_mode = init["wal_mode"]
         keys = sorted({key for e in steps for key, _ in e.get("ops", [])})
-        body = ",\n    ".join(_line(e, members) for e in steps)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TraceError(f"malformed trace line: {exc}") from exc
+        values = sorted({value for e in steps for _, value in e.get("ops", []) if value is not None})
+        stamps = {int(e["hlc"]) for e in steps if e["event"] == "LocalWrite"}
+        stamps |= {int(entry[1]) for e in steps if e["event"] in TABLED_EVENTS for entry in e["table"].values()}
+        ranks = {stamp: rank for rank, stamp in enumerate(sorted(stamps), start=1)}
+        tabled = [k for k in keys if k != SCHEMA_KEY]
+        body = ",\n    ".join(_line(e, members, tabled, ranks) for e in steps)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise TraceError(f"malformed trace line: {exc!r}") from exc
     writes = sum(e["event"] == "LocalWrite" for e in steps)
     crashes = sum(e["event"] == "Crash" for e in steps)
     member_set = "{" + ", ".join(map(str, members)) + "}"
@@ -138,7 +203,7 @@ EXTENDS VClockReplicationTrace
 
 TraceMembers == {member_set}
 TraceKeys == {{{", ".join(map(tla_value, keys))}}}
-TraceValues == {{"v"}}
+TraceValues == {{{", ".join(map(tla_value, values or ["v"]))}}}
 TraceWalMode == {tla_value(wal_mode)}
 TraceWrites == {writes}
 TraceCrashes == {crashes}
@@ -157,6 +222,8 @@ Log == <<
     MaxWrites <- TraceWrites
     MaxCrashes <- TraceCrashes
     TraceLog <- Log
+    Symmetry <- TraceSymmetry
+    Fenced <- TraceNoFence
     ApplyQueued = TRUE
     ShipDurableOnly = TRUE
 INIT TraceInit
@@ -171,6 +238,9 @@ def check(events: list[dict[str, Any]], *, timeout_s: float = TIMEOUT_S, keep: P
     """Run TLC on the trace; `keep` receives the generated module and TLC's output."""
     name = "TraceRun"
     module, cfg = to_module(events, name)
+    why = incomplete(events)
+    if why is not None:
+        return Verdict(accepted=False, lines=len(steps_of(events)), matched=0, reason=why, seconds=0.0, output="")
     with tempfile.TemporaryDirectory(prefix="trace-") as tmp:
         work = Path(tmp)
         for spec in SPEC_MODULES:
@@ -190,7 +260,7 @@ def check(events: list[dict[str, Any]], *, timeout_s: float = TIMEOUT_S, keep: P
 
 
 def judge(events: list[dict[str, Any]], output: str, seconds: float, timed_out: bool) -> Verdict:
-    steps = events[1:]
+    steps = steps_of(events)
     matched = max((int(n) for n in _MATCHED.findall(output)), default=0)
     invariant = re.search(r"^Error: Invariant (\w+) is violated", output, re.M)
     completed = "Model checking completed. No error has been found." in output

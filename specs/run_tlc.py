@@ -94,6 +94,7 @@ CONFIGS: tuple[Config, ...] = (
     _wrong("VClockReplication", "NoTombstones", "EqualVClocksEqualTables"),
     _wrong("VClockReplication", "NoFence", "Agreement"),
     Config(name="VClockReplication_ShipDurable", module="VClockReplication_ShipDurable", spec="VClockReplication"),
+    _correct("VClockReplication", "_Fences"),
     _correct("VClockReplication", "_deep", deep=True),
     _correct("VClockReplication", "_deep_crashes", deep=True),
     _correct("VClockReplication", "_deep_live", deep=True),

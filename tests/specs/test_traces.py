@@ -37,6 +37,13 @@ def index_of(trace: Trace, event: str, *, after: int = 0, **fields: Any) -> int:
     raise AssertionError(f"no {event} {fields} after line {after}")
 
 
+def recount(trace: Trace) -> Trace:
+    """After lines were added or removed: the End line counts the steps as the
+    implementation that wrote the edited trace would have."""
+    trace[-1] = {"event": "End", "steps": len(trace) - 2}
+    return trace
+
+
 def rejected_at(trace: Trace, edited: int) -> check_trace.Verdict:
     verdict = check_trace.check(trace)
     assert not verdict.accepted, "the edited trace was accepted"
@@ -80,7 +87,7 @@ def test_simulated_traces_are_behaviours_of_the_spec_long_sweep(seed: int, wal_m
 def assert_accepted(trace: Trace) -> None:
     verdict = check_trace.check(trace, timeout_s=1800)
     assert verdict.accepted, f"seed {trace[0]['seed']}: {verdict.line()}\n{verdict.output[-3000:]}"
-    assert verdict.matched == len(trace) - 1
+    assert verdict.matched == len(trace) - 2 == trace[-1]["steps"] > 0
 
 
 @needs_tlc
@@ -88,7 +95,7 @@ def test_a_row_applied_twice_is_rejected(small_trace: Trace) -> None:
     trace = copy.deepcopy(small_trace)
     receive = index_of(trace, "ApplierReceive", member=2)
     trace.insert(receive + 1, dict(trace[receive]))
-    rejected_at(trace, receive + 1)
+    rejected_at(recount(trace), receive + 1)
 
 
 @needs_tlc
@@ -125,7 +132,41 @@ def test_a_row_shipped_before_its_origin_made_it_durable_is_rejected(small_trace
     else:
         raise AssertionError("no sync of member 1 followed by a row it relays")
     del trace[sync]
-    rejected_at(trace, after[0] - 1)
+    rejected_at(recount(trace), after[0] - 1)
+
+
+@needs_tlc
+def test_rows_applied_with_each_others_payloads_are_rejected(small_trace: Trace) -> None:
+    """Member 3 applies 1:a holding what 1:b wrote and 1:b holding what 1:a wrote: the
+    LSNs, their order and every vclock are right, only the values are not."""
+    trace = copy.deepcopy(small_trace)
+    first = index_of(trace, "ApplierReceive", member=3, origin=1)
+    while True:
+        second = index_of(trace, "ApplierReceive", after=first, member=3, origin=1)
+        if trace[second]["ops"] != trace[first]["ops"]:
+            break
+        first = second
+    trace[first]["ops"], trace[second]["ops"] = trace[second]["ops"], trace[first]["ops"]
+    rejected_at(trace, first)
+
+
+@needs_tlc
+def test_a_table_holding_a_value_last_writer_wins_did_not_keep_is_rejected(small_trace: Trace) -> None:
+    """A flush after which member 2 holds, for a key, the value of another write to it than
+    the one last-writer-wins keeps."""
+    trace = copy.deepcopy(small_trace)
+    for flush, line in enumerate(trace):
+        if line["event"] == "WalFlush" and line["member"] == 2:
+            older = [(key, written) for key, (value, _, _) in line["table"].items() for w in trace[:flush]
+                     if w["event"] == "LocalWrite" for k, written in w["ops"] if k == key and written not in (value, None)]
+            if older:
+                break
+    else:
+        raise AssertionError("no flush of member 2 after a key was overwritten")
+    key, written = older[0]
+    trace[flush]["table"][key][0] = written
+    verdict = rejected_at(trace, flush)
+    assert f"line {flush} of" in verdict.reason and "WalFlush" in verdict.reason
 
 
 @needs_tlc
@@ -138,17 +179,37 @@ def test_a_vclock_counting_a_row_not_held_is_rejected(small_trace: Trace) -> Non
 
 
 def test_the_trace_becomes_a_sequence_literal() -> None:
+    stamp = 7130316800000065536
     trace = [
         {"event": "Init", "members": [1, 2], "wal_mode": "fsync"},
-        {"event": "LocalWrite", "member": 1, "lsn": 1, "ops": [["kv:1", False], ["kv:2", True]], "t": 0.1},
-        {"event": "WalFlush", "member": 1, "vclock": {"1": 1}, "t": 0.1},
+        {"event": "LocalWrite", "member": 1, "lsn": 1, "hlc": stamp, "ops": [["kv:1", "v00c0de"], ["kv:2", None]]},
+        {"event": "WalFlush", "member": 1, "vclock": {"1": 1},
+         "table": {"kv:1": ["v00c0de", stamp, 1], "kv:2": [None, stamp, 1]}},
+        {"event": "End", "steps": 2},
     ]
     module, cfg = check_trace.to_module(trace, "T")
-    assert '[event |-> "LocalWrite", member |-> 1, lsn |-> 1, ops |-> ' in module
-    assert '[key |-> "kv:2", val |-> DELETE]' in module
+    assert '[event |-> "LocalWrite", member |-> 1, lsn |-> 1, hlc |-> 1, ops |-> ' in module
+    assert '[key |-> "kv:1", val |-> "v00c0de"]' in module and '[key |-> "kv:2", val |-> DELETE]' in module
     assert "vclock |-> (1 :> 1 @@ 2 :> 0)" in module
+    assert ('table |-> ("kv:1" :> [val |-> "v00c0de", hlc |-> 1, origin |-> 1] @@ '
+            '"kv:2" :> [val |-> DELETE, hlc |-> 1, origin |-> 1])') in module
     assert 'TraceKeys == {"kv:1", "kv:2"}' in module and "TraceWrites == 1" in module
+    assert '"End"' not in module
     assert "TraceLog <- Log" in cfg and "NoDoubleApply" in cfg
+
+
+def test_a_trace_without_steps_or_cut_short_is_rejected_without_tlc(small_trace: Trace) -> None:
+    """Any spec takes a trace of no step, and a cut trace hides what followed the cut."""
+    init, steps, end = small_trace[0], small_trace[1:-1], small_trace[-1]
+    assert end == {"event": "End", "steps": len(steps)} and steps
+    cases = {
+        "the trace holds no step": [init, {"event": "End", "steps": 0}],
+        f"the trace holds 10 steps, its End line says {len(steps)}": [init, *steps[:10], end],
+        "the trace has no End line: it was cut short": [init, *steps],
+    }
+    for reason, trace in cases.items():
+        verdict = check_trace.check(trace)
+        assert (verdict.accepted, verdict.reason, verdict.output) == (False, reason, "")
 
 
 @pytest.mark.parametrize(
