@@ -45,6 +45,7 @@ from typing import Any
 import msgpack
 
 from replicaset.core import replication as repl
+from replicaset.core.replicaset import Refusal
 from replicaset.storage import ApplyError, Engine, EngineConfig, GapError
 from replicaset.storage.engine import Committed
 from replicaset.storage.rows import DdlPayload, DmlPayload, Op
@@ -58,14 +59,25 @@ TICK_S = 0.05
 
 @dataclass(frozen=True)
 class Faults:
+    """Every fault the simulator injects, and how often; the run's seed draws them all.
+
+    Rates are per member and second of the fault phase; `registrar_crash_share` scales
+    the crash rate of member 1 (the registrar, whose crashes stall joins); `sync_p` is the
+    chance that a flush under `wal_mode = write` is followed by an fsync of its own (rows
+    that no relay asked to sync stay exposed to an OS crash)."""
+
+    delay_min_s: float = 0.0005
     delay_max_s: float = 0.05
     cut_per_s: float = 0.5
     partition_per_s: float = 0.2
+    partition_s: tuple[float, float] = (0.1, 0.6)
     duplicate_p: float = 0.02
     reorder_p: float = 0.02
     crash_per_s: float = 0.2
+    registrar_crash_share: float = 0.25
     os_crash_share: float = 0.5
     restart_after_s: float = 0.3
+    sync_p: float = 0.3
 
 
 NO_FAULTS = Faults(delay_max_s=0.01, cut_per_s=0, partition_per_s=0, duplicate_p=0, reorder_p=0, crash_per_s=0)
@@ -95,7 +107,7 @@ class Member:
     answered_by: set[int] = field(default_factory=set)  # peers whose recovery answer is traced
     sync_point: dict[str, int] = field(default_factory=dict)
     unsynced: bool = False  # rows written since the last sync point
-    own_unsynced: bool = False  # rows of its own origin among them
+    durable: VClock = field(default_factory=VClock)  # what an OS crash leaves of the WAL
     vclock_at_crash: VClock | None = None
 
 
@@ -232,8 +244,9 @@ class Simulation:
             for link in list(self.links.values()):
                 if {link.applier_of, link.relay_on} == set(pair):
                     self._cut(link.conn, "partition")
-            self._at(rng.uniform(0.1, 0.6), "unpartition", pair)
-        if rng.random() < f.crash_per_s * TICK_S and member.id != 1 or rng.random() < f.crash_per_s * TICK_S / 4:
+            self._at(rng.uniform(*f.partition_s), "unpartition", pair)
+        crash_rate = f.crash_per_s * (f.registrar_crash_share if member.id == 1 else 1.0)
+        if rng.random() < crash_rate * TICK_S:
             self._crash(member, os_crash=rng.random() < f.os_crash_share)
 
     def _on_unpartition(self, pair: frozenset[int]) -> None:
@@ -270,15 +283,19 @@ class Simulation:
         self._at(self.faults.restart_after_s, "restart", member.id)
 
     def _sync(self, member: Member) -> None:
-        """What the member wrote so far survives an OS crash from now on (an fsync)."""
+        """What the member wrote so far survives an OS crash from now on (an fsync); its
+        relays may send the rows they withheld for it."""
         if member.unsynced and self.wal_mode is WalMode.WRITE:
             self.trace({"event": "WalSync", "member": member.id, "t": self.now_s})
         self._mark_durable(member)
+        for conn, relay in list(member.relays.items()):
+            self._do(member, relay.synced(self.now_s, member.durable), conn=conn)
 
     def _mark_durable(self, member: Member) -> None:
-        member.unsynced = member.own_unsynced = False
+        member.unsynced = False
         member.sync_point = {p.name: p.stat().st_size for p in list_segments(member.data_dir / "wal")}
         assert member.engine is not None
+        member.durable = member.engine.vclock.copy()
         own_lsn = member.engine.vclock.get(member.id)
         # An LSN acknowledged twice was lost in an OS crash the first time: the later write holds it.
         self.durable.update((o, lsn, payload) for (o, lsn), payload in self._last_ack.items()
@@ -321,7 +338,7 @@ class Simulation:
         if frozenset({src, dst}) in self.partitioned:
             self._cut(conn, "partition")
             return
-        deliver = max(self.now_s + self.rng.uniform(0.0005, self.faults.delay_max_s), link.last_delivery_s)
+        deliver = max(self.now_s + self.rng.uniform(self.faults.delay_min_s, self.faults.delay_max_s), link.last_delivery_s)
         # TCP neither duplicates nor reorders; row frames still get both, to prove that
         # apply-once absorbs copies and that a gap ends in a resubscribe, never a hole.
         garble = kind == "rows" and not self.healed
@@ -354,11 +371,9 @@ class Simulation:
     def _recv_subscribe(self, member: Member, conn: int, link: Link, vclock: dict, last_txn: dict, include_own: bool) -> None:
         engine = member.engine
         assert engine is not None
-        relay = repl.Relay(subscriber=link.applier_of, timeout_s=TIMEOUT_S)
-        if member.own_unsynced:
-            self._sync(member)
+        relay = repl.Relay(subscriber=link.applier_of, own=member.id, timeout_s=TIMEOUT_S)
         segments = engine.wal.segments()
-        refusal = relay.subscribe(
+        accepted = relay.subscribe(
             self.now_s,
             vclock=VClock(vclock),
             last_txn=last_txn,
@@ -366,12 +381,12 @@ class Simulation:
             log_start=segments[0][1] if segments else VClock(),
             include_own=include_own,
         )
-        if refusal is not None:
-            self._send(conn, member.id, link.applier_of, "refused", refusal.message)
+        if isinstance(accepted, repl.Refuse):
+            self._send(conn, member.id, link.applier_of, "refused", accepted.refusal, accepted.message)
             return
         member.relays[conn] = relay
         self._send(conn, member.id, link.applier_of, "subscribed", engine.vclock.to_dict())
-        self._do(member, relay.rows(self.now_s, list(engine.wal.read_from(VClock(vclock)))), conn=conn)
+        self._do(member, accepted, conn=conn)
 
     def _recv_subscribed(self, member: Member, conn: int, link: Link, vclock: dict) -> None:
         applier = member.appliers[link.relay_on]
@@ -380,8 +395,8 @@ class Simulation:
         self._do(member, applier.subscribed(self.now_s, VClock(vclock), engine.vclock), conn=conn)
         self._note_synced(member, link.relay_on, applier)
 
-    def _recv_refused(self, member: Member, conn: int, link: Link, message: str) -> None:
-        self._do(member, member.appliers[link.relay_on].refused(self.now_s, message), conn=conn)
+    def _recv_refused(self, member: Member, conn: int, link: Link, refusal: Refusal, message: str) -> None:
+        self._do(member, member.appliers[link.relay_on].refused(self.now_s, refusal, message), conn=conn)
 
     def _recv_rows(self, member: Member, conn: int, link: Link, records: tuple[Record, ...]) -> None:
         applier = member.appliers[link.relay_on]
@@ -424,6 +439,12 @@ class Simulation:
             elif isinstance(action, repl.SendHeartbeat):
                 assert conn is not None
                 self._send(conn, member.id, action.subscriber, "heartbeat", action.vclock)
+            elif isinstance(action, repl.SyncWal):
+                self._sync(member)
+            elif isinstance(action, repl.ReadLog):
+                assert conn is not None and member.engine is not None
+                rows = list(member.engine.wal.read_from(VClock(action.after)))
+                self._do(member, member.relays[conn].rows(self.now_s, rows, member.durable), conn=conn)
 
     def _apply(self, member: Member, peer: int, records: tuple[Record, ...]) -> None:
         engine = member.engine
@@ -482,11 +503,12 @@ class Simulation:
         self.trace({"event": "WalFlush", "member": member.id, "vclock": self._clock_of(member),
                     "table": self._traced_table(member), "t": self.now_s})
         member.unsynced = True
-        member.own_unsynced |= any(r.origin == member.id for r in records)
-        if self.wal_mode is WalMode.FSYNC or (member.relays and member.own_unsynced) or self.rng.random() < 0.3:
+        if self.wal_mode is WalMode.FSYNC:
+            self._mark_durable(member)  # every flush is an fsync
+        elif self.rng.random() < self.faults.sync_p:
             self._sync(member)
         for conn, relay in list(member.relays.items()):
-            self._do(member, relay.rows(self.now_s, records), conn=conn)
+            self._do(member, relay.rows(self.now_s, records, member.durable), conn=conn)
 
     # ---------------------------------------------------------------- client writes
 

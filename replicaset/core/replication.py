@@ -28,11 +28,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from replicaset.core.admission import Admission, admit
+from replicaset.core.replicaset import Refusal
 from wal import Record, VClock
 
 LOCAL_ORIGIN = 0
 SILENCE_TIMEOUTS = 4
 APPLY_FAILURES_MAX = 5
+# Rows a relay keeps while they wait for the sync that makes them durable; past it, it
+# keeps none and re-reads them from the log once synced.
+WITHHELD_ROWS_MAX = 65536
 
 
 class LocalProtocolError(Exception):
@@ -86,12 +91,26 @@ class SendHeartbeat:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SyncWal:
+    """fsync the WAL: a relay withholds rows of our origin until they are durable."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadLog:
+    """Read the log after `after` and hand its rows to the relay (at subscribe, and when
+    the relay kept no rows for a while)."""
+
+    subscriber: int
+    after: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Refuse:
-    code: str
+    refusal: Refusal
     message: str
 
 
-Action = Connect | SendSubscribe | ApplyRows | SendAck | Disconnect | SendRows | SendHeartbeat
+Action = Connect | SendSubscribe | ApplyRows | SendAck | Disconnect | SendRows | SendHeartbeat | SyncWal | ReadLog
 
 
 # ---------------------------------------------------------------- applier
@@ -161,11 +180,15 @@ class Applier:
         self.state = S.FOLLOW if _covers(local_vclock, relay_vclock) else S.SYNC
         return []
 
-    def refused(self, now_s: float, message: str) -> list[Action]:
-        """The peer refused SUBSCRIBE (split brain, rows gone): stop, the operator decides."""
+    def refused(self, now_s: float, refusal: Refusal, message: str) -> list[Action]:
+        """The peer refused SUBSCRIBE. A final refusal (split brain, rows gone, another
+        replica set) stops the applier: the operator decides. A peer that does not know us
+        yet is tried again after the backoff."""
         self._event("refused")
-        self.state, self.message = S.STOPPED, message
-        return [Disconnect(peer=self.peer, reason=message)]
+        if refusal.final:
+            self.state, self.message = S.STOPPED, message
+            return [Disconnect(peer=self.peer, reason=message)]
+        return self.disconnected(now_s, message) + [Disconnect(peer=self.peer, reason=message)]
 
     def rows_received(self, now_s: float, records: Sequence[Record]) -> list[Action]:
         self._event("rows_received")
@@ -214,8 +237,8 @@ class Applier:
         self._leave_sync(durable_vclock)
         return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
 
-    def stop(self, now_s: float, message: str) -> list[Action]:
-        """A refusal no retry can fix (another replica set, a split brain): wait for the operator."""
+    def ignore(self, now_s: float, message: str) -> list[Action]:
+        """The upstream is this instance itself, or a member followed by its UUID already."""
         self.state, self.message = S.STOPPED, message
         return [Disconnect(peer=self.peer, reason=message)]
 
@@ -267,14 +290,24 @@ class RelayState(Enum):
 
 @dataclass
 class Relay:
-    """Serves one subscriber; `sent` is what it has sent, `acked` what it confirmed."""
+    """Serves one subscriber; `sent` is what it has sent, `acked` what it confirmed.
+
+    Rows of this member's own origin (`own`) go out only once durable (FINDINGS F1): a
+    row a peer holds must not be one an OS crash can take from us, or we would reuse its
+    LSN. Rows past the durable cut are withheld, and every row after them too (log order),
+    until the runtime says the cut moved; the relay asks for the sync (`SyncWal`). Past
+    `WITHHELD_ROWS_MAX` it keeps none and re-reads them from the log (`ReadLog`)."""
 
     subscriber: int
+    own: int
     timeout_s: float
     state: RelayState = RelayState.SUBSCRIBE
     include_own: bool = False
     sent: VClock = field(default_factory=VClock)
     acked: VClock = field(default_factory=VClock)
+    durable: VClock = field(default_factory=VClock)
+    withheld: list[Record] = field(default_factory=list)
+    behind: bool = False
     last_sent_s: float = 0.0
     last_ack_s: float = 0.0
 
@@ -287,8 +320,8 @@ class Relay:
         local_txn_at: Mapping[int, int | None],
         log_start: VClock,
         include_own: bool = False,
-    ) -> Refuse | None:
-        """Accept a subscriber, or say why not. `local_txn_at[origin]` is the txn id this
+    ) -> Refuse | list[Action]:
+        """Accept a subscriber, and read the log for it; or say why not. `local_txn_at[origin]` is the txn id this
         member holds at `last_txn[origin]`'s LSN (None when it does not hold that row)."""
         if self.state is not RelayState.SUBSCRIBE:
             raise LocalProtocolError(f"relay for {self.subscriber}: subscribe in state {self.state.value}")
@@ -297,7 +330,7 @@ class Relay:
             if ours is not None and ours != txn_id:
                 self.state = RelayState.STOPPED
                 return Refuse(
-                    code="split_brain",
+                    refusal=Refusal.SPLIT_BRAIN,
                     message=(
                         f"split brain at origin {origin} lsn {lsn}: the subscriber holds txn "
                         f"{txn_id:#x}, this member holds {ours:#x}"
@@ -310,7 +343,7 @@ class Relay:
         if not _covers(wanted, log_start):
             self.state = RelayState.STOPPED
             return Refuse(
-                code="rows_unavailable",
+                refusal=Refusal.ROWS_UNAVAILABLE,
                 message=(
                     f"this member's log starts at {log_start.to_dict()}; the subscriber needs rows after "
                     f"{vclock.to_dict()}: join again from a checkpoint"
@@ -321,30 +354,68 @@ class Relay:
         replicated = replicated_part(vclock)
         self.sent, self.acked = replicated, replicated.copy()
         self.last_sent_s = self.last_ack_s = now_s
-        return None
+        return [ReadLog(subscriber=self.subscriber, after=self.sent.to_dict())]
 
-    def rows(self, now_s: float, records: Sequence[Record]) -> list[Action]:
-        """Rows made durable here (from the log, in log order): send what the subscriber lacks."""
+    def rows(self, now_s: float, records: Sequence[Record], durable: VClock) -> list[Action]:
+        """Rows flushed here, in log order (from the log or as they are flushed): send what
+        the subscriber lacks, up to the durable cut of our own rows."""
+        if self.state is not RelayState.FOLLOW or self.behind:
+            return []
+        waiting = bool(self.withheld)
+        self.withheld += [r for r in records if self._wanted(r)]
+        if len(self.withheld) > WITHHELD_ROWS_MAX:
+            self.withheld, self.behind = [], True
+            return [SyncWal()]
+        return self._release(now_s, durable, asked=waiting)
+
+    def synced(self, now_s: float, durable: VClock) -> list[Action]:
+        """Our WAL was fsynced up to `durable`: rows withheld for it may go."""
         if self.state is not RelayState.FOLLOW:
             return []
-        out = []
-        for record in records:
-            origin = record.origin
-            if origin == LOCAL_ORIGIN or (origin == self.subscriber and not self.include_own):
-                continue
-            expected = self.sent.get(origin) + 1
-            if record.lsn < expected:
-                continue
-            if record.lsn > expected:
-                raise LocalProtocolError(
-                    f"relay for {self.subscriber}: row {origin}:{record.lsn} after {origin}:{expected - 1} is a hole"
-                )
-            self.sent.follow(origin, record.lsn)
-            out.append(record)
-        if not out:
+        if self.behind:
+            self.behind = False
+            self.durable = self.durable.merge(durable)
+            return [ReadLog(subscriber=self.subscriber, after=self.sent.to_dict())]
+        return self._release(now_s, durable, asked=False)
+
+    def lost_rows(self, now_s: float) -> list[Action]:
+        """Rows flushed here did not reach the relay (its queue was full): read the log."""
+        if self.state is not RelayState.FOLLOW:
             return []
-        self.last_sent_s = now_s
-        return [SendRows(subscriber=self.subscriber, records=tuple(out))]
+        self.withheld, self.behind = [], False
+        return [ReadLog(subscriber=self.subscriber, after=self.sent.to_dict())]
+
+    def _wanted(self, record: Record) -> bool:
+        origin = record.origin
+        return origin != LOCAL_ORIGIN and (origin != self.subscriber or self.include_own)
+
+    def _release(self, now_s: float, durable: VClock, *, asked: bool) -> list[Action]:
+        self.durable = self.durable.merge(durable)
+        cut = self.durable.get(self.own)
+        out = []
+        for index, record in enumerate(self.withheld):
+            if record.origin == self.own and record.lsn > cut:
+                self.withheld = self.withheld[index:]
+                break
+            admission = admit(self.sent.get(record.origin), record.lsn)
+            if admission is Admission.HELD:
+                continue
+            if admission is Admission.GAP:
+                raise LocalProtocolError(
+                    f"relay for {self.subscriber}: row {record.origin}:{record.lsn} after "
+                    f"{record.origin}:{self.sent.get(record.origin)} is a hole"
+                )
+            self.sent.follow(record.origin, record.lsn)
+            out.append(record)
+        else:
+            self.withheld = []
+        actions: list[Action] = []
+        if out:
+            self.last_sent_s = now_s
+            actions.append(SendRows(subscriber=self.subscriber, records=tuple(out)))
+        if self.withheld and not asked:
+            actions.append(SyncWal())
+        return actions
 
     def ack(self, now_s: float, vclock: VClock) -> None:
         self.last_ack_s = now_s
@@ -364,6 +435,9 @@ class Relay:
     def check_invariants(self) -> None:
         assert self.state in RelayState
         assert self.sent.get(LOCAL_ORIGIN) == 0 or self.state is RelayState.SUBSCRIBE, "local rows are never relayed"
+        assert self.sent.get(self.own) <= self.durable.get(self.own), "own rows are relayed only once durable"
+        assert not (self.behind and self.withheld), "a relay behind keeps no row: it re-reads the log"
+        assert len(self.withheld) <= WITHHELD_ROWS_MAX
 
 
 def replicated_part(vclock: VClock) -> VClock:

@@ -14,6 +14,25 @@ import trio
 
 from replicaset import __version__, console
 from replicaset.config import Config
+from replicaset.core.replication import ApplierState
+from replicaset.core.replicaset import (
+    REGISTRAR_ID,
+    MembersFull,
+    Phase,
+    QuorumReached,
+    RecoveryDone,
+    RecoveryGaveUp,
+    Refusal,
+    RegistrationHeld,
+    Rejoin,
+    RejoinNeeded,
+    RejoinRefused,
+    RejoinState,
+    ReplicaSet,
+    View,
+    allocate_id,
+    must_recover,
+)
 from replicaset.identity import Identity, clear_pending_registration, load_pending_registration
 from replicaset.iproto.sql_wire import sql_type_name
 from replicaset.iproto.system_views import Field, Space, SystemView, build_system_views
@@ -28,8 +47,6 @@ from replicaset.iproto.errors import RemoteProtocolError
 from wal import GroupCommitPolicy, RecordType, WalError, WalMode
 
 USER_SPACE_ID_MIN = 512
-REGISTRAR_ID = 1
-MEMBERS_MAX = 31
 CLEAN_STOP_FILE = "clean_stop"
 CLUSTER_DDL = "CREATE TABLE _cluster(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, address TEXT NOT NULL)"
 MEMBER_WAIT_POLL_S = 0.02
@@ -79,16 +96,16 @@ class Node:
         self.ignored_addresses: set[str] = set()
         self.downstreams: dict[int, Any] = {}
         self._feeds: set[Any] = set()
-        self.recovering = False
-        self._synced_once: set[str] = set()
-        self._failed_unanswered: set[str] = set()
-        self._connect_deadline = 0.0
-        self._quorum_reached = False
-        self.rows_unavailable: set[str] = set()
         self.allow_rejoin = rejoin or config["replication.auto_rejoin"]
         self.rejoin_through: str | None = None
-        # Set after a join until a majority holds our `_cluster` row (DESIGN 4.7).
-        self.pending_registration_lsn = load_pending_registration(data_dir)
+        # Set again at start, once the peers and whether we must recover are known. A
+        # pending registration waits for a majority to hold our `_cluster` row (DESIGN 4.7).
+        self.replicaset = ReplicaSet(
+            instance_id=identity.instance_id,
+            configured_quorum=config.replication_connect_quorum,
+            connect_deadline_s=0.0,
+            pending_registration_lsn=load_pending_registration(data_dir),
+        )
         self._register_lock = trio.Lock()
         self.log = get_logger(identity.instance_id)
         self.started_monotonic = time.monotonic()
@@ -100,17 +117,20 @@ class Node:
     def guest_allowed(self) -> bool:
         return self.config["auth.guest"] or not self.config["auth.users"]
 
+    @property
+    def recovering(self) -> bool:
+        return self.replicaset.phase is Phase.RECOVERING
+
     def check_writable(self) -> None:
         if self.config.read_only:
             raise RequestError(ErrorCode.READONLY, "Can't modify data on a read-only instance - box.cfg.read_only is true")
-        status = self.status()
-        if status != "running":
-            if self.recovering:
-                why = "it is recovering rows of its own origin from the other members after an unclean stop"
-            elif self._quorum_reached:
-                why = self._registration_wait()
-            else:
-                why = f"it reached fewer than replication_connect_quorum = {self.connect_quorum()} peers"
+        if self.replicaset.phase is Phase.RUNNING:
+            return
+        self.on_upstream_change()
+        now = trio.current_time()
+        why = self.replicaset.write_refusal(now)
+        if why is not None:
+            status = self.replicaset.status(now).value
             raise RequestError(ErrorCode.READONLY, f"Can't modify data on an instance in status {status}: {why}")
 
     # ---------------------------------------------------------------- lifecycle
@@ -155,8 +175,7 @@ class Node:
             ),
             fsync=self.config.wal_mode == "fsync",
             on_flush=self._on_flush,
-            ship=self._ship,
-            relaying=lambda: bool(self._feeds),
+            on_synced=self._on_synced,
         )
         host, port = parse_address(self.config.listen)
         try:
@@ -170,12 +189,17 @@ class Node:
                 self._nursery = nursery
                 await self._bootstrap_cluster()
                 peers = self.upstreams()
-                self.recovering = (
-                    unclean and self.config.wal_mode == "write" and bool(peers) and not self.force_recovery
+                self.replicaset = ReplicaSet(
+                    instance_id=self.identity.instance_id,
+                    configured_quorum=self.config.replication_connect_quorum,
+                    connect_deadline_s=trio.current_time() + self.config.replication_connect_timeout,
+                    recovering=must_recover(unclean=unclean, wal_mode_write=self.config.wal_mode == "write",
+                                            has_peers=bool(peers), force_recovery=self.force_recovery),
+                    pending_registration_lsn=self.replicaset.pending_registration_lsn,
+                    allow_rejoin=self.allow_rejoin,
                 )
                 if self.recovering:
                     self.log.warning("recovering_own_rows", peers=sorted(u.address for u in peers.values()))
-                self._connect_deadline = trio.current_time() + self.config.replication_connect_timeout
                 for key in sorted(peers):
                     self._start_applier(peers[key])
                 self.on_upstream_change()  # with no peer to wait for, the quorum is met now
@@ -261,32 +285,33 @@ class Node:
             for upstream in self.upstreams().values():
                 self._start_applier(upstream)
             self.on_upstream_change()
-            peers = set(self.upstreams())
-            if peers and self.rows_unavailable >= peers and self.rejoin_through is None:
-                await self._rejoin_if_allowed()
+            await self._rejoin_if_needed()
 
-    async def _rejoin_if_allowed(self) -> None:
+    async def _rejoin_if_needed(self) -> None:
         """No member has the rows we lack (their logs start later): only a new checkpoint
         can bring us back. Our own rows beyond it must first be held by the member we
         re-join through (DESIGN 4.4), or they would be thrown away."""
-        if not self.allow_rejoin:
-            self.log.error("rejoin_needed", reason="no member has the rows this instance needs",
-                           hint="restart with `replicaset serve --rejoin` or set [replication] auto_rejoin = true")
-            self.rejoin_through = ""
-            return
-        own = self.engine.vclock.get(self.identity.instance_id)
-        addresses = {i: a for i, _, a in self.members()}
-        with trio.move_on_after(self.config.replication_connect_timeout):
-            while True:
-                holders = [i for i, d in self.downstreams.items() if d.relay.acked.get(self.identity.instance_id) >= own]
-                if holders:
-                    self.rejoin_through = addresses[holders[0]]
-                    self.log.warning("rejoin", through=self.rejoin_through, own_lsn=own)
+        own = self.identity.instance_id
+        while True:
+            acked = {i: d.relay.acked.get(own) for i, d in self.downstreams.items()}
+            actions = self.replicaset.check_rejoin(
+                trio.current_time(), own_lsn=self.engine.vclock.get(own), acked=acked,
+                rejoin_timeout_s=self.config.replication_connect_timeout)
+            for action in actions:
+                if isinstance(action, RejoinNeeded):
+                    self.log.error("rejoin_needed", reason=action.reason,
+                                   hint="restart with `replicaset serve --rejoin` or set [replication] auto_rejoin = true")
+                    self.rejoin_through = ""
+                elif isinstance(action, Rejoin):
+                    self.rejoin_through = {i: a for i, _, a in self.members()}[action.through]
+                    self.log.warning("rejoin", through=self.rejoin_through, own_lsn=action.own_lsn)
                     self._nursery.cancel_scope.cancel()
-                    return
-                await trio.sleep(MEMBER_WAIT_POLL_S)
-        self.log.error("rejoin_refused", reason=f"no member acknowledged this instance's rows up to lsn {own}")
-        self.rejoin_through = ""
+                elif isinstance(action, RejoinRefused):
+                    self.log.error("rejoin_refused", reason=action.reason)
+                    self.rejoin_through = ""
+            if self.replicaset.rejoin is not RejoinState.WAITING:
+                return
+            await trio.sleep(MEMBER_WAIT_POLL_S)
 
     async def register(self, uuid: str, address: str) -> Registration:
         """The smallest free id for `uuid` (its old id if it has one), by the registrar alone,
@@ -302,13 +327,12 @@ class Node:
                 return Registration(instance_id=existing, registrar_lsn=self.engine.vclock.get(REGISTRAR_ID))
             return await self._register_through_registrar(uuid, address)
         async with self._register_lock:
-            existing = self.member_id(uuid)
-            taken = {i for i, _, _ in self.members()}
-            instance_id = existing or next((i for i in range(1, MEMBERS_MAX + 1) if i not in taken), None)
-            if instance_id is None:
-                raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"the replica set already has {MEMBERS_MAX} members")
             try:
-                if existing is None:
+                instance_id, new = allocate_id(((i, u) for i, u, _ in self.members()), uuid)
+            except MembersFull as exc:
+                raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
+            try:
+                if new:
                     await self.writer.execute_trusted(
                         "INSERT INTO _cluster(id, uuid, address) VALUES (?, ?, ?)", (instance_id, uuid, address))
                 await self.writer.sync_wal()  # an existing row: maybe an attempt's whose sync never happened
@@ -317,7 +341,7 @@ class Node:
                                    f"registering instance {uuid} failed: {exc}") from exc
             # At or after the row: later rows of ours may have joined its flush.
             registration = Registration(instance_id=instance_id, registrar_lsn=self.engine.vclock.get(REGISTRAR_ID))
-        if existing is None:
+        if new:
             self.log.info("member_registered", instance_id=instance_id, instance_uuid=uuid, address=address,
                           registrar_lsn=registration.registrar_lsn)
         return registration
@@ -373,56 +397,51 @@ class Node:
     # ---------------------------------------------------------------- status
 
     def connect_quorum(self) -> int:
-        """How many peers must be followed before writes are taken: the configured number,
-        or by default a majority of the registered members counting ourselves (the quorum
-        the 2PC counts), so that one member gone for good does not keep the rest orphan."""
-        configured = self.config.replication_connect_quorum
-        peers = len(self.upstreams())
-        if configured is None:
-            return min(peers, self._majority() - 1)
-        return min(configured, peers)
-
-    def _connected(self) -> set[str]:
-        """Peers we are synced with: in FOLLOW, we hold all they had when we subscribed."""
-        from replicaset.core.replication import ApplierState
-
-        return {k for k, core in self.appliers.items() if core.state is ApplierState.FOLLOW}
+        return self.replicaset.connect_quorum()
 
     def upstream_failed(self, key: str) -> None:
-        """A link broke or was refused. During the start-up fetch of our own rows, a peer
-        that never answered is not waited for: under F1 no peer holds a row of ours we can
-        have lost, so the fetch brings nothing that is worth staying orphan for."""
-        if self.recovering and key not in self._synced_once:
-            self._failed_unanswered.add(key)
+        """A link broke: a recovering member may stop waiting for it (the core decides)."""
+        self._carry_out(self.replicaset.upstream_failed(trio.current_time(), key))
+        self.on_upstream_change()
+
+    def upstream_refused(self, key: str, refusal: Refusal) -> None:
+        self._carry_out(self.replicaset.upstream_refused(trio.current_time(), key, refusal))
         self.on_upstream_change()
 
     def on_upstream_change(self) -> None:
-        self._synced_once |= self._connected()
-        if self.recovering and (self._synced_once | self._failed_unanswered) >= set(self.upstreams()):
-            self.recovering = False
-            unanswered = sorted(self._failed_unanswered - self._synced_once)
-            self.log.info("recovery_done", vclock=self.engine.vclock.to_dict(), not_answered=unanswered)
-        if not self._quorum_reached and not self.recovering and len(self._connected()) >= self.connect_quorum():
-            self._quorum_reached = True
-            self.log.info("connect_quorum_reached", quorum=self.connect_quorum())
-        self._registration_held()  # logged as soon as it is, not at the next write
+        """Tell the replica-set core what the member sees now."""
+        if self.replicaset.phase is Phase.RUNNING:
+            return
+        members = self.members()
+        following = frozenset(k for k, core in self.appliers.items() if core.state is ApplierState.FOLLOW)
+        view = View(members=len(members), upstreams=frozenset(self.upstreams()), following=following,
+                    registration_holders=frozenset(self._registration_holders(members)))
+        self._carry_out(self.replicaset.observe(trio.current_time(), view))
+
+    def _carry_out(self, actions: list[Any]) -> None:
+        for action in actions:
+            if isinstance(action, RecoveryDone):
+                self.log.info("recovery_done", vclock=self.engine.vclock.to_dict(), not_answered=list(action.not_answered))
+            elif isinstance(action, QuorumReached):
+                self.log.info("connect_quorum_reached", quorum=action.quorum)
+            elif isinstance(action, RegistrationHeld):
+                clear_pending_registration(self.data_dir)
+                self.log.info("registration_held", holders=list(action.holders), members=action.members)
+            elif isinstance(action, RecoveryGaveUp):
+                self.log.info("recovery_gave_up", upstream=action.upstream)
 
     def status(self) -> str:
-        if self.recovering:
-            return "orphan"
-        if self._quorum_reached or len(self._connected()) >= self.connect_quorum():
-            self._quorum_reached = True
-            return "running" if self._registration_held() else "orphan"
-        return "loading" if trio.current_time() < self._connect_deadline else "orphan"
+        self.on_upstream_change()
+        return self.replicaset.status(trio.current_time()).value
 
-    # ---------------------------------------------------------------- a joiner's registration
-
-    def _registration_holders(self) -> set[int]:
+    def _registration_holders(self, members: list[tuple[int, str, str]]) -> set[int]:
         """Members known to hold our `_cluster` row: their vclock of the registrar reaches the
         LSN the join told us, by what they reported as upstreams (at subscribe, in rows and
         heartbeats) or acknowledged as downstreams. Ourselves too, once the row is here."""
-        lsn = self.pending_registration_lsn or 0
-        ids = {uuid: i for i, uuid, _ in self.members()}
+        lsn = self.replicaset.pending_registration_lsn
+        if lsn is None:
+            return set()
+        ids = {uuid: i for i, uuid, _ in members}
         holders = {i for i, d in self.downstreams.items() if d.relay.acked.get(REGISTRAR_ID) >= lsn}
         holders |= {
             ids[self.upstream_uuids[key]]
@@ -432,32 +451,6 @@ class Node:
         if self.engine.vclock.get(REGISTRAR_ID) >= lsn:
             holders.add(self.identity.instance_id)
         return holders
-
-    def _majority(self) -> int:
-        return len(self.members()) // 2 + 1
-
-    def _registration_held(self) -> bool:
-        """A joiner takes writes only once a majority of the registered members hold its
-        `_cluster` row (DESIGN 4.7): a row only a minority holds can be lost with them, its id
-        then given to another instance, and the rows we wrote under it would collide with
-        that instance's LSNs. We must hold it too: the members we count are our `_cluster`'s."""
-        if self.pending_registration_lsn is None:
-            return True
-        holders = self._registration_holders()
-        if self.identity.instance_id not in holders or len(holders) < self._majority():
-            return False
-        self.pending_registration_lsn = None
-        clear_pending_registration(self.data_dir)
-        self.log.info("registration_held", holders=sorted(holders), members=len(self.members()))
-        return True
-
-    def _registration_wait(self) -> str:
-        holders = self._registration_holders()
-        return (
-            f"it joined the replica set, and its _cluster row (instance {REGISTRAR_ID}, lsn "
-            f"{self.pending_registration_lsn}) is known to be held by {len(holders)} of {len(self.members())} "
-            f"members, fewer than the majority of {self._majority()} it needs"
-        )
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         await Session(self, stream).run()
@@ -471,10 +464,14 @@ class Node:
         if any(r.type == RecordType.DDL for r in records):
             self.schema_version += 1
             self._system_views = None
-
-    def _ship(self, records: list[Any] | None) -> None:
         for feed in self._feeds:
             feed.push(records)
+
+    def _on_synced(self, vclock: Any) -> None:
+        from replicaset.runtime.replication import Synced
+
+        for feed in self._feeds:
+            feed.push(Synced(vclock))
 
     # ---------------------------------------------------------------- views
 

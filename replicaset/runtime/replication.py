@@ -18,6 +18,7 @@ import trio
 import xxhash
 
 from replicaset.core import replication as repl
+from replicaset.core.replicaset import Refusal
 from replicaset.iproto.codec import (
     GREETING_SIZE,
     Frame,
@@ -81,19 +82,37 @@ def record_bytes(record: Record) -> bytes:
 # ---------------------------------------------------------------- the relay
 
 
+@dataclass(frozen=True, slots=True)
+class Synced:
+    """The WAL was fsynced up to `vclock`."""
+
+    vclock: VClock
+
+
+FeedItem = list[Record] | Synced
+
+
 class Feed:
-    """Rows flushed locally, for one relay. None, or a full queue, means "re-read the log":
-    rows were not kept for the relay."""
+    """What the writer tells one relay, in order: rows flushed, and syncs. A full queue
+    means "re-read the log": items were not kept for the relay."""
 
     def __init__(self) -> None:
-        self.send, self.receive = trio.open_memory_channel[list[Record] | None](FEED_QUEUE_MAX)
+        self.send, self.receive = trio.open_memory_channel[FeedItem](FEED_QUEUE_MAX)
         self.overflowed = False
 
-    def push(self, records: list[Record] | None) -> None:
+    def push(self, item: FeedItem) -> None:
         try:
-            self.send.send_nowait(records)
+            self.send.send_nowait(item)
         except trio.WouldBlock:
             self.overflowed = True
+
+    def drain(self) -> None:
+        self.overflowed = False
+        while True:
+            try:
+                self.receive.receive_nowait()
+            except trio.WouldBlock:
+                return
 
 
 @dataclass
@@ -102,62 +121,59 @@ class Downstream:
     uuid: str
 
 
-async def run_relay(node: Node, session: Session, relay: repl.Relay, feed: Feed) -> None:
-    """Send the subscriber every durable row it lacks, then follow new flushes."""
+async def run_relay(
+    node: Node, session: Session, relay: repl.Relay, feed: Feed, first: list[repl.Action]
+) -> None:
+    """Carry out the relay core's actions: read the log when it asks (at subscribe, and
+    after it kept no rows), then follow the feed of flushes and syncs."""
     engine = node.engine
     timeout_s = node.config.replication_timeout
 
-    async def catch_up() -> None:
-        """Ship what the log holds, our own rows only up to their durable end (FINDINGS
-        F1). Rows synced after `durable` was read reach the relay through its feed, opened
-        before this read."""
-        own = node.identity.instance_id
-        if engine.wal.vclock.get(own) > engine.wal.synced_vclock.get(own):
-            await node.writer.sync_wal()
-        durable = engine.wal.synced_vclock.get(own)
+    async def read_log(after: VClock) -> None:
+        """Rows flushed from now on reach the feed too (opened before): the relay drops
+        the copies."""
         batch: list[Record] = []
-        for record in engine.wal.read_from(relay.sent):
-            if record.origin == own and record.lsn > durable:
-                break
+        for record in engine.wal.read_from(after):
             batch.append(record)
             if len(batch) >= RELAY_BATCH_ROWS:
-                await send(relay.rows(trio.current_time(), batch))
+                await act(relay.rows(trio.current_time(), batch, engine.wal.synced_vclock))
                 batch = []
-        await send(relay.rows(trio.current_time(), batch))
+        await act(relay.rows(trio.current_time(), batch, engine.wal.synced_vclock))
 
-    async def send(actions: list[repl.Action]) -> None:
+    async def act(actions: list[repl.Action]) -> None:
         for action in actions:
             if isinstance(action, repl.SendRows):
                 body = {PeerKey.RECORDS: [record_bytes(r) for r in action.records]}
                 session.send_frame(encode_request(PeerRequest.ROWS, 0, body))
             elif isinstance(action, repl.SendHeartbeat):
                 session.send_frame(encode_request(PeerRequest.HEARTBEAT, 0, {Key.VCLOCK: action.vclock}))
+            elif isinstance(action, repl.SyncWal):
+                node.writer.request_sync()
+            elif isinstance(action, repl.ReadLog):
+                await read_log(VClock(action.after))
             elif isinstance(action, repl.Disconnect):
                 node.log.info("relay_stopped", subscriber=relay.subscriber, reason=action.reason)
                 raise _RelayStop(action.reason)
         await session.flush_outbox()
 
     try:
-        await catch_up()
+        await act(first)
         while True:
             with trio.move_on_after(timeout_s / 2) as idle:
-                records = await feed.receive.receive()
+                item = await feed.receive.receive()
+            now = trio.current_time()
             if idle.cancelled_caught:
-                await send(relay.tick(trio.current_time(), engine.vclock))
+                await act(relay.tick(now, engine.vclock))
                 continue
-            if feed.overflowed or records is None:
-                feed.overflowed = False
-                while True:
-                    try:
-                        feed.receive.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                await catch_up()
+            if feed.overflowed:
+                feed.drain()
+                await act(relay.lost_rows(now))
                 continue
+            actions = relay.synced(now, item.vclock) if isinstance(item, Synced) else relay.rows(now, item, engine.wal.synced_vclock)
             # Rows the subscriber does not need (its own) are filtered out: without this
             # tick a relay busy with them would never heartbeat, and the subscriber would
             # take it for dead.
-            await send(relay.rows(trio.current_time(), records) + relay.tick(trio.current_time(), engine.vclock))
+            await act(actions + relay.tick(now, engine.vclock))
     except _RelayStop:
         return
 
@@ -169,14 +185,15 @@ class _RelayStop(Exception):
 # ---------------------------------------------------------------- the applier
 
 
-# Refusals no retry can fix. UNKNOWN_REPLICA is not one: a joiner subscribes to every
-# member at once, and one that has not yet applied the joiner's `_cluster` row soon will.
-_FINAL_REFUSALS = (
-    ErrorCode.XLOG_GAP,
-    ErrorCode.REPLICASET_UUID_MISMATCH,
-    ErrorCode.INSTANCE_UUID_MISMATCH,
-    ErrorCode.SPLIT_BRAIN,
-)
+# How a refusal of SUBSCRIBE travels on the wire; the core says which are final.
+REFUSAL_CODES: dict[Refusal, int] = {
+    Refusal.ROWS_UNAVAILABLE: ErrorCode.XLOG_GAP,
+    Refusal.SPLIT_BRAIN: ErrorCode.SPLIT_BRAIN,
+    Refusal.OTHER_REPLICASET: ErrorCode.REPLICASET_UUID_MISMATCH,
+    Refusal.ID_MISMATCH: ErrorCode.INSTANCE_UUID_MISMATCH,
+    Refusal.NOT_REGISTERED: ErrorCode.UNKNOWN_REPLICA,
+}
+REFUSALS: dict[int, Refusal] = {code: refusal for refusal, code in REFUSAL_CODES.items()}
 
 
 class PeerLink:
@@ -249,19 +266,20 @@ async def run_applier(node: Node, upstream: Upstream) -> None:
                 await _follow(node, core, upstream)
             except _LINK_ERRORS as exc:
                 reason = str(exc) or type(exc).__name__
-                if isinstance(exc, PeerError) and exc.code in _FINAL_REFUSALS:
-                    core.stop(trio.current_time(), reason)
-                    node.log.error("upstream_refused", peer=upstream.address, error=reason)
-                    if exc.code == ErrorCode.XLOG_GAP:
-                        node.rows_unavailable.add(key)
-                elif core.state is not repl.ApplierState.STOPPED:
-                    failed_row = exc.row if isinstance(exc, ApplyBroke) else None
-                    core.disconnected(trio.current_time(), reason, failed_row=failed_row)
+                refusal = REFUSALS.get(exc.code) if isinstance(exc, PeerError) else None
+                if refusal is not None and core.state is repl.ApplierState.AUTH:
+                    core.refused(trio.current_time(), refusal, reason)
+                    node.log.error("upstream_refused", peer=upstream.address, error=reason, final=refusal.final)
+                    node.upstream_refused(key, refusal)
+                else:
+                    if core.state not in (repl.ApplierState.STOPPED, repl.ApplierState.DISCONNECTED):
+                        failed_row = exc.row if isinstance(exc, ApplyBroke) else None
+                        core.disconnected(trio.current_time(), reason, failed_row=failed_row)
                     if core.state is repl.ApplierState.STOPPED:
                         node.log.error("upstream_stopped", peer=upstream.address, error=core.message)
                     else:
                         node.log.info("upstream_disconnected", peer=upstream.address, reason=reason)
-                node.upstream_failed(key)
+                    node.upstream_failed(key)
             except EngineFatal:
                 raise
             except Exception as exc:  # a bug must cost this link, not the node
@@ -293,21 +311,16 @@ async def _follow(node: Node, core: repl.Applier, upstream: Upstream) -> None:
             PeerKey.LAST_TXN: {o: list(v) for o, v in subscribe.last_txn.items()},
             PeerKey.INCLUDE_OWN: subscribe.include_own,
         }, replica_id=node.identity.instance_id)
-        reply = peer_messages.subscribed(await link.receive())
+        reply = peer_messages.subscribed(await _receive(link, core))
         if reply.instance_uuid != link.greeting_uuid:
             raise WrongInstance(f"{address} greeted as {link.greeting_uuid} and subscribed as {reply.instance_uuid}")
         core.subscribed(trio.current_time(), reply.vclock, engine.vclock)
         node.upstream_uuids[upstream.key] = reply.instance_uuid
         node.log.info("upstream_subscribed", peer=address, state=core.state.value)
         node.on_upstream_change()
-        silence_s = repl.SILENCE_TIMEOUTS * core.timeout_s
         while True:
-            try:
-                with trio.fail_after(silence_s):
-                    frame = await link.receive()
-            except trio.TooSlowError:
-                raise PeerError(ErrorCode.TIMEOUT, f"no message from {address} for {silence_s:.1f} s") from None
             actions: list[repl.Action] = []
+            frame = await _receive(link, core)
             if frame.request_type == PeerRequest.ROWS:
                 records = peer_messages.rows(frame)
                 if records:
@@ -327,6 +340,16 @@ async def _follow(node: Node, core: repl.Applier, upstream: Upstream) -> None:
         await link.aclose()
 
 
+async def _receive(link: PeerLink, core: repl.Applier) -> Frame:
+    """The next frame; while the peer is quiet, the core's tick decides when it is gone."""
+    while True:
+        with trio.move_on_after(core.timeout_s / 2):
+            return await link.receive()
+        for action in core.tick(trio.current_time()):
+            if isinstance(action, repl.Disconnect):
+                raise PeerError(ErrorCode.TIMEOUT, action.reason)
+
+
 def _is_known(node: Node, uuid: str, address: str) -> bool:
     """A configured address turned out to be this instance, or a member followed by its
     UUID already: stop this applier for good."""
@@ -337,8 +360,7 @@ def _is_known(node: Node, uuid: str, address: str) -> bool:
     else:
         return False
     node.ignored_addresses.add(address)
-    core = node.appliers[address]
-    core.state, core.message = repl.ApplierState.STOPPED, why
+    node.appliers[address].ignore(trio.current_time(), why)
     return True
 
 

@@ -30,7 +30,7 @@ from replicaset.iproto.system_views import decode_select, select_system_view
 from replicaset.core import replication as repl
 from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerKey, PeerRequest
-from replicaset.runtime.replication import Downstream, run_relay, serve_checkpoint
+from replicaset.runtime.replication import REFUSAL_CODES, Downstream, run_relay, serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
 from wal import VClock
 from replicaset.storage import EngineFatal, LocalTxn, SqlError, StatementResult
@@ -290,10 +290,11 @@ class Session:
         if self._downstream is not None:
             raise RequestError(ErrorCode.PROTOCOL, "this connection already relays")
         vclock, last_txn = request.vclock, request.last_txn
-        relay = repl.Relay(subscriber=subscriber, timeout_s=node.config.replication_timeout)
+        relay = repl.Relay(subscriber=subscriber, own=node.identity.instance_id, timeout_s=node.config.replication_timeout)
         engine = node.engine
         segments = engine.wal.segments()
-        refusal = relay.subscribe(
+        feed = node.open_feed()  # before the log is read: no flush falls between the two
+        accepted = relay.subscribe(
             trio.current_time(),
             vclock=vclock,
             last_txn=last_txn,
@@ -301,18 +302,17 @@ class Session:
             log_start=segments[0][1] if segments else VClock(),
             include_own=request.include_own,
         )
-        if refusal is not None:
-            node.log.error("subscribe_refused", subscriber=subscriber, error=refusal.message)
-            code = ErrorCode.SPLIT_BRAIN if refusal.code == "split_brain" else ErrorCode.XLOG_GAP
-            raise RequestError(code, refusal.message)
-        feed = node.open_feed()
+        if isinstance(accepted, repl.Refuse):
+            node.close_feed(feed)
+            node.log.error("subscribe_refused", subscriber=subscriber, error=accepted.message)
+            raise RequestError(REFUSAL_CODES[accepted.refusal], accepted.message)
         self._downstream = node.add_downstream(relay, uuid)
         self._reply_ok(frame, {Key.VCLOCK: repl.replicated_part(engine.vclock).to_dict(), Key.INSTANCE_UUID: node.identity.instance_uuid})
         node.log.info("relay_started", subscriber=subscriber, vclock=vclock.to_dict())
 
         async def relay_then_close() -> None:
             try:
-                await run_relay(node, self, relay, feed)
+                await run_relay(node, self, relay, feed, accepted)
             finally:
                 node.close_feed(feed)
                 node.remove_downstream(relay)

@@ -21,10 +21,6 @@ import trio
 from replicaset.storage import ApplyError, BatchKind, Engine, EngineFatal, GapError, LocalTxn, SqlError, StatementResult
 from wal import GroupCommitPolicy, Record, VClock, WalError
 
-# Rows flushed but not yet shipped (waiting for the fsync that lets relays have them) are
-# kept up to this bound; past it the relays re-read them from the log after that fsync.
-SHIP_QUEUE_ROWS_MAX = 65536
-
 
 class WriteFailed(Exception):
     """The batch holding a transaction could not be made durable; it was rolled back."""
@@ -51,26 +47,20 @@ class Writer:
         group_commit: GroupCommitPolicy,
         fsync: bool,
         on_flush: Callable[[list[Record]], None] = lambda records: None,
-        ship: Callable[[list[Record] | None], None] = lambda records: None,
-        relaying: Callable[[], bool] = lambda: False,
+        on_synced: Callable[[VClock], None] = lambda vclock: None,
     ) -> None:
-        """`on_flush` sees every batch as it is flushed; `ship` hands batches to the relays,
-        in log order, each once every row of our own origin in it is durable (None: some
-        batches were not kept, re-read the log up to its durable end)."""
+        """`on_flush` sees every batch, in log order, as it is flushed; `on_synced` every
+        vclock up to which the WAL was fsynced (the relays' durable cut)."""
         self.engine = engine
         self._policy = group_commit
         self._fsync = fsync
         self._on_flush = on_flush
-        self._ship = ship
-        self._relaying = relaying
+        self._on_synced = on_synced
         self.token = trio.Semaphore(1)
         self._checkpoint_lock = trio.Lock()
         self._tickets: list[Ticket] = []
         self._wakeup = trio.Event()
-        self._to_ship: list[list[Record] | None] = []
-        self._to_ship_rows = 0
-        self._shipping = False
-        self._ship_wakeup = trio.Event()
+        self._sync_wanted = trio.Event()
         self.fatal: EngineFatal | None = None
 
     # ---------------------------------------------------------------- client writes
@@ -191,9 +181,9 @@ class Writer:
     # ---------------------------------------------------------------- flushing
 
     async def run_flusher(self) -> None:
-        """Flush batches as they form, and ship them; runs for the life of the node."""
+        """Flush batches as they form, and sync for the relays; runs for the life of the node."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._run_shipper)
+            nursery.start_soon(self._run_syncer)
             while True:
                 await self._wakeup.wait()
                 self._wakeup = trio.Event()
@@ -204,35 +194,20 @@ class Writer:
                 async with self.token:
                     await self._flush_now()
 
-    async def _run_shipper(self) -> None:
-        """Relays ship our own rows only once durable (FINDINGS F1): under `wal_mode =
-        write` a row a peer holds must not be one an OS crash can take from us, or we reuse
-        its LSN. The clients were answered already; the relays get the batches, in order,
-        after one fsync for all that were flushed meanwhile, made outside the token so that
-        the next group commit does not wait for it."""
+    def request_sync(self) -> None:
+        """A relay withholds rows until they are durable: one fsync soon, for every request
+        made meanwhile, outside the token so that the next group commit does not wait."""
+        self._sync_wanted.set()
+
+    async def _run_syncer(self) -> None:
         while True:
-            await self._ship_wakeup.wait()
-            self._ship_wakeup = trio.Event()
-            batches, self._to_ship, self._to_ship_rows = self._to_ship, [], 0
-            self._shipping = True
+            await self._sync_wanted.wait()
+            self._sync_wanted = trio.Event()
             try:
                 await self.sync_wal()
             except WalError as exc:  # the kernel may have dropped the pages: stop
                 self.fatal = EngineFatal(f"fsync of the WAL failed: {exc}")
                 raise self.fatal from exc
-            self._shipping = False
-            for records in batches:
-                self._ship(records)
-
-    def _queue_for_shipping(self, records: list[Record]) -> None:
-        """Keep the batch for the shipper; past the bound (an fsync that stalls), keep a
-        marker instead of the rows: the relays re-read them from the log once synced."""
-        self._to_ship_rows += len(records)
-        if self._to_ship_rows > SHIP_QUEUE_ROWS_MAX:
-            self._to_ship, self._to_ship_rows = [None], 0
-        else:
-            self._to_ship.append(records)
-        self._ship_wakeup.set()
 
     async def sync_wal(self) -> None:
         """fsync every row flushed so far, whatever `wal_mode` says, for rows that must
@@ -240,10 +215,10 @@ class Writer:
         the rows relays ship). Appends go on during the fsyncs, so no token is taken."""
         wal = self.engine.wal
         point = wal.sync_point()
-        if point is None:
-            return
-        await trio.to_thread.run_sync(wal.fsync_point, point)
-        wal.synced(point)
+        if point is not None:
+            await trio.to_thread.run_sync(wal.fsync_point, point)
+            wal.synced(point)
+        self._on_synced(wal.synced_vclock)
 
     async def _flush_now(self) -> None:
         tickets, self._tickets = self._tickets, []
@@ -270,16 +245,8 @@ class Writer:
             return
         for ticket in tickets:
             ticket.done.set()
-        if not records:
-            return
-        self._on_flush(records)
-        own = self.engine.instance_id
-        # Rows of other origins need no sync (we cannot reuse their LSNs), but keep their
-        # place behind a batch of ours that waits for one.
-        if self._relaying() and (self._to_ship or self._shipping or any(r.origin == own for r in records)):
-            self._queue_for_shipping(records)
-        else:
-            self._ship(records)
+        if records:
+            self._on_flush(records)
 
     async def checkpoint(self) -> str:
         """Flush what is pending, then copy the database on a reader in a thread. Writes go

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from replicaset.core import replication as repl
+from replicaset.core.replicaset import Refusal
 from wal import Record, RecordType, VClock
 
 
@@ -15,43 +16,84 @@ def row(origin: int, lsn: int, txn: int | None = None) -> Record:
 # ---------------------------------------------------------------- relay
 
 
+OWN = 1  # the relaying member; its rows go out only once durable
+EVERYTHING = VClock({OWN: 10**9})
+
+
 def relay_for(subscriber: int = 2, **subscribe) -> repl.Relay:
-    relay = repl.Relay(subscriber=subscriber, timeout_s=1.0)
+    relay = repl.Relay(subscriber=subscriber, own=OWN, timeout_s=1.0)
     args = {"vclock": VClock(), "last_txn": {}, "local_txn_at": {}, "log_start": VClock()} | subscribe
-    assert relay.subscribe(0.0, **args) is None
+    (read,) = relay.subscribe(0.0, **args)
+    assert read == repl.ReadLog(subscriber=subscriber, after=relay.sent.to_dict())
     return relay
 
 
+def sent(actions: list[repl.Action]) -> list[tuple[int, int]]:
+    return [(r.origin, r.lsn) for a in actions if isinstance(a, repl.SendRows) for r in a.records]
+
+
 def test_relay_refuses_a_reused_lsn_naming_origin_lsn_and_both_txns():
-    relay = repl.Relay(subscriber=2, timeout_s=1.0)
+    relay = repl.Relay(subscriber=2, own=OWN, timeout_s=1.0)
     refusal = relay.subscribe(0.0, vclock=VClock({1: 7}), last_txn={1: (7, 0xAAA)}, local_txn_at={1: 0xBBB}, log_start=VClock())
-    assert refusal is not None and refusal.code == "split_brain"
+    assert isinstance(refusal, repl.Refuse) and refusal.refusal is Refusal.SPLIT_BRAIN and refusal.refusal.final
     assert "origin 1 lsn 7" in refusal.message and "0xaaa" in refusal.message and "0xbbb" in refusal.message
     assert relay.state is repl.RelayState.STOPPED
 
 
 def test_relay_refuses_rows_it_no_longer_has_instead_of_a_hole():
-    relay = repl.Relay(subscriber=2, timeout_s=1.0)
+    relay = repl.Relay(subscriber=2, own=OWN, timeout_s=1.0)
     refusal = relay.subscribe(0.0, vclock=VClock({1: 3}), last_txn={}, local_txn_at={}, log_start=VClock({1: 10}))
-    assert refusal is not None and refusal.code == "rows_unavailable" and "join again" in refusal.message
+    assert isinstance(refusal, repl.Refuse) and refusal.refusal is Refusal.ROWS_UNAVAILABLE
+    assert "join again" in refusal.message
 
 
 def test_relay_ignores_the_subscribers_own_rows_and_local_rows_unless_asked():
     relay = relay_for(log_start=VClock({2: 4}))
-    (send,) = relay.rows(1.0, [row(1, 1), row(2, 5), row(0, 1), row(1, 2)])
+    (send,) = relay.rows(1.0, [row(1, 1), row(2, 5), row(0, 1), row(1, 2)], EVERYTHING)
     assert [(r.origin, r.lsn) for r in send.records] == [(1, 1), (1, 2)]
     own = relay_for(include_own=True)
-    (send,) = own.rows(1.0, [row(2, 1), row(0, 1)])
+    (send,) = own.rows(1.0, [row(2, 1), row(0, 1)], EVERYTHING)
     assert [(r.origin, r.lsn) for r in send.records] == [(2, 1)]
 
 
 def test_relay_sends_each_row_once_and_refuses_to_stream_a_hole():
     relay = relay_for(vclock=VClock({1: 2}))
-    assert relay.rows(1.0, [row(1, 1), row(1, 2)]) == []
-    (send,) = relay.rows(1.0, [row(1, 2), row(1, 3)])
-    assert [r.lsn for r in send.records] == [3]
+    assert relay.rows(1.0, [row(1, 1), row(1, 2)], EVERYTHING) == []
+    (send,) = relay.rows(1.0, [row(1, 2), row(1, 3)], EVERYTHING)
+    assert [(r.origin, r.lsn) for r in send.records] == [(1, 3)]
     with pytest.raises(repl.LocalProtocolError, match="hole"):
-        relay.rows(1.0, [row(1, 5)])
+        relay.rows(1.0, [row(1, 5)], EVERYTHING)
+
+
+def test_relay_withholds_own_rows_past_the_durable_cut_and_every_row_after_them():
+    """FINDINGS F1: a peer must never hold a row of ours an OS crash can take from us."""
+    relay = relay_for()
+    actions = relay.rows(1.0, [row(3, 1), row(OWN, 1), row(OWN, 2), row(3, 2)], VClock({OWN: 1}))
+    assert sent(actions) == [(3, 1), (OWN, 1)]
+    assert repl.SyncWal() in actions, "the relay asks for the sync it waits for"
+    assert sent(relay.rows(1.0, [row(3, 3)], VClock({OWN: 1}))) == [], "log order: nothing overtakes a withheld row"
+    assert repl.SyncWal() not in relay.rows(1.0, [row(3, 4)], VClock({OWN: 1})), "asked once per wait"
+    assert sent(relay.synced(2.0, VClock({OWN: 2}))) == [(OWN, 2), (3, 2), (3, 3), (3, 4)]
+    assert relay.withheld == []
+    relay.check_invariants()
+
+
+def test_a_relay_that_would_keep_too_many_rows_keeps_none_and_reads_the_log_once_synced():
+    relay = relay_for()
+    many = [row(OWN, lsn) for lsn in range(1, repl.WITHHELD_ROWS_MAX + 2)]
+    assert relay.rows(1.0, many, VClock()) == [repl.SyncWal()]
+    assert relay.withheld == [] and relay.behind
+    assert relay.rows(1.0, [row(3, 1)], VClock()) == [], "rows are dropped while the log must be re-read"
+    assert relay.synced(2.0, VClock({OWN: 5})) == [repl.ReadLog(subscriber=2, after={})]
+    assert sent(relay.rows(2.0, many[:6], relay.durable)) == [(OWN, lsn) for lsn in range(1, 6)]
+    relay.check_invariants()
+
+
+def test_a_relay_that_lost_feed_items_reads_the_log_from_what_it_sent():
+    relay = relay_for()
+    relay.rows(1.0, [row(OWN, 1), row(OWN, 2)], VClock({OWN: 1}))
+    assert relay.lost_rows(2.0) == [repl.ReadLog(subscriber=2, after={OWN: 1})]
+    assert relay.withheld == []
 
 
 def test_relay_heartbeats_when_idle_and_drops_a_silent_subscriber():
@@ -175,3 +217,33 @@ def test_failures_on_different_rows_or_with_progress_between_do_not_add_up():
     applier.subscribed(applier.retry_at_s, VClock({1: 99}), VClock())
     applier.rows_applied(now, VClock({1: 20}))
     assert applier.failed_row is None and applier.failures == 0
+
+
+def test_a_sync_that_leaves_rows_withheld_asks_for_another():
+    relay = relay_for()
+    relay.rows(1.0, [row(OWN, 1), row(OWN, 2)], VClock())
+    actions = relay.synced(2.0, VClock({OWN: 1}))
+    assert sent(actions) == [(OWN, 1)] and repl.SyncWal() in actions
+
+
+@pytest.mark.parametrize("refusal", list(Refusal))
+def test_an_applier_stops_on_a_final_refusal_and_retries_one_a_retry_can_fix(refusal):
+    applier = repl.Applier(peer="p", timeout_s=1.0)
+    applier.start(0.0)
+    applier.connected(0.0, VClock(), {})
+    actions = applier.refused(0.5, refusal, "why")
+    assert repl.Disconnect(peer="p", reason="why") in actions
+    if refusal.final:
+        assert applier.state is repl.ApplierState.STOPPED and applier.message == "why"
+        assert applier.tick(100.0) == []
+    else:
+        assert applier.state is repl.ApplierState.DISCONNECTED
+        assert applier.tick(100.0) == [repl.Connect(peer="p")]
+
+
+def test_the_applier_alone_decides_that_a_quiet_peer_is_gone():
+    applier = subscribed_applier(VClock({1: 1}), VClock({1: 1}))
+    assert applier.tick(3.9) == []
+    (gone,) = applier.tick(4.1)
+    assert isinstance(gone, repl.Disconnect) and "no message" in gone.reason
+    assert applier.state is repl.ApplierState.DISCONNECTED

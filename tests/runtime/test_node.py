@@ -17,7 +17,8 @@ from replicaset.testing.processes import free_port
 from replicaset.identity import Identity
 from replicaset.iproto.codec import FrameDecoder, encode_error, encode_greeting
 from replicaset.iproto.constants import ErrorCode
-from replicaset.runtime.node import CLUSTER_DDL, MEMBERS_MAX, REGISTRAR_ID, Node, Upstream
+from replicaset.core.replicaset import MEMBERS_MAX, REGISTRAR_ID
+from replicaset.runtime.node import CLUSTER_DDL, Node, Upstream
 from replicaset.runtime.replication import run_applier
 from replicaset.runtime.session import RequestError
 from replicaset.runtime.writer import Writer
@@ -191,7 +192,7 @@ def test_a_failing_read_of_the_members_propagates_and_keeps_a_pending_registrati
 
             monkeypatch.setattr(node.engine, "query", broken)
             with pytest.raises(SqlError, match="disk I/O error"):
-                node._registration_held()
+                node.on_upstream_change()
 
     trio.run(check)
     assert (tmp_path / PENDING_REGISTRATION_FILE).exists()

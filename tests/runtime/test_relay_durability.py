@@ -22,7 +22,7 @@ from replicaset.identity import Identity
 from replicaset.iproto.codec import FrameDecoder
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.node import Node
-from replicaset.runtime.replication import Feed, run_relay
+from replicaset.runtime.replication import run_relay
 from replicaset.runtime.writer import Writer
 from tests.pagecache import PageCache
 from wal import GroupCommitPolicy, Record, VClock, Wal, decode_record
@@ -83,29 +83,23 @@ def test_a_relay_ships_no_row_of_ours_an_os_crash_could_still_take(tmp_path: Pat
     node = Node(config=load(overrides={"wal_mode": "write", "replication_timeout": REPLICATION_TIMEOUT_S}), identity=identity,
                 data_dir=tmp_path / "data")
     node.engine = node.open_engine()
-    feed = Feed()
-    listening: list[Feed] = []  # the feeds the writer hands its flushes to, as Node.run wires them
-
-    def ship(records: list[Record] | None) -> None:
-        for listener in listening:
-            listener.push(records)
-
     node.writer = Writer(node.engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False,
-                         ship=ship, relaying=lambda: bool(listening))
+                         on_flush=node._on_flush, on_synced=node._on_synced)  # as Node.run wires them
     images = tmp_path / "images"
     images.mkdir()
     wire = SubscriberEnd(cache, tmp_path / "data" / "wal", images)
-    relay = repl.Relay(subscriber=SUBSCRIBER, timeout_s=node.config.replication_timeout)
+    relay = repl.Relay(subscriber=SUBSCRIBER, own=OWN, timeout_s=node.config.replication_timeout)
 
     async def main() -> None:
-        assert relay.subscribe(trio.current_time(), vclock=VClock(), last_txn={}, local_txn_at={}, log_start=VClock()) is None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(node.writer.run_flusher)
             await node.writer.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
             for n in range(ROWS_BEFORE):
                 await node.writer.execute("INSERT INTO t VALUES (?)", [n])
-            listening.append(feed)
-            nursery.start_soon(run_relay, node, wire, relay, feed)
+            feed = node.open_feed()
+            first = relay.subscribe(trio.current_time(), vclock=VClock(), last_txn={}, local_txn_at={}, log_start=VClock())
+            assert isinstance(first, list)
+            nursery.start_soon(run_relay, node, wire, relay, feed, first)
             for n in range(ROWS_BEFORE, ROWS_BEFORE + ROWS_AFTER):
                 await node.writer.execute("INSERT INTO t VALUES (?)", [n])
             with trio.fail_after(WAIT_S):

@@ -33,29 +33,28 @@ def test_a_checkpoint_under_wal_mode_write_is_published_only_once_the_wal_holdin
     assert engine.wal.vclock == vclock_of(checkpoint) == VClock({1: 2})
 
 
-@pytest.mark.parametrize("relaying", [True, False], ids=["a relay listens", "no relay"])
-def test_under_wal_mode_write_relays_hear_only_of_rows_an_os_crash_cannot_take(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relaying: bool
+@pytest.mark.parametrize("asked", [True, False], ids=["a relay asks for a sync", "nobody asks"])
+def test_under_wal_mode_write_a_sync_is_made_when_a_relay_asks_and_only_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, asked: bool
 ) -> None:
-    """FINDINGS F1: a peer must never hold a row its origin can lose, or the origin reuses
-    the LSN after an OS crash. Without a relay listening, `write` stays a write(2)."""
+    """FINDINGS F1: a relay withholds our rows until they are durable and asks for the sync;
+    the writer makes it and says how far the WAL is durable. Without a relay asking,
+    `write` stays a write(2)."""
     cache = PageCache(monkeypatch)
     engine = open_engine(tmp_path, 1, FakeClock(), wal_mode=WalMode.WRITE)
-    told: list[bool] = []
-
-    def ship(records: list) -> None:
-        told.append(VClock({r.origin: r.lsn for r in records}) <= engine.wal.synced_vclock)
-
-    writer = Writer(engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False,
-                    ship=ship, relaying=lambda: relaying)
+    synced: list[VClock] = []
+    writer = Writer(engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False, on_synced=synced.append)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run_flusher)
             await writer.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
             await writer.execute("INSERT INTO t VALUES (1)")
+            if asked:
+                writer.request_sync()
+                writer.request_sync()  # one fsync for the requests made meanwhile
             with trio.fail_after(10):
-                while relaying and len(told) < 2:
+                while asked and not synced:
                     await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
 
@@ -63,7 +62,7 @@ def test_under_wal_mode_write_relays_hear_only_of_rows_an_os_crash_cannot_take(
     engine.close()
     cache.os_crash(tmp_path / "wal")
     engine = open_engine(tmp_path, 1, FakeClock())
-    if relaying:
-        assert told == [True, True] and engine.wal.vclock == VClock({1: 2})
+    if asked:
+        assert synced == [VClock({1: 2})] and engine.wal.vclock == VClock({1: 2})
     else:
-        assert told == [False, False] and engine.wal.vclock == VClock()
+        assert synced == [] and engine.wal.vclock == VClock()

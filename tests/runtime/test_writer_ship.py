@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import trio
 
-from replicaset.runtime import writer as writer_module
 from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import BatchKindError
 from tests.storage.enginekit import FakeClock, open_engine, run, wal_records
@@ -24,7 +23,7 @@ def _member_one(tmp_path: Path, **config) -> tuple:
     run(engine, "CREATE TABLE t(id INTEGER PRIMARY KEY)")
     schema = wal_records(engine)
     shipped: list[list[Record] | None] = []
-    writer = Writer(engine, group_commit=HOLD_OPEN, fsync=False, ship=shipped.append)
+    writer = Writer(engine, group_commit=HOLD_OPEN, fsync=False, on_flush=shipped.append)
     return engine, writer, shipped, schema
 
 
@@ -80,39 +79,3 @@ def test_an_applier_learns_that_the_flush_of_its_rows_failed(tmp_path: Path, mon
     with pytest.raises(WriteFailed, match="No space left"):
         trio.run(writer.apply, theirs)
     assert engine.pending_vclock.get(2) == 0, "back at the durable vclock: the rows will come again"
-
-
-def test_rows_waiting_for_the_ship_fsync_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An fsync that stalls must not let the queue grow: past the bound the relays are told
-    to re-read the log (None), which holds every row, once the fsync is done."""
-    monkeypatch.setattr(writer_module, "SHIP_QUEUE_ROWS_MAX", 3)
-    engine = open_engine(tmp_path, 1, FakeClock(), wal_mode=WalMode.WRITE)
-    shipped: list[list[Record] | None] = []
-    writer = Writer(engine, group_commit=GroupCommitPolicy(1 << 20, 1, 0), fsync=False,
-                    ship=shipped.append, relaying=lambda: True)
-    stalled = trio.Event()
-
-    async def main() -> None:
-        real_sync = writer.sync_wal
-
-        async def stalling_sync() -> None:
-            await stalled.wait()
-            await real_sync()
-
-        monkeypatch.setattr(writer, "sync_wal", stalling_sync)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer.run_flusher)
-            await writer.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
-            for k in range(10):
-                await writer.execute("INSERT INTO t(id) VALUES (?)", (k,))
-            assert shipped == []
-            assert writer._to_ship_rows <= 3
-            stalled.set()
-            with trio.fail_after(10):
-                while None not in shipped:
-                    await trio.sleep(0.01)
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
-    assert None in shipped
-    assert engine.wal.synced_vclock.get(1) == 11, "the re-read finds every row durable"

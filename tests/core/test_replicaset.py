@@ -1,0 +1,118 @@
+"""The replica-set core driven bare: what a member decides about its set."""
+
+from __future__ import annotations
+
+import pytest
+
+from replicaset.core import replicaset as rs
+from replicaset.core.replicaset import Phase, Refusal, ReplicaSet, Status, View
+
+PEERS = frozenset({"a", "b"})
+
+
+def view(following: frozenset[str] = frozenset(), members: int = 3, holders: frozenset[int] = frozenset()) -> View:
+    return View(members=members, upstreams=PEERS, following=following, registration_holders=holders)
+
+
+def core(**kw) -> ReplicaSet:
+    return ReplicaSet(instance_id=3, configured_quorum=kw.pop("quorum", None), connect_deadline_s=10.0, **kw)
+
+
+def test_every_phase_transition_is_in_the_table_and_running_is_final():
+    reached = {rs.PHASE_TRANSITIONS[key] for key in rs.PHASE_TRANSITIONS}
+    assert reached == {Phase.CONNECTING, Phase.REGISTERING, Phase.RUNNING}
+    assert not [key for key in rs.PHASE_TRANSITIONS if key[0] is Phase.RUNNING]
+
+
+def test_a_member_is_loading_until_the_connect_quorum_then_orphan_after_the_timeout():
+    member = core()
+    assert member.connect_quorum() == 0  # no view yet: no peer known
+    member.observe(0.0, view())
+    assert member.connect_quorum() == 1, "a majority of 3 members counting ourselves"
+    assert member.status(5.0) is Status.LOADING and member.status(10.0) is Status.ORPHAN
+    assert "fewer than replication_connect_quorum = 1" in member.write_refusal(10.0)
+    assert member.observe(11.0, view(frozenset({"a"}))) == [rs.QuorumReached(quorum=1)]
+    assert member.status(11.0) is Status.RUNNING and member.write_refusal(11.0) is None
+    assert member.observe(12.0, view()) == [] and member.status(12.0) is Status.RUNNING, "running is for good"
+
+
+def test_a_configured_quorum_counts_peers_not_members():
+    member = core(quorum=5)
+    member.observe(0.0, view(frozenset({"a"})))
+    assert member.connect_quorum() == 2 and member.phase is Phase.CONNECTING
+
+
+def test_recovery_waits_for_every_peer_to_answer_or_to_fail_before_answering():
+    member = core(recovering=True)
+    assert member.observe(0.0, view(frozenset({"a"}))) == []
+    assert member.status(0.0) is Status.ORPHAN and "recovering rows of its own origin" in member.write_refusal(0.0)
+    actions = member.upstream_failed(1.0, "b")
+    assert actions[0] == rs.RecoveryGaveUp(upstream="b")
+    assert rs.RecoveryDone(not_answered=("b",)) in actions and rs.QuorumReached(quorum=1) in actions
+    assert member.phase is Phase.RUNNING
+
+
+def test_a_peer_that_answered_and_then_failed_is_not_given_up_on():
+    member = core(recovering=True)
+    member.observe(0.0, view(frozenset({"a"})))
+    assert member.upstream_failed(1.0, "a") == []
+    assert member.phase is Phase.RECOVERING
+
+
+def test_a_joiner_takes_writes_only_once_a_majority_including_itself_holds_its_registration():
+    member = core(pending_registration_lsn=7)
+    member.observe(0.0, view(frozenset({"a"}), holders=frozenset({1, 2})))
+    assert member.phase is Phase.REGISTERING, "we must hold our row too"
+    assert "held by 2 of 3 members" in member.write_refusal(0.0)
+    (held,) = member.observe(1.0, view(frozenset({"a"}), holders=frozenset({1, 3})))
+    assert held == rs.RegistrationHeld(holders=(1, 3), members=3)
+    assert member.pending_registration_lsn is None and member.status(1.0) is Status.RUNNING
+    member.check_invariants()
+
+
+def test_ids_are_the_old_one_for_a_known_uuid_or_the_smallest_free_one():
+    members = [(1, "u1"), (3, "u3")]
+    assert rs.allocate_id(members, "u3") == (3, False)
+    assert rs.allocate_id(members, "new") == (2, True)
+    with pytest.raises(rs.MembersFull, match="31 members"):
+        rs.allocate_id([(i, f"u{i}") for i in range(1, rs.MEMBERS_MAX + 1)], "new")
+
+
+def test_only_an_unclean_stop_under_write_with_peers_must_recover():
+    assert rs.must_recover(unclean=True, wal_mode_write=True, has_peers=True, force_recovery=False)
+    for change in ("unclean", "wal_mode_write", "has_peers"):
+        args = {"unclean": True, "wal_mode_write": True, "has_peers": True, "force_recovery": False, change: False}
+        assert not rs.must_recover(**args)
+    assert not rs.must_recover(unclean=True, wal_mode_write=True, has_peers=True, force_recovery=True)
+
+
+@pytest.mark.parametrize("refusal", list(Refusal))
+def test_only_a_split_brain_retry_is_final_unless_the_peer_just_does_not_know_us_yet(refusal):
+    assert refusal.final is (refusal is not Refusal.NOT_REGISTERED)
+
+
+def test_a_member_whose_rows_are_gone_everywhere_says_so_unless_rejoin_is_allowed():
+    member = core()
+    member.observe(0.0, view())
+    member.upstream_refused(0.0, "a", Refusal.ROWS_UNAVAILABLE)
+    assert member.check_rejoin(1.0, own_lsn=5, acked={}, rejoin_timeout_s=3) == [], "one peer may still have them"
+    member.upstream_refused(0.0, "b", Refusal.ROWS_UNAVAILABLE)
+    (needed,) = member.check_rejoin(1.0, own_lsn=5, acked={}, rejoin_timeout_s=3)
+    assert isinstance(needed, rs.RejoinNeeded)
+    assert member.check_rejoin(2.0, own_lsn=5, acked={}, rejoin_timeout_s=3) == [], "said once"
+
+
+def test_a_rejoin_goes_through_a_member_holding_every_row_of_ours_or_is_refused_in_time():
+    member = core(allow_rejoin=True)
+    member.observe(0.0, view())
+    for peer in PEERS:
+        member.upstream_refused(0.0, peer, Refusal.ROWS_UNAVAILABLE)
+    assert member.check_rejoin(1.0, own_lsn=5, acked={1: 4}, rejoin_timeout_s=3) == []
+    assert member.check_rejoin(2.0, own_lsn=5, acked={1: 4, 2: 5}, rejoin_timeout_s=3) == [rs.Rejoin(through=2, own_lsn=5)]
+    late = core(allow_rejoin=True)
+    late.observe(0.0, view())
+    for peer in PEERS:
+        late.upstream_refused(0.0, peer, Refusal.ROWS_UNAVAILABLE)
+    late.check_rejoin(1.0, own_lsn=5, acked={}, rejoin_timeout_s=3)
+    (refused,) = late.check_rejoin(4.0, own_lsn=5, acked={1: 4}, rejoin_timeout_s=3)
+    assert isinstance(refused, rs.RejoinRefused) and "up to lsn 5" in refused.reason
