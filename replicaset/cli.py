@@ -112,6 +112,7 @@ def _serve(
 ) -> int:
     from replicaset.runtime.logging import configure
     from replicaset.runtime.node import Node
+    from replicaset.runtime.server import serve
 
     configure(cfg.log_level)
     node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery, rejoin=rejoin)
@@ -120,7 +121,7 @@ def _serve(
         async with trio.open_nursery() as nursery:
 
             async def run_node() -> None:
-                await node.run()
+                await serve(node)
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(run_node)

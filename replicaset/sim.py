@@ -45,7 +45,15 @@ from typing import Any
 import msgpack
 
 from replicaset.core import replication as repl
-from replicaset.core.replicaset import Refusal
+from replicaset.core.replicaset import (
+    Phase,
+    RecoveryDone,
+    RecoveryGaveUp,
+    Refusal,
+    ReplicaSet,
+    View,
+    must_recover,
+)
 from replicaset.storage import ApplyError, Engine, EngineConfig, GapError
 from replicaset.storage.engine import Committed
 from replicaset.storage.rows import DdlPayload, DmlPayload, Op
@@ -55,6 +63,7 @@ from wal.segment import list_segments
 
 TIMEOUT_S = 0.1
 TICK_S = 0.05
+CONNECT_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -102,9 +111,12 @@ class Member:
     appliers: dict[int, repl.Applier] = field(default_factory=dict)
     relays: dict[int, repl.Relay] = field(default_factory=dict)
     links: dict[int, int] = field(default_factory=dict)  # peer -> conn of our applier
-    recovering: bool = False
-    synced_with: set[int] = field(default_factory=set)
+    replicaset: ReplicaSet | None = None
     answered_by: set[int] = field(default_factory=set)  # peers whose recovery answer is traced
+
+    @property
+    def recovering(self) -> bool:
+        return self.replicaset is not None and self.replicaset.phase is Phase.RECOVERING
     sync_point: dict[str, int] = field(default_factory=dict)
     unsynced: bool = False  # rows written since the last sync point
     durable: VClock = field(default_factory=VClock)  # what an OS crash leaves of the WAL
@@ -172,11 +184,13 @@ class Simulation:
     def _clock_ms(self) -> int:
         return 1_700_000_000_000 + int(self.now_s * 1000)
 
-    def _open(self, member: Member) -> None:
+    def _open(self, member: Member, *, recovering: bool = False) -> None:
         member.engine = Engine.open(
             EngineConfig(data_dir=member.data_dir, instance_id=member.id, wal_mode=self.wal_mode),
             clock_ms=self._clock_ms,
         )
+        member.replicaset = ReplicaSet(instance_id=member.id, configured_quorum=None,
+                                       connect_deadline_s=self.now_s + CONNECT_TIMEOUT_S, recovering=recovering)
         for peer in self.members:
             if peer != member.id:
                 applier = repl.Applier(peer=str(peer), timeout_s=TIMEOUT_S, backoff_max_s=0.4)
@@ -256,9 +270,9 @@ class Simulation:
         member = self.members[member_id]
         if member.engine is not None:
             return
-        member.recovering = self.wal_mode is WalMode.WRITE
-        member.synced_with, member.answered_by = set(), set()
-        self._open(member)
+        member.answered_by = set()
+        self._open(member, recovering=must_recover(
+            unclean=True, wal_mode_write=self.wal_mode is WalMode.WRITE, has_peers=True, force_recovery=False))
         assert member.engine is not None
         if member.vclock_at_crash is not None and not member.vclock_at_crash <= member.engine.vclock:
             # An OS crash took rows: what is left on disk after a reboot is durable.
@@ -330,6 +344,9 @@ class Simulation:
             applier = applier_side.appliers.get(link.relay_on)
             if applier is not None and applier_side.engine is not None:
                 self._do(applier_side, applier.disconnected(self.now_s, reason))
+                assert applier_side.replicaset is not None
+                self._replicaset_actions(
+                    applier_side, applier_side.replicaset.upstream_failed(self.now_s, str(link.relay_on)))
 
     def _send(self, conn: int, src: int, dst: int, kind: str, *payload: Any) -> None:
         link = self.links[conn]
@@ -397,6 +414,8 @@ class Simulation:
 
     def _recv_refused(self, member: Member, conn: int, link: Link, refusal: Refusal, message: str) -> None:
         self._do(member, member.appliers[link.relay_on].refused(self.now_s, refusal, message), conn=conn)
+        assert member.replicaset is not None
+        self._replicaset_actions(member, member.replicaset.upstream_refused(self.now_s, str(link.relay_on), refusal))
 
     def _recv_rows(self, member: Member, conn: int, link: Link, records: tuple[Record, ...]) -> None:
         applier = member.appliers[link.relay_on]
@@ -489,12 +508,22 @@ class Simulation:
             self.trace({"event": "RecoveryAnswer", "peer": peer, "member": member.id, "t": self.now_s})
 
     def _note_synced(self, member: Member, peer: int, applier: repl.Applier) -> None:
-        """A recovering member takes writes once every other member has answered."""
+        """Tell the member's replica-set core what it sees: a peer it is synced with has
+        answered its recovery fetch."""
+        if member.engine is None or member.replicaset is None:
+            return
         if member.recovering and applier.state is repl.ApplierState.FOLLOW:
-            member.synced_with.add(peer)
             self._answered(member, peer)
-            if member.synced_with >= set(member.appliers):
-                member.recovering = False
+        following = frozenset(str(p) for p, a in member.appliers.items() if a.state is repl.ApplierState.FOLLOW)
+        view = View(members=len(self.members), upstreams=frozenset(str(p) for p in member.appliers), following=following)
+        self._replicaset_actions(member, member.replicaset.observe(self.now_s, view))
+
+    def _replicaset_actions(self, member: Member, actions: list[Any]) -> None:
+        for action in actions:
+            if isinstance(action, RecoveryGaveUp) and int(action.upstream) not in member.answered_by:
+                member.answered_by.add(int(action.upstream))
+                self.trace({"event": "RecoveryGiveUp", "peer": int(action.upstream), "member": member.id, "t": self.now_s})
+            elif isinstance(action, RecoveryDone):
                 self.trace({"event": "RecoveryFinish", "member": member.id, "t": self.now_s})
 
     def _flushed(self, member: Member, records: list[Record]) -> None:
@@ -516,7 +545,8 @@ class Simulation:
         if self.writes_left <= 0:
             return
         self._at(self.rng.uniform(0.005, 0.05), "write")
-        candidates = [m for m in self.members.values() if m.engine is not None and not m.recovering]
+        candidates = [m for m in self.members.values()
+                      if m.engine is not None and m.replicaset is not None and m.replicaset.write_refusal(self.now_s) is None]
         if not candidates:
             return
         member = self.rng.choice(candidates)

@@ -13,7 +13,8 @@ from replicaset.identity import Identity, save_pending_registration
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.runtime.logging import configure, get_logger
 from replicaset.runtime.node import CLEAN_STOP_FILE
-from replicaset.runtime.replication import PeerError, fetch_checkpoint
+from replicaset.runtime.links import PeerError
+from replicaset.runtime.transfer import fetch_checkpoint
 from wal import Wal
 
 PROGRESS_LOG_STEP = 0.1

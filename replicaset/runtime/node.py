@@ -37,8 +37,11 @@ from replicaset.identity import Identity, clear_pending_registration, load_pendi
 from replicaset.iproto.sql_wire import sql_type_name
 from replicaset.iproto.system_views import Field, Space, SystemView, build_system_views
 from replicaset.runtime.logging import event_sink, get_logger
-from replicaset.runtime.replication import PeerError, Registration, register_with
-from replicaset.runtime.session import RequestError, Session
+from replicaset.runtime.applier import Upstream, run_applier
+from replicaset.runtime.errors import RequestError
+from replicaset.runtime.links import PeerError
+from replicaset.runtime.relay import Relays
+from replicaset.runtime.transfer import Registration, register_with
 from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import Engine, EngineConfig, SqlError
 from replicaset.storage.schema import is_internal, load_table, quote
@@ -67,17 +70,6 @@ class Listening:
     port: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Upstream:
-    """Whom an applier follows: a registered member (`uuid`, keyed by it, the instance
-    the applier must find at `address`), or a configured address of no registered member
-    yet (`uuid` None, keyed by the address)."""
-
-    key: str
-    address: str
-    uuid: str | None
-
-
 class Node:
     version = __version__
     shutdown_grace_s = 5.0
@@ -94,8 +86,7 @@ class Node:
         self.upstream_uuids: dict[str, str] = {}
         # Configured addresses found to be this instance, or a member followed by its UUID.
         self.ignored_addresses: set[str] = set()
-        self.downstreams: dict[int, Any] = {}
-        self._feeds: set[Any] = set()
+        self.relays = Relays()
         self.allow_rejoin = rejoin or config["replication.auto_rejoin"]
         self.rejoin_through: str | None = None
         # Set again at start, once the peers and whether we must recover are known. A
@@ -161,7 +152,10 @@ class Node:
             "until the quorum DDL lock exists"
         )
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, serve_connection: Callable[[trio.SocketStream], Awaitable[None]], *, task_status: Any = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until cancelled; `serve_connection` speaks iproto on each accepted one."""
         clean_marker = self.data_dir / CLEAN_STOP_FILE
         unclean = not clean_marker.exists() and (self.data_dir / "db.sqlite").exists()
         clean_marker.unlink(missing_ok=True)
@@ -175,12 +169,12 @@ class Node:
             ),
             fsync=self.config.wal_mode == "fsync",
             on_flush=self._on_flush,
-            on_synced=self._on_synced,
+            on_synced=self.relays.on_synced,
         )
         host, port = parse_address(self.config.listen)
         try:
             async with trio.open_nursery() as nursery:
-                listeners = await nursery.start(partial(trio.serve_tcp, self._serve_connection, port, host=host))
+                listeners = await nursery.start(partial(trio.serve_tcp, serve_connection, port, host=host))
                 sockname = listeners[0].socket.getsockname()
                 self.listen_address = f"{sockname[0]}:{sockname[1]}"
                 nursery.start_soon(self.writer.run_flusher)
@@ -273,8 +267,6 @@ class Node:
         return found | configured
 
     def _start_applier(self, upstream: Upstream) -> None:
-        from replicaset.runtime.replication import run_applier
-
         if upstream.key not in self.appliers:
             self._nursery.start_soon(run_applier, self, upstream)
 
@@ -293,7 +285,7 @@ class Node:
         re-join through (DESIGN 4.4), or they would be thrown away."""
         own = self.identity.instance_id
         while True:
-            acked = {i: d.relay.acked.get(own) for i, d in self.downstreams.items()}
+            acked = self.relays.acked(own)
             actions = self.replicaset.check_rejoin(
                 trio.current_time(), own_lsn=self.engine.vclock.get(own), acked=acked,
                 rejoin_timeout_s=self.config.replication_connect_timeout)
@@ -370,30 +362,6 @@ class Node:
         raise RequestError(ErrorCode.TIMEOUT, f"the _cluster row of instance {uuid} did not arrive here within "
                                               f"replication_connect_timeout = {self.config.replication_connect_timeout} s")
 
-    # ---------------------------------------------------------------- relays
-
-    def open_feed(self) -> Any:
-        from replicaset.runtime.replication import Feed
-
-        feed = Feed()
-        self._feeds.add(feed)
-        return feed
-
-    def close_feed(self, feed: Any) -> None:
-        self._feeds.discard(feed)
-
-    def add_downstream(self, relay: Any, uuid: str) -> Any:
-        from replicaset.runtime.replication import Downstream
-
-        downstream = Downstream(relay=relay, uuid=uuid)
-        self.downstreams[relay.subscriber] = downstream
-        return downstream
-
-    def remove_downstream(self, relay: Any) -> None:
-        current = self.downstreams.get(relay.subscriber)
-        if current is not None and current.relay is relay:
-            del self.downstreams[relay.subscriber]
-
     # ---------------------------------------------------------------- status
 
     def connect_quorum(self) -> int:
@@ -442,7 +410,7 @@ class Node:
         if lsn is None:
             return set()
         ids = {uuid: i for i, uuid, _ in members}
-        holders = {i for i, d in self.downstreams.items() if d.relay.acked.get(REGISTRAR_ID) >= lsn}
+        holders = {i for i, acked in self.relays.acked(REGISTRAR_ID).items() if acked >= lsn}
         holders |= {
             ids[self.upstream_uuids[key]]
             for key, core in self.appliers.items()
@@ -451,9 +419,6 @@ class Node:
         if self.engine.vclock.get(REGISTRAR_ID) >= lsn:
             holders.add(self.identity.instance_id)
         return holders
-
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        await Session(self, stream).run()
 
     async def _checkpoint_daemon(self) -> None:
         while True:
@@ -464,14 +429,7 @@ class Node:
         if any(r.type == RecordType.DDL for r in records):
             self.schema_version += 1
             self._system_views = None
-        for feed in self._feeds:
-            feed.push(records)
-
-    def _on_synced(self, vclock: Any) -> None:
-        from replicaset.runtime.replication import Synced
-
-        for feed in self._feeds:
-            feed.push(Synced(vclock))
+        self.relays.on_flush(records)
 
     # ---------------------------------------------------------------- views
 
@@ -537,7 +495,7 @@ class Node:
                     "lag": round(core.lag_s, 3),
                     **({"message": core.message} if core.message else {}),
                 }
-            downstream = self.downstreams.get(instance_id)
+            downstream = self.relays.downstreams.get(instance_id)
             if downstream is not None:
                 relay = downstream.relay
                 entry["downstream"] = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import trio
 
@@ -30,13 +30,14 @@ from replicaset.iproto.system_views import decode_select, select_system_view
 from replicaset.core import replication as repl
 from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerKey, PeerRequest
-from replicaset.runtime.replication import REFUSAL_CODES, Downstream, run_relay, serve_checkpoint
+from replicaset.runtime.errors import RequestError
+from replicaset.runtime.links import REFUSAL_CODES
+from replicaset.runtime.transfer import serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
 from wal import VClock
 from replicaset.storage import EngineFatal, LocalTxn, SqlError, StatementResult
 
-if TYPE_CHECKING:
-    from replicaset.runtime.node import Node
+from replicaset.runtime.node import Node
 
 RECEIVE_BYTES = 64 * 1024
 LANE_QUEUE_MAX = 256
@@ -46,13 +47,6 @@ T = TypeVar("T", peer_messages.Hello, peer_messages.Subscribe)
 
 class _ConnectionClosed(Exception):
     """We close this connection: its byte stream can no longer be trusted."""
-
-
-class RequestError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass
@@ -73,7 +67,7 @@ class Session:
         self._lane_backlog: dict[int, int] = {}
         self._writer_holders = 0
         self._stream0 = _Stream()
-        self._downstream: Downstream | None = None
+        self._relay: repl.Relay | None = None
         self._salt = os.urandom(32)
         self._user: str | None = "guest" if node.guest_allowed else None
 
@@ -241,9 +235,9 @@ class Session:
         elif kind == RequestType.SUBSCRIBE:
             await self._subscribe(frame)
         elif kind == PeerRequest.ACK:
-            if self._downstream is None:
+            if self._relay is None:
                 raise RequestError(ErrorCode.PROTOCOL, "ACK on a connection that relays nothing")
-            self._downstream.relay.ack(trio.current_time(), peer_messages.ack(frame))
+            self._relay.ack(trio.current_time(), peer_messages.ack(frame))
         elif kind == RequestType.JOIN:
             await self._join(frame)
         elif kind == PeerRequest.REGISTER:
@@ -287,13 +281,13 @@ class Session:
             message = f"instance {uuid} is registered as id {subscriber}, it says it is id {claimed}"
             node.log.warning("peer_refused", error=message)
             raise RequestError(ErrorCode.INSTANCE_UUID_MISMATCH, message)
-        if self._downstream is not None:
+        if self._relay is not None:
             raise RequestError(ErrorCode.PROTOCOL, "this connection already relays")
         vclock, last_txn = request.vclock, request.last_txn
         relay = repl.Relay(subscriber=subscriber, own=node.identity.instance_id, timeout_s=node.config.replication_timeout)
         engine = node.engine
         segments = engine.wal.segments()
-        feed = node.open_feed()  # before the log is read: no flush falls between the two
+        feed = node.relays.open_feed()
         accepted = relay.subscribe(
             trio.current_time(),
             vclock=vclock,
@@ -303,19 +297,16 @@ class Session:
             include_own=request.include_own,
         )
         if isinstance(accepted, repl.Refuse):
-            node.close_feed(feed)
+            node.relays.close_feed(feed)
             node.log.error("subscribe_refused", subscriber=subscriber, error=accepted.message)
             raise RequestError(REFUSAL_CODES[accepted.refusal], accepted.message)
-        self._downstream = node.add_downstream(relay, uuid)
+        self._relay = relay
         self._reply_ok(frame, {Key.VCLOCK: repl.replicated_part(engine.vclock).to_dict(), Key.INSTANCE_UUID: node.identity.instance_uuid})
         node.log.info("relay_started", subscriber=subscriber, vclock=vclock.to_dict())
 
         async def relay_then_close() -> None:
-            try:
-                await run_relay(node, self, relay, feed, accepted)
-            finally:
-                node.close_feed(feed)
-                node.remove_downstream(relay)
+            """The connection is the relay's from now on: when it stops, the connection goes."""
+            await node.relays.serve(relay, uuid, feed, accepted, self, engine=engine, writer=node.writer, log=node.log)
             await trio.aclose_forcefully(self._stream)
 
         self._nursery.start_soon(relay_then_close)

@@ -18,9 +18,10 @@ from replicaset.identity import Identity
 from replicaset.iproto.codec import FrameDecoder, encode_error, encode_greeting
 from replicaset.iproto.constants import ErrorCode
 from replicaset.core.replicaset import MEMBERS_MAX, REGISTRAR_ID
-from replicaset.runtime.node import CLUSTER_DDL, Node, Upstream
-from replicaset.runtime.replication import run_applier
-from replicaset.runtime.session import RequestError
+from replicaset.runtime.applier import Upstream
+from replicaset.runtime.node import CLUSTER_DDL, Node
+from replicaset.runtime.applier import run_applier
+from replicaset.runtime.errors import RequestError
 from replicaset.runtime.writer import Writer
 from tests.pagecache import PageCache
 from wal import GroupCommitPolicy

@@ -9,6 +9,7 @@ our origin must be in it."""
 from __future__ import annotations
 
 import os
+from functools import partial
 import time
 import uuid
 from pathlib import Path
@@ -22,7 +23,7 @@ from replicaset.identity import Identity
 from replicaset.iproto.codec import FrameDecoder
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.node import Node
-from replicaset.runtime.replication import run_relay
+from replicaset.runtime.relay import run_relay
 from replicaset.runtime.writer import Writer
 from tests.pagecache import PageCache
 from wal import GroupCommitPolicy, Record, VClock, Wal, decode_record
@@ -84,7 +85,7 @@ def test_a_relay_ships_no_row_of_ours_an_os_crash_could_still_take(tmp_path: Pat
                 data_dir=tmp_path / "data")
     node.engine = node.open_engine()
     node.writer = Writer(node.engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False,
-                         on_flush=node._on_flush, on_synced=node._on_synced)  # as Node.run wires them
+                         on_flush=node._on_flush, on_synced=node.relays.on_synced)  # as Node.run wires them
     images = tmp_path / "images"
     images.mkdir()
     wire = SubscriberEnd(cache, tmp_path / "data" / "wal", images)
@@ -96,10 +97,10 @@ def test_a_relay_ships_no_row_of_ours_an_os_crash_could_still_take(tmp_path: Pat
             await node.writer.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
             for n in range(ROWS_BEFORE):
                 await node.writer.execute("INSERT INTO t VALUES (?)", [n])
-            feed = node.open_feed()
+            feed = node.relays.open_feed()
             first = relay.subscribe(trio.current_time(), vclock=VClock(), last_txn={}, local_txn_at={}, log_start=VClock())
             assert isinstance(first, list)
-            nursery.start_soon(run_relay, node, wire, relay, feed, first)
+            nursery.start_soon(partial(run_relay, relay, feed, first, wire, engine=node.engine, writer=node.writer, log=node.log))
             for n in range(ROWS_BEFORE, ROWS_BEFORE + ROWS_AFTER):
                 await node.writer.execute("INSERT INTO t VALUES (?)", [n])
             with trio.fail_after(WAIT_S):

@@ -12,7 +12,7 @@ import trio
 from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import BatchKindError
 from tests.storage.enginekit import FakeClock, open_engine, run, wal_records
-from wal import GroupCommitPolicy, Record, WalMode
+from wal import GroupCommitPolicy, Record
 
 # No group-commit flush of its own: a local batch stays open until something flushes it.
 HOLD_OPEN = GroupCommitPolicy(max_batch_bytes=1 << 20, max_batch_count=1 << 20, max_delay_ms=60_000)

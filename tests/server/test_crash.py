@@ -15,7 +15,7 @@ from replicaset.testing.processes import free_port
 from replicaset.identity import Identity, load_pending_registration
 from replicaset.iproto.errors import ServerError
 from replicaset.runtime.join import join
-from replicaset.runtime.replication import fetch_checkpoint
+from replicaset.runtime.transfer import fetch_checkpoint
 from replicaset.storage.checkpoint import vclock_of
 from tests.pagecache import PageCache
 from tests.server.conftest import BOOTSTRAP_ROWS, Server, wait_for

@@ -257,6 +257,7 @@ def test_member_whose_rows_are_gone_everywhere_rejoins(replicaset_factory, rejoi
         client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
     second = rs.join(first)
     third = rs.join(first)
+    rs.wait_status(third, "running")  # it answers as soon as it listens, before it follows anyone
     with third.client() as client:
         mine = [client.execute("INSERT INTO kv(v) VALUES (?)", [f"third-{n}"]).autoincrement_ids[0] for n in range(5)]
     rs.wait_converged()

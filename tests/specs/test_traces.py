@@ -59,9 +59,9 @@ def rejected_at(trace: Trace, edited: int) -> check_trace.Verdict:
     [
         (0, "write", "none"),
         (2, "write", "links"),
-        (10, "write", "all"),
+        (3, "write", "all"),
         (1, "fsync", "all"),
-        (5, "fsync", "all"),
+        (4, "fsync", "all"),
     ],
     ids=lambda v: str(v),
 )

@@ -1,0 +1,129 @@
+"""Both ends of JOIN: registration with the registrar, and the checkpoint transfer."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import xxhash
+
+from replicaset.iproto import peer_messages
+from replicaset.iproto.codec import encode_ok, encode_request
+from replicaset.iproto.constants import ErrorCode, Key, RequestType
+from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.runtime.links import FrameSink, PeerError, PeerLink
+from wal import VClock, fsync_path
+
+CHECKPOINT_CHUNK_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Registration:
+    """An instance's id, and an LSN of the registrar at or after its `_cluster` row: a member
+    whose vclock reaches it holds the row (rows of one origin are applied in order)."""
+
+    instance_id: int
+    registrar_lsn: int
+
+
+@dataclass(frozen=True)
+class Joined:
+    registration: Registration
+    vclock: VClock
+    size_bytes: int
+
+
+async def fetch_checkpoint(
+    address: str,
+    *,
+    replicaset_uuid: str,
+    instance_uuid: str,
+    listen: str,
+    target: Path,
+    progress: Callable[[int, int], None],
+    max_frame_bytes: int = 64 * 1024 * 1024,
+) -> Joined:
+    """JOIN through `address`: get an id and the newest checkpoint, verified chunk by chunk
+    with xxhash, into `target` (written under a temporary name, fsynced, renamed, and the
+    directory fsynced: durable on return)."""
+    link = await PeerLink.open(address, max_frame_bytes)
+    partial = target.with_name(target.name + ".partial")
+    try:
+        await link.send(RequestType.JOIN, {
+            Key.REPLICASET_UUID: replicaset_uuid,
+            Key.INSTANCE_UUID: instance_uuid,
+            PeerKey.ADDRESS: listen,
+        })
+        whole = xxhash.xxh3_64()
+        with open(partial, "wb") as out:
+            while True:
+                frame = await link.receive()
+                if frame.request_type == PeerRequest.CHECKPOINT_CHUNK:
+                    part = peer_messages.checkpoint_chunk(frame)
+                    if xxhash.xxh3_64_intdigest(part.chunk) != part.digest or part.offset != out.tell():
+                        raise PeerError(ErrorCode.PROTOCOL, f"checkpoint chunk at {part.offset} failed its check")
+                    out.write(part.chunk)
+                    whole.update(part.chunk)
+                    progress(out.tell(), part.size)
+                    continue
+                end = peer_messages.joined(frame)
+                if out.tell() != end.size or whole.intdigest() != end.digest:
+                    raise PeerError(ErrorCode.PROTOCOL, "the checkpoint arrived incomplete or damaged")
+                out.flush()
+                os.fsync(out.fileno())
+                os.replace(partial, target)
+                fsync_path(target.parent)  # the rename is durable only once the directory is
+                registration = Registration(instance_id=end.instance_id, registrar_lsn=end.registrar_lsn)
+                return Joined(registration=registration, vclock=end.vclock, size_bytes=end.size)
+    finally:
+        partial.unlink(missing_ok=True)
+        await link.aclose()
+
+
+async def register_with(
+    address: str, *, replicaset_uuid: str, instance_uuid: str, listen: str, max_frame_bytes: int
+) -> Registration:
+    """Ask the registrar at `address` for an id (a join that came through another member)."""
+    link = await PeerLink.open(address, max_frame_bytes)
+    try:
+        await link.send(PeerRequest.REGISTER, {
+            Key.REPLICASET_UUID: replicaset_uuid,
+            Key.INSTANCE_UUID: instance_uuid,
+            PeerKey.ADDRESS: listen,
+        })
+        reply = peer_messages.registered(await link.receive())
+        return Registration(instance_id=reply.instance_id, registrar_lsn=reply.registrar_lsn)
+    finally:
+        await link.aclose()
+
+
+# ---------------------------------------------------------------- join: the member serving it
+
+
+async def serve_checkpoint(
+    session: FrameSink, sync: int, checkpoint: BinaryIO, vclock: VClock, registration: Registration, schema_version: int
+) -> None:
+    """Stream an open checkpoint file in bounded chunks, each with its xxhash, then its
+    vclock and the joiner's registration."""
+    size = os.fstat(checkpoint.fileno()).st_size
+    whole = xxhash.xxh3_64()
+    offset = 0
+    while True:
+        chunk = checkpoint.read(CHECKPOINT_CHUNK_BYTES)
+        if not chunk:
+            break
+        whole.update(chunk)
+        session.send_frame(encode_request(PeerRequest.CHECKPOINT_CHUNK, sync, {
+            PeerKey.CHUNK: chunk, PeerKey.OFFSET: offset, PeerKey.SIZE: size,
+            PeerKey.DIGEST: xxhash.xxh3_64_intdigest(chunk),
+        }))
+        offset += len(chunk)
+        await session.flush_outbox()
+    session.send_frame(encode_ok(sync=sync, schema_version=schema_version, body={
+        Key.VCLOCK: vclock.to_dict(), PeerKey.SIZE: size, PeerKey.DIGEST: whole.intdigest(),
+        PeerKey.INSTANCE_ID: registration.instance_id, PeerKey.REGISTRAR_LSN: registration.registrar_lsn,
+    }))
+    await session.flush_outbox()
