@@ -70,6 +70,7 @@ OPTIONS: dict[str, Option] = {
     "sql.auto_id_mode": Option("compact", str, lambda v: v in ("compact", "extended"), "compact or extended"),
     "auth.users": Option({}, dict, lambda v: all(isinstance(p, str) for p in v.values()), "a table of user = password"),
     "auth.guest": Option(True, bool),
+    "debug.check_invariants": Option(False, bool),
 }
 
 

@@ -221,6 +221,7 @@ class Simulation:
                 break
             self.now_s, _, kind, args = heapq.heappop(self._queue)
             getattr(self, f"_on_{kind}")(*args)
+            self.check_invariants()
             if self.healed and self.writes_left == 0 and self._converged():
                 self.trace({"event": "End", "steps": self.traced_steps})
                 return
@@ -240,10 +241,8 @@ class Simulation:
             return
         for applier in member.appliers.values():
             self._do(member, applier.tick(self.now_s))
-            applier.check_invariants()
         for conn, relay in list(member.relays.items()):
             self._do(member, relay.tick(self.now_s, member.engine.vclock), conn=conn)
-            relay.check_invariants()
         if not self.healed:
             self._maybe_fault(member)
 
@@ -597,6 +596,21 @@ class Simulation:
             return False
         clocks = list(self.vclocks().values())
         return all(c == clocks[0] for c in clocks)
+
+    def check_invariants(self) -> None:
+        """After every event (TigerBeetle style): every core's own, and no relay ahead of
+        its member's durable cut for rows of the member's own origin (FINDINGS F1)."""
+        for member in self.members.values():
+            if member.engine is None:
+                continue
+            assert member.replicaset is not None
+            member.replicaset.check_invariants()
+            for applier in member.appliers.values():
+                applier.check_invariants()
+            for relay in member.relays.values():
+                relay.check_invariants()
+                assert relay.sent.get(member.id) <= member.durable.get(member.id), (
+                    f"seed {self.seed}: member {member.id} relayed its rows past its durable cut")
 
     def check(self) -> None:
         """The end-of-run checks; each failure names the seed.

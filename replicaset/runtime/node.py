@@ -86,7 +86,7 @@ class Node:
         self.upstream_uuids: dict[str, str] = {}
         # Configured addresses found to be this instance, or a member followed by its UUID.
         self.ignored_addresses: set[str] = set()
-        self.relays = Relays()
+        self.relays = Relays(self.check_invariants if config["debug.check_invariants"] else None)
         self.allow_rejoin = rejoin or config["replication.auto_rejoin"]
         self.rejoin_through: str | None = None
         # Set again at start, once the peers and whether we must recover are known. A
@@ -376,8 +376,22 @@ class Node:
         self._carry_out(self.replicaset.upstream_refused(trio.current_time(), key, refusal))
         self.on_upstream_change()
 
+    def check_invariants(self) -> None:
+        """Every core's, and the durable cut of every relay against the WAL: asserted after
+        every applier and relay event when `debug.check_invariants` is set."""
+        self.replicaset.check_invariants()
+        for core in self.appliers.values():
+            core.check_invariants()
+        own = self.identity.instance_id
+        for downstream in self.relays:
+            downstream.relay.check_invariants()
+            assert downstream.relay.sent.get(own) <= self.engine.wal.synced_vclock.get(own), (
+                f"relay {downstream.relay.subscriber} sent rows of ours past the durable cut")
+
     def on_upstream_change(self) -> None:
         """Tell the replica-set core what the member sees now."""
+        if self.config["debug.check_invariants"]:
+            self.check_invariants()
         if self.replicaset.phase is Phase.RUNNING:
             return
         members = self.members()

@@ -3,7 +3,7 @@ the writer's flushes and syncs; and the registry of the node's relays."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +69,11 @@ class Relays:
     """The node's relays: one downstream per subscriber, and the feeds the writer tells of
     its flushes and syncs. A session hands a subscribed connection over here."""
 
-    def __init__(self) -> None:
+    def __init__(self, check_invariants: Callable[[], None] | None = None) -> None:
+        """`check_invariants`, in debug runs, is called after every relay event."""
         self.downstreams: dict[int, Downstream] = {}
         self._feeds: set[Feed] = set()
+        self._check_invariants = check_invariants
 
     def open_feed(self) -> Feed:
         """Open before the relay's log read: no flush falls between the two."""
@@ -101,7 +103,8 @@ class Relays:
         """Run a subscribed relay until it stops or its connection breaks."""
         self.downstreams[relay.subscriber] = Downstream(relay=relay, uuid=uuid)
         try:
-            await run_relay(relay, feed, first, out, engine=engine, writer=writer, log=log)
+            await run_relay(relay, feed, first, out, engine=engine, writer=writer, log=log,
+                            check_invariants=self._check_invariants)
         finally:
             self.close_feed(feed)
             current = self.downstreams.get(relay.subscriber)
@@ -113,7 +116,8 @@ class Relays:
 
 
 async def run_relay(
-    relay: repl.Relay, feed: Feed, first: list[repl.Action], out: FrameSink, *, engine: Engine, writer: Writer, log: Any
+    relay: repl.Relay, feed: Feed, first: list[repl.Action], out: FrameSink, *, engine: Engine, writer: Writer, log: Any,
+    check_invariants: Callable[[], None] | None = None,
 ) -> None:
     """Carry out the relay core's actions: read the log when it asks (at subscribe, and
     after it kept no rows), then follow the feed of flushes and syncs."""
@@ -143,6 +147,8 @@ async def run_relay(
             elif isinstance(action, repl.Disconnect):
                 log.info("relay_stopped", subscriber=relay.subscriber, reason=action.reason)
                 raise _RelayStop(action.reason)
+        if check_invariants is not None:
+            check_invariants()
         await out.flush_outbox()
 
     try:

@@ -81,7 +81,8 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 
 REPLICASET_UUID = "8c5e4a52-0000-4000-8000-00000000abcd"
-FAST_CONFIG = "replication_timeout = 0.1\nreplication_connect_timeout = 3\n"
+# Every member checks its cores' invariants after every event (TigerBeetle style).
+FAST_CONFIG = "replication_timeout = 0.1\nreplication_connect_timeout = 3\ndebug.check_invariants = true\n"
 WAIT_S = 20.0
 POLL_S = 0.05
 
