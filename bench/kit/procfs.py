@@ -1,0 +1,71 @@
+"""CPU time and memory of processes, read from /proc: the server's cost per operation is its
+CPU time over a measured window, and its memory is what the kernel says it holds (VmRSS now,
+VmHWM at its peak), not what it thinks it allocated. A process that is gone reads as None."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def read_status_fields(pid: int, fields: tuple[str, ...]) -> dict[str, int]:
+    """`VmRSS`-style fields of /proc/PID/status in kB, in one read; those not found are left out."""
+    found: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                name, _, rest = line.partition(":")
+                if name in fields:
+                    found[name] = int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return found
+
+
+def read_status_kb(pid: int, field: str) -> int | None:
+    """A `VmRSS`-style field of /proc/PID/status in kB, or None when the process is gone."""
+    return read_status_fields(pid, (field,)).get(field)
+
+
+def read_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of every thread of PID, from /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+class RssWatch:
+    """Polls VmRSS and VmHWM of one pid every `interval_s` in a thread, from construction until
+    stop(): VmHWM alone would miss nothing, but a process that exits takes it along, and VmRSS
+    peaks say when the memory was held."""
+
+    def __init__(self, pid: int, interval_s: float) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.hwm_kb = 0
+        self.rss_peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def sample(self) -> None:
+        found = read_status_fields(self.pid, ("VmHWM", "VmRSS"))
+        self.hwm_kb = max(self.hwm_kb, found.get("VmHWM", 0))
+        self.rss_peak_kb = max(self.rss_peak_kb, found.get("VmRSS", 0))
+
+    def stop(self) -> None:
+        self.sample()
+        self._stop.set()
+        self._thread.join(timeout=5)
