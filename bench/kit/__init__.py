@@ -8,6 +8,7 @@ whichever script prints it. The server processes the tests also use come from
 - `tarantool`: finding Tarantool 2.6 and starting an instance from an init script.
 - `client`: the PyPI `tarantool` connector and the write load of 1 or 16 connections.
 - `limits`: what the machine allows at best: fsyncs/s, loopback round trips/s.
+- `sets`: a three-member set of ours and a three-instance Tarantool mesh, their vclocks.
 """
 
 from pathlib import Path

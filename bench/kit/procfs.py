@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -39,6 +40,23 @@ def read_cpu_seconds(pid: int) -> float | None:
     fields = text[text.rfind(")") + 2 :].split()
     # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+class CpuWindow:
+    """CPU share of one core used by each pid between construction and stop()."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.t0 = time.monotonic()
+        self.c0 = [read_cpu_seconds(pid) for pid in pids]
+        self.shares: list[float | None] = []
+
+    def stop(self) -> list[float | None]:
+        elapsed = time.monotonic() - self.t0
+        c1 = [read_cpu_seconds(pid) for pid in self.pids]
+        self.shares = [(b - a) / elapsed if a is not None and b is not None and elapsed > 0 else None
+                       for a, b in zip(self.c0, c1)]
+        return self.shares
 
 
 class RssWatch:

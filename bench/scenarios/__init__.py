@@ -3,5 +3,6 @@ the report; the entry scripts (`bench/bench_*.py`) choose the order, the header,
 and the notes.
 
 Single instance (`bench_single.py`): `wal_append`, `single_writes` (with `noop_server`, the
-ceiling of our stack).
+ceiling of our stack). Replica set (`bench_replicaset.py`): `set_writes`, `lag`, `join_ours`,
+`join_tarantool`.
 """
