@@ -9,6 +9,7 @@ import threading
 import time
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def read_status_fields(pid: int, fields: tuple[str, ...]) -> dict[str, int]:
@@ -40,6 +41,42 @@ def read_cpu_seconds(pid: int) -> float | None:
     fields = text[text.rfind(")") + 2 :].split()
     # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def read_statm_rss_kib(pid: int) -> int:
+    """Resident pages of PID from /proc/PID/statm in KiB; 0 when the process is gone, so a
+    process that ends between two samples adds nothing to a sum."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE_KIB
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, command name) of every process below `root`: Spark's JVM and Python workers are
+    started by the driver and by each other, so their memory is found through the tree."""
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+        names[int(entry)] = name
+    out, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        for child in children.get(pid, []):
+            out.append((child, names.get(child, "?")))
+            stack.append(child)
+    return out
 
 
 class CpuWindow:

@@ -4,5 +4,5 @@ and the notes.
 
 Single instance (`bench_single.py`): `wal_append`, `single_writes` (with `noop_server`, the
 ceiling of our stack). Replica set (`bench_replicaset.py`): `set_writes`, `lag`, `join_ours`,
-`join_tarantool`.
+`join_tarantool`. Spark audit (`bench_audit.py`): `audit`.
 """
