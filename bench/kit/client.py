@@ -40,6 +40,16 @@ def connect(port: int, socket_timeout_s: float) -> Any:
     return tarantool.Connection(HOST, port, socket_timeout=socket_timeout_s, connection_timeout=CLIENT_CONNECT_TIMEOUT_S)
 
 
+def close_quietly(conns: list[Any]) -> None:
+    """Close connector connections after a load, whatever state the load left them in: a
+    connection that fails to close has nothing more to tell the figures."""
+    for conn in conns:
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def first_value(response: Any) -> Any:
     """The first column of the first row of a connector response, or None."""
     rows = list(response)
@@ -118,11 +128,7 @@ def run_client_group(
         cpu_window_end = time.monotonic_ns()
         stuck = sum(1 for thread in threads if thread.is_alive())
     finally:
-        for conn in conns:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001
-                pass
+        close_quietly(conns)
     latencies = array.array("q")
     errors = 0
     samples: list[str] = []

@@ -140,14 +140,23 @@ def log_problems(lines: list[str]) -> list[str]:
     return problems
 
 
-def first_events(path: Path) -> dict[str, dict[str, Any]]:
-    """The first JSON log event of each name in one of our logs."""
-    events: dict[str, dict[str, Any]] = {}
-    for line in read_lines(path):
+def log_events(lines: list[str]) -> list[dict[str, Any]]:
+    """The JSON events of one of our logs, in order; other lines are left out."""
+    events = []
+    for line in lines:
         try:
             event = json.loads(line)
         except ValueError:
             continue
-        if isinstance(event, dict) and "event" in event:
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def first_events(path: Path) -> dict[str, dict[str, Any]]:
+    """The first JSON log event of each name in one of our logs."""
+    events: dict[str, dict[str, Any]] = {}
+    for event in log_events(read_lines(path)):
+        if "event" in event:
             events.setdefault(event["event"], event)
     return events

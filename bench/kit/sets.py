@@ -6,14 +6,13 @@ either without knowing which it has."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
 from bench.kit.client import SQL_CREATE, connect
-from bench.kit.procs import HOST, Proc, log_problems, read_lines
+from bench.kit.procs import HOST, Proc, log_events, log_problems, read_lines
 from bench.kit.report import MIB, progress
 from bench.kit.tarantool import spawn_tarantool, wait_ready
 from replicaset.iproto.client import Client
@@ -123,16 +122,12 @@ class OurSet:
             bad = [line[:220] for line in log_problems(lines)]
             reconnects: dict[str, int] = {}
             relays = 0
-            for line in lines:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(event, dict) and event.get("event") == "upstream_disconnected":
+            for event in log_events(lines):
+                if event.get("event") == "upstream_disconnected":
                     reason = str(event.get("reason", "?"))
                     reason = "no message for ..." if reason.startswith("no message from") else reason
                     reconnects[reason] = reconnects.get(reason, 0) + 1
-                if isinstance(event, dict) and event.get("event") == "relay_started":
+                if event.get("event") == "relay_started":
                     relays += 1
             notes.append(f"m{n}: {len(lines)} log lines, {len(bad)} warning/error/non-JSON; {relays} relay_started; "
                          f"upstream_disconnected {sum(reconnects.values())}x {reconnects}")

@@ -152,19 +152,14 @@ def run(work: Path, join_mb: int) -> dict[str, Any]:
         if counts[0] != counts[1]:
             entry["notes"].append(f"DIVERGENCE after join: member {counts[0]} vs joiner {counts[1]} (rows, bytes)")
         progress(f"join (ours): {fmt_int(size)} B in {entry['seconds']:.2f} s = {entry['mb_per_s']:.1f} MB/s, "
-            f"joiner VmHWM {watch.hwm_kb / 1024:.1f} MB")
+                 f"joiner VmHWM {watch.hwm_kb / 1024:.1f} MB")
     except Exception as exc:  # noqa: BLE001
         entry["failure"] = f"{type(exc).__name__}: {exc}"
         progress(f"join (ours): FAILED: {entry['failure']}")
     finally:
         if watch is not None:
             watch.stop()
-        codes = []
-        if joiner is not None:
-            codes.append(joiner.stop())
-        if member is not None:
-            codes.append(member.stop())
-        entry["exit_codes"] = codes
+        entry["exit_codes"] = [proc.stop() for proc in (joiner, member) if proc is not None]
         notes = [f"{path.name}: {line[:200]}" for path in (root / "m1.log", root / "m2.log")
                  for line in log_problems(read_lines(path))]
         entry["log_notes"] = notes[:8]

@@ -141,18 +141,14 @@ def run(work: Path, binary: str, join_mb: int) -> dict[str, Any]:
         entry["mb_per_s"] = entry["size_bytes"] / MIB / entry["seconds"] if entry["size_bytes"] else None
         entry["vclock"] = mv
         progress(f"join (tarantool): {fmt_int(entry['size_bytes'])} B in {entry['seconds']:.2f} s = "
-            f"{entry['mb_per_s']:.1f} MB/s, replica VmHWM {watch.hwm_kb / 1024:.1f} MB")
+                 f"{entry['mb_per_s']:.1f} MB/s, replica VmHWM {watch.hwm_kb / 1024:.1f} MB")
     except Exception as exc:  # noqa: BLE001
         entry["failure"] = f"{type(exc).__name__}: {exc}"
         progress(f"join (tarantool): FAILED: {entry['failure']}")
     finally:
         if watch is not None:
             watch.stop()
-        codes = []
-        for proc in (replica, master):
-            if proc is not None:
-                codes.append(proc.stop())
-        entry["exit_codes"] = codes
+        entry["exit_codes"] = [proc.stop() for proc in (replica, master) if proc is not None]
         shutil.rmtree(root, ignore_errors=True)
     return entry
 

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from bench.kit.client import MAX_ERRORS_PER_THREAD, VALUE_BYTES, connect, first_value
+from bench.kit.client import MAX_ERRORS_PER_THREAD, VALUE_BYTES, close_quietly, connect, first_value
 from bench.kit.procfs import CpuWindow
 from bench.kit.report import fmt_cpu, fmt_int, fmt_ms, percentile, progress
 from bench.kit.sets import CLIENT_SOCKET_TIMEOUT_S, ReplicaSet, wait_converged
@@ -124,11 +124,7 @@ def measure_lag(write_port: int, read_port: int, base: int, rate: float | None, 
         stuck = sum(1 for t in threads if t.is_alive())
     finally:
         sys.setswitchinterval(old_interval)
-        for conn in (wconn, pconn):
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001
-                pass
+        close_quietly([wconn, pconn])
 
     last = state["last"]
     measure_from = start_box[0] + int(warmup_s * 1e9)
