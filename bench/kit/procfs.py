@@ -1,0 +1,126 @@
+"""CPU time and memory of processes, read from /proc: the server's cost per operation is its
+CPU time over a measured window, and its memory is what the kernel says it holds (VmRSS now,
+VmHWM at its peak), not what it thinks it allocated. A process that is gone reads as None."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def read_status_fields(pid: int, fields: tuple[str, ...]) -> dict[str, int]:
+    """`VmRSS`-style fields of /proc/PID/status in kB, in one read; those not found are left out."""
+    found: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                name, _, rest = line.partition(":")
+                if name in fields:
+                    found[name] = int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return found
+
+
+def read_status_kb(pid: int, field: str) -> int | None:
+    """A `VmRSS`-style field of /proc/PID/status in kB, or None when the process is gone."""
+    return read_status_fields(pid, (field,)).get(field)
+
+
+def read_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of every thread of PID, from /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def read_statm_rss_kib(pid: int) -> int:
+    """Resident pages of PID from /proc/PID/statm in KiB; 0 when the process is gone, so a
+    process that ends between two samples adds nothing to a sum."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE_KIB
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, command name) of every process below `root`: Spark's JVM and Python workers are
+    started by the driver and by each other, so their memory is found through the tree."""
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+        names[int(entry)] = name
+    out, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        for child in children.get(pid, []):
+            out.append((child, names.get(child, "?")))
+            stack.append(child)
+    return out
+
+
+class CpuWindow:
+    """CPU share of one core used by each pid between construction and stop()."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.t0 = time.monotonic()
+        self.c0 = [read_cpu_seconds(pid) for pid in pids]
+        self.shares: list[float | None] = []
+
+    def stop(self) -> list[float | None]:
+        elapsed = time.monotonic() - self.t0
+        c1 = [read_cpu_seconds(pid) for pid in self.pids]
+        self.shares = [(b - a) / elapsed if a is not None and b is not None and elapsed > 0 else None
+                       for a, b in zip(self.c0, c1)]
+        return self.shares
+
+
+class RssWatch:
+    """Polls VmRSS and VmHWM of one pid every `interval_s` in a thread, from construction until
+    stop(): VmHWM alone would miss nothing, but a process that exits takes it along, and VmRSS
+    peaks say when the memory was held."""
+
+    def __init__(self, pid: int, interval_s: float) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.hwm_kb = 0
+        self.rss_peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def sample(self) -> None:
+        found = read_status_fields(self.pid, ("VmHWM", "VmRSS"))
+        self.hwm_kb = max(self.hwm_kb, found.get("VmHWM", 0))
+        self.rss_peak_kb = max(self.rss_peak_kb, found.get("VmRSS", 0))
+
+    def stop(self) -> None:
+        self.sample()
+        self._stop.set()
+        self._thread.join(timeout=5)

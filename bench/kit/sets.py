@@ -1,0 +1,257 @@
+"""The two replica sets the replica-set figures compare: three members of ours, started as
+`replicaset demo` does (bootstrap, then each joins through the last), and three Tarantool 2.6
+instances in a master-master full mesh, started at once. Both offer the same surface (`name`,
+`ports`, `pids()`, `vclock()`, `status()`, `stop()`, `log_notes()`), so a scenario drives
+either without knowing which it has."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Protocol
+
+from bench.kit.client import SQL_CREATE, connect
+from bench.kit.procs import HOST, Proc, log_events, log_problems, read_lines
+from bench.kit.report import MIB, progress
+from bench.kit.tarantool import spawn_tarantool, wait_ready
+from replicaset.iproto.client import Client
+from replicaset.testing.processes import free_port
+
+START_TIMEOUT_S = 60.0
+CONVERGE_TIMEOUT_S = 120.0
+CLIENT_SOCKET_TIMEOUT_S = 30.0
+TARANTOOL_MEMTX_BYTES = 512 * MIB
+OUR_CONFIG = 'wal_mode = "write"\nreplication_timeout = 0.2\nreplication_connect_timeout = 10\n'
+
+
+class ReplicaSet(Protocol):
+    name: str
+    ports: list[int]
+
+    def pids(self) -> list[int]: ...
+    def vclock(self, port: int) -> dict[int, int]: ...
+    def status(self, port: int) -> str: ...
+
+
+def norm_vclock(raw: Any) -> dict[int, int]:
+    """A vclock from either server as {id: lsn}, without component 0 and zero entries."""
+    if isinstance(raw, list):
+        items = [(i + 1, v) for i, v in enumerate(raw)]
+    elif isinstance(raw, dict):
+        items = [(int(k), v) for k, v in raw.items()]
+    else:
+        return {}
+    return {k: int(v) for k, v in items if k != 0 and v}
+
+
+class OurSet:
+    """Three members of ours, started as `replicaset demo` does (bootstrap, join via the last)."""
+
+    name = "ours"
+
+    def __init__(self, work: Path) -> None:
+        self.work = work / "ours"
+        self.work.mkdir()
+        self.config = self.work / "config.toml"
+        self.config.write_text(OUR_CONFIG)
+        self.rs_uuid = str(uuid.uuid4())
+        self.members: list[Proc] = []
+        self.ports: list[int] = []
+        self.startup_note: str | None = None
+
+    def _start_member(self, n: int, args: list[str]) -> None:
+        member = Proc.ours(f"ours m{n}", [*args, "--uuid", self.rs_uuid, "--data-dir", str(self.work / f"m{n}"),
+                                          "--config", str(self.config)], self.work / f"m{n}.log")
+        self.members.append(member)
+        assert member.port is not None
+        self.ports.append(member.port)
+
+    def start(self) -> None:
+        self._start_member(1, ["bootstrap"])
+        for n in (2, 3):
+            self._start_member(n, ["join", "--peer", f"{HOST}:{self.ports[-1]}"])
+        # A member that sees a new member join may go back to `loading` until it has reached
+        # the new quorum: wait until all three are running before the DDL, and say so.
+        t0 = time.monotonic()
+        seen: list[list[str]] = []
+        while True:
+            statuses = [self.status(port) for port in self.ports]
+            if not seen or statuses != seen[-1]:
+                seen.append(statuses)
+            if all(s == "running" for s in statuses):
+                break
+            if time.monotonic() - t0 > START_TIMEOUT_S:
+                raise RuntimeError(f"members not all running after {START_TIMEOUT_S:.0f} s: {seen}")
+            time.sleep(0.01)
+        if len(seen) > 1:
+            self.startup_note = (f"after the third member joined, statuses went {' -> '.join(map(str, seen))} "
+                                 f"over {time.monotonic() - t0:.2f} s before all were running (writes refused meanwhile)")
+        with Client.connect(HOST, self.ports[0]) as client:
+            client.execute(SQL_CREATE)
+
+    def pids(self) -> list[int]:
+        return [m.pid for m in self.members]
+
+    def info(self, port: int) -> dict[str, Any]:
+        with Client.connect(HOST, port, timeout_s=CLIENT_SOCKET_TIMEOUT_S) as client:
+            return client.eval("box.info")[0]
+
+    def vclock(self, port: int) -> dict[int, int]:
+        return norm_vclock(self.info(port).get("vclock"))
+
+    def status(self, port: int) -> str:
+        return str(self.info(port).get("status"))
+
+    def stop(self) -> list[int | None]:
+        codes = []
+        for member in reversed(self.members):
+            try:
+                codes.append(member.stop())
+            except Exception as exc:  # noqa: BLE001
+                progress(f"ours: stopping pid {member.pid} failed: {exc}")
+                codes.append(None)
+        return list(reversed(codes))
+
+    def log_notes(self) -> list[str]:
+        """Warnings, errors and non-JSON lines in the members' logs, and how often each member
+        lost and re-made its upstream links."""
+        notes = []
+        for n, member in enumerate(self.members, start=1):
+            lines = read_lines(member.log_path)
+            bad = [line[:220] for line in log_problems(lines)]
+            reconnects: dict[str, int] = {}
+            relays = 0
+            for event in log_events(lines):
+                if event.get("event") == "upstream_disconnected":
+                    reason = str(event.get("reason", "?"))
+                    reason = "no message for ..." if reason.startswith("no message from") else reason
+                    reconnects[reason] = reconnects.get(reason, 0) + 1
+                if event.get("event") == "relay_started":
+                    relays += 1
+            notes.append(f"m{n}: {len(lines)} log lines, {len(bad)} warning/error/non-JSON; {relays} relay_started; "
+                         f"upstream_disconnected {sum(reconnects.values())}x {reconnects}")
+            notes.extend(f"m{n}:   {line}" for line in bad[:6])
+        return notes
+
+
+TARANTOOL_MEMBER_INIT = """
+box.cfg{{
+    listen = '{host}:{port}',
+    replication = {{{uris}}},
+    replication_connect_quorum = {quorum},
+    replication_connect_timeout = 60,
+    wal_mode = 'write',
+    read_only = false,
+    memtx_memory = {memtx},
+    work_dir = '{work_dir}',
+}}
+-- Runs once per set, on the instance that bootstraps it (the smallest UUID, not always the first):
+-- the others can only join once guest may replicate. They get the grant with the snapshot.
+box.once('bench_grant', function()
+    box.schema.user.grant('guest', 'super', nil, nil, {{if_not_exists = true}})
+end)
+require('log').info('BENCH_READY')
+"""
+
+
+class TarantoolSet:
+    """Three Tarantool 2.6 instances, master-master full mesh, started at once."""
+
+    name = "tarantool"
+
+    def __init__(self, work: Path, binary: str) -> None:
+        self.work = work / "tarantool"
+        self.work.mkdir()
+        self.binary = binary
+        self.members: list[Proc] = []
+        self.ports: list[int] = []
+
+    def start(self) -> None:
+        self.ports = [free_port() for _ in range(3)]
+        uris = ", ".join(f"'{HOST}:{p}'" for p in self.ports)
+        for n, port in enumerate(self.ports, start=1):
+            self.members.append(spawn_tarantool(f"tarantool t{n}", self.binary, self.work / f"t{n}",
+                                                TARANTOOL_MEMBER_INIT, port=port, uris=uris, quorum=3,
+                                                memtx=TARANTOOL_MEMTX_BYTES))
+        for member in self.members:
+            wait_ready(member, START_TIMEOUT_S)
+        conn = connect(self.ports[0], CLIENT_SOCKET_TIMEOUT_S)
+        try:
+            conn.execute(SQL_CREATE)
+        finally:
+            conn.close()
+        # The table was made on t1: wait until it exists on every member.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for port in self.ports:
+            while True:
+                try:
+                    conn = connect(port, CLIENT_SOCKET_TIMEOUT_S)
+                    try:
+                        conn.execute("SELECT count(*) FROM kv")
+                        break
+                    finally:
+                        conn.close()
+                except Exception as exc:  # noqa: BLE001
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"kv did not reach tarantool on port {port}: {exc}") from exc
+                    time.sleep(0.1)
+
+    def pids(self) -> list[int]:
+        return [m.pid for m in self.members]
+
+    def _eval(self, port: int, expr: str) -> list[Any]:
+        conn = connect(port, CLIENT_SOCKET_TIMEOUT_S)
+        try:
+            return list(conn.eval(expr))
+        finally:
+            conn.close()
+
+    def vclock(self, port: int) -> dict[int, int]:
+        return norm_vclock(self._eval(port, "return box.info.vclock")[0])
+
+    def status(self, port: int) -> str:
+        return str(self._eval(port, "return box.info.status")[0])
+
+    def stop(self) -> list[int | None]:
+        return [m.stop() for m in self.members]
+
+    def log_notes(self) -> list[str]:
+        notes = []
+        for member in self.members:
+            lines = member.log_text().splitlines()
+            bad = [line[:220] for line in lines if " E> " in line or " W> " in line]
+            notes.append(f"{member.name}: {len(lines)} log lines, {len(bad)} E>/W>")
+            notes.extend(f"{member.name}:   {line}" for line in bad[:4])
+        return notes
+
+
+def wait_converged(rs: ReplicaSet, timeout_s: float = CONVERGE_TIMEOUT_S) -> tuple[float | None, list[dict[int, int]]]:
+    """Seconds until every member's vclock equals member 1's (None on timeout), and the vclocks."""
+    t0 = time.monotonic()
+    vclocks: list[dict[int, int]] = []
+    while True:
+        try:
+            vclocks = [rs.vclock(port) for port in rs.ports]
+            if all(v == vclocks[0] for v in vclocks):
+                return time.monotonic() - t0, vclocks
+        except Exception as exc:  # noqa: BLE001
+            progress(f"{rs.name}: box.info failed while waiting for convergence: {exc}")
+        if time.monotonic() - t0 > timeout_s:
+            return None, vclocks
+        time.sleep(0.02)
+
+
+def table_digest(port: int) -> tuple[int, int]:
+    """(rows, xxh3 of every row in key order) of kv on one member, through the same connector."""
+    import xxhash
+
+    conn = connect(port, socket_timeout_s=120)
+    try:
+        rows = list(conn.execute("SELECT k, v FROM kv ORDER BY k"))
+    finally:
+        conn.close()
+    digest = xxhash.xxh3_64()
+    for k, v in rows:
+        digest.update(f"{k}\x00{v}\x01".encode())
+    return len(rows), digest.intdigest()

@@ -1,0 +1,8 @@
+"""One module per benchmark scenario. Each measures one thing and prints its own section of
+the report; the entry scripts (`bench/bench_*.py`) choose the order, the header, the targets
+and the notes.
+
+Single instance (`bench_single.py`): `wal_append`, `single_writes` (with `noop_server`, the
+ceiling of our stack). Replica set (`bench_replicaset.py`): `set_writes`, `lag`, `join_ours`,
+`join_tarantool`. Spark audit (`bench_audit.py`): `audit`.
+"""
