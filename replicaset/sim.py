@@ -119,7 +119,6 @@ class Member:
         return self.replicaset is not None and self.replicaset.phase is Phase.RECOVERING
     sync_point: dict[str, int] = field(default_factory=dict)
     unsynced: bool = False  # rows written since the last sync point
-    durable: VClock = field(default_factory=VClock)  # what an OS crash leaves of the WAL
     vclock_at_crash: VClock | None = None
 
 
@@ -239,10 +238,10 @@ class Simulation:
         member = self.members[member_id]
         if member.engine is None:
             return
-        for applier in member.appliers.values():
-            self._do(member, applier.tick(self.now_s))
-        for conn, relay in list(member.relays.items()):
-            self._do(member, relay.tick(self.now_s, member.engine.vclock), conn=conn)
+        actions = [(None, applier.tick(self.now_s)) for applier in member.appliers.values()]
+        actions += [(conn, relay.tick(self.now_s, member.engine.vclock)) for conn, relay in list(member.relays.items())]
+        for conn, acts in actions:
+            self._do(member, acts, conn=conn)
         if not self.healed:
             self._maybe_fault(member)
 
@@ -301,14 +300,19 @@ class Simulation:
         if member.unsynced and self.wal_mode is WalMode.WRITE:
             self.trace({"event": "WalSync", "member": member.id, "t": self.now_s})
         self._mark_durable(member)
-        for conn, relay in list(member.relays.items()):
-            self._do(member, relay.synced(self.now_s, member.durable), conn=conn)
+        assert member.engine is not None
+        durable = member.engine.durable_vclock
+        actions = [(conn, relay.synced(self.now_s, durable)) for conn, relay in list(member.relays.items())]
+        for conn, acts in actions:
+            self._do(member, acts, conn=conn)
 
     def _mark_durable(self, member: Member) -> None:
         member.unsynced = False
         member.sync_point = {p.name: p.stat().st_size for p in list_segments(member.data_dir / "wal")}
         assert member.engine is not None
-        member.durable = member.engine.vclock.copy()
+        point = member.engine.wal.sync_point()
+        if point is not None:
+            member.engine.wal.synced(point)
         own_lsn = member.engine.vclock.get(member.id)
         # An LSN acknowledged twice was lost in an OS crash the first time: the later write holds it.
         self.durable.update((o, lsn, payload) for (o, lsn), payload in self._last_ack.items()
@@ -331,7 +335,7 @@ class Simulation:
         member.links[peer] = conn
         self._send(conn, member.id, peer, "hello")
 
-    def _cut(self, conn: int, reason: str) -> None:
+    def _cut(self, conn: int, reason: str, unapplied: tuple[Record, ...] = ()) -> None:
         link = self.links.get(conn)
         if link is None or not link.open:
             return
@@ -342,10 +346,14 @@ class Simulation:
             del applier_side.links[link.relay_on]
             applier = applier_side.appliers.get(link.relay_on)
             if applier is not None and applier_side.engine is not None:
-                self._do(applier_side, applier.disconnected(self.now_s, reason))
+                if applier.state not in (repl.ApplierState.STOPPED, repl.ApplierState.DISCONNECTED):
+                    vclock = applier_side.engine.vclock
+                    failed_row = next(((r.origin, r.lsn) for r in unapplied if r.lsn > vclock.get(r.origin)), None)
+                    self._do(applier_side, applier.disconnected(self.now_s, reason, failed_row=failed_row))
                 assert applier_side.replicaset is not None
                 self._replicaset_actions(
                     applier_side, applier_side.replicaset.upstream_failed(self.now_s, str(link.relay_on)))
+                self._observe(applier_side)
 
     def _send(self, conn: int, src: int, dst: int, kind: str, *payload: Any) -> None:
         link = self.links[conn]
@@ -401,7 +409,7 @@ class Simulation:
             self._send(conn, member.id, link.applier_of, "refused", accepted.refusal, accepted.message)
             return
         member.relays[conn] = relay
-        self._send(conn, member.id, link.applier_of, "subscribed", engine.vclock.to_dict())
+        self._send(conn, member.id, link.applier_of, "subscribed", repl.replicated_part(engine.vclock).to_dict())
         self._do(member, accepted, conn=conn)
 
     def _recv_subscribed(self, member: Member, conn: int, link: Link, vclock: dict) -> None:
@@ -412,9 +420,11 @@ class Simulation:
         self._note_synced(member, link.relay_on, applier)
 
     def _recv_refused(self, member: Member, conn: int, link: Link, refusal: Refusal, message: str) -> None:
-        self._do(member, member.appliers[link.relay_on].refused(self.now_s, refusal, message), conn=conn)
+        actions = member.appliers[link.relay_on].refused(self.now_s, refusal, message)
         assert member.replicaset is not None
         self._replicaset_actions(member, member.replicaset.upstream_refused(self.now_s, str(link.relay_on), refusal))
+        self._observe(member)
+        self._do(member, actions, conn=conn)
 
     def _recv_rows(self, member: Member, conn: int, link: Link, records: tuple[Record, ...]) -> None:
         applier = member.appliers[link.relay_on]
@@ -462,7 +472,7 @@ class Simulation:
             elif isinstance(action, repl.ReadLog):
                 assert conn is not None and member.engine is not None
                 rows = list(member.engine.wal.read_from(VClock(action.after)))
-                self._do(member, member.relays[conn].rows(self.now_s, rows, member.durable), conn=conn)
+                self._do(member, member.relays[conn].rows(self.now_s, rows, member.engine.durable_vclock), conn=conn)
 
     def _apply(self, member: Member, peer: int, records: tuple[Record, ...]) -> None:
         engine = member.engine
@@ -481,14 +491,14 @@ class Simulation:
             self._flushed(member, engine.flush())
             conn = member.links.get(peer)
             if conn is not None:
-                self._cut(conn, str(exc))
+                self._cut(conn, str(exc), records)
             return
         except ApplyError as exc:
             self._flushed(member, engine.flush())
             self._do(member, applier.apply_failed(self.now_s, str(exc)))
             return
         self._flushed(member, engine.flush())
-        if member.engine is not None and applier.state is not repl.ApplierState.STOPPED:
+        if member.engine is not None:
             self._do(member, applier.rows_applied(self.now_s, engine.vclock), conn=member.links.get(peer))
             self._note_synced(member, peer, applier)
 
@@ -497,9 +507,8 @@ class Simulation:
         to its recovery fetch (the spec's `RecoveryAnswer`, traced before its first row)."""
         engine = member.engine
         assert engine is not None
-        if member.recovering and record.lsn == engine.pending_vclock.get(member.id) + 1:
+        if engine.apply(record, own_allowed=member.recovering):
             self._answered(member, peer)
-        engine.apply(record, own_allowed=member.recovering)
 
     def _answered(self, member: Member, peer: int) -> None:
         if peer not in member.answered_by:
@@ -513,8 +522,15 @@ class Simulation:
             return
         if member.recovering and applier.state is repl.ApplierState.FOLLOW:
             self._answered(member, peer)
+        self._observe(member)
+
+    def _observe(self, member: Member) -> None:
+        assert member.replicaset is not None
+        if member.replicaset.phase is Phase.RUNNING:
+            return
         following = frozenset(str(p) for p, a in member.appliers.items() if a.state is repl.ApplierState.FOLLOW)
-        view = View(members=len(self.members), upstreams=frozenset(str(p) for p in member.appliers), following=following)
+        upstreams = frozenset(str(p) for p in self.members if p != member.id)
+        view = View(members=len(self.members), upstreams=upstreams, following=following)
         self._replicaset_actions(member, member.replicaset.observe(self.now_s, view))
 
     def _replicaset_actions(self, member: Member, actions: list[Any]) -> None:
@@ -535,8 +551,11 @@ class Simulation:
             self._mark_durable(member)  # every flush is an fsync
         elif self.rng.random() < self.faults.sync_p:
             self._sync(member)
-        for conn, relay in list(member.relays.items()):
-            self._do(member, relay.rows(self.now_s, records, member.durable), conn=conn)
+        assert member.engine is not None
+        durable = member.engine.durable_vclock
+        actions = [(conn, relay.rows(self.now_s, records, durable)) for conn, relay in list(member.relays.items())]
+        for conn, acts in actions:
+            self._do(member, acts, conn=conn)
 
     # ---------------------------------------------------------------- client writes
 
@@ -609,7 +628,7 @@ class Simulation:
                 applier.check_invariants()
             for relay in member.relays.values():
                 relay.check_invariants()
-                assert relay.sent.get(member.id) <= member.durable.get(member.id), (
+                assert relay.shipped(member.id) <= member.engine.durable_vclock.get(member.id), (
                     f"seed {self.seed}: member {member.id} relayed its rows past its durable cut")
 
     def check(self) -> None:

@@ -385,7 +385,7 @@ class Node:
         own = self.identity.instance_id
         for downstream in self.relays:
             downstream.relay.check_invariants()
-            assert downstream.relay.sent.get(own) <= self.engine.wal.synced_vclock.get(own), (
+            assert downstream.relay.shipped(own) <= self.engine.wal.synced_vclock.get(own), (
                 f"relay {downstream.relay.subscriber} sent rows of ours past the durable cut")
 
     def on_upstream_change(self) -> None:

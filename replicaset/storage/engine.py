@@ -271,7 +271,7 @@ class Engine:
             dropped={o: lsn - wal_vclock.get(o) for o, lsn in sqlite_vclock.items() if lsn > wal_vclock.get(o)},
         )
         self._close_connections()
-        wal_start = self._wal_start()
+        wal_start = self.log_start()
         usable = checkpoints.newest_usable(self.config.snap_dir, wal_start, wal_vclock)
         base = usable[0] if usable else None
         for suffix in ("", "-wal", "-shm"):
@@ -775,11 +775,17 @@ class Engine:
         """The newest checkpoint whose later rows are all still in the WAL, with its vclock:
         what a join can be served from (DESIGN 4.4). None when the log no longer reaches
         back to any checkpoint."""
-        return checkpoints.newest_usable(self.config.snap_dir, self._wal_start(), self._wal.vclock)
+        return checkpoints.newest_usable(self.config.snap_dir, self.log_start(), self._wal.vclock)
 
-    def _wal_start(self) -> VClock:
+    def log_start(self) -> VClock:
+        """Where the WAL starts: a relay cannot serve a subscriber that lacks rows before it."""
         segments = self._wal.segments()
         return segments[0][1] if segments else VClock()
+
+    @property
+    def durable_vclock(self) -> VClock:
+        """What an OS crash cannot take from the WAL: relays ship our own rows up to it."""
+        return self._wal.synced_vclock
 
     # ------------------------------------------------------------------ inspection
 
