@@ -1,8 +1,9 @@
 """Deterministic simulation of a replica set: real engines, the replication cores, a fake
 network and crashes, all driven from one seed in virtual time (TigerBeetle's VOPR).
 
-Each member has a real `Engine` in its own directory, one `Applier` per peer and one
-`Relay` per subscriber connection. Links are FIFO connections, as TCP is; the seed decides
+Each member has a real `Engine` in its own directory and a `MemberDriver`, the one the
+server runs, with its `Applier` per peer and `Relay` per subscriber connection; the
+simulator is the host that carries out the driver's actions. Links are FIFO connections, as TCP is; the seed decides
 delays (so rows from different peers interleave in every order), cut connections, whole
 partitions, duplicated and reordered deliveries (which the apply-once check must absorb
 and a gap must turn into a resubscribe), process crashes and OS crashes that lose the
@@ -21,14 +22,14 @@ the rows of its own origin from every peer (DESIGN 4.4).
 The run can write a trace: one dict per step, named and parameterised as the actions of
 `specs/VClockReplication.tla`, which `specs/check_trace.py` checks against the spec. The
 first dict (`"event": "Init"`) gives the constants, the last (`"event": "End"`, written once
-the run converged) the number of steps between them. A row's changes are traced as
-`[key, value id]` (`_value_id`: a digest of the image the row wrote; None for a delete),
-with its HLC stamp at `LocalWrite`, and after every flush and restart the member's table
-is traced as `{key: [value id, stamp, origin]}` as it holds it, so TLC compares the values
-and versions it holds with the spec's last-writer-wins. A row applied from a peer is traced as
-`RelaySend` then `ApplierReceive` at the moment it is applied: links are TCP-like, so a
-crash of the sender cuts them and drops what was in flight, and an applied row is still in
-the sender's WAL, as the spec's `RelaySend` requires.
+the run converged) the number of steps between them. The members' drivers trace the
+replication actions (`RelaySend`, `ApplierReceive`, `RecoveryAnswer`, `RecoveryGiveUp`,
+`RecoveryFinish`, `WalSync`); the simulator traces the environment (`Crash`, `Restart`)
+and what the engine does (`LocalWrite`, `WalFlush`). A row's changes are traced as
+`[key, value id]` (`replicaset.member.trace`), with its HLC stamp at `LocalWrite`, and after
+every flush and restart the member's table is traced as `{key: [value id, stamp, origin]}`
+as it holds it, so TLC compares the values and versions it holds with the spec's
+last-writer-wins.
 """
 
 from __future__ import annotations
@@ -36,27 +37,17 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
 from replicaset.core import replication as repl
-from replicaset.core.replicaset import (
-    Phase,
-    RecoveryDone,
-    RecoveryGaveUp,
-    Refusal,
-    ReplicaSet,
-    View,
-    must_recover,
-)
+from replicaset.core.replicaset import Refusal, ReplicaSet, must_recover
+from replicaset.member import Accepted, Action, ApplierAction, MemberDriver, Membership, RelayAction
+from replicaset.member.trace import stamp, traced_ops, value_id
 from replicaset.storage import ApplyError, Engine, EngineConfig, GapError
 from replicaset.storage.engine import Committed
-from replicaset.storage.rows import DdlPayload, DmlPayload, Op
 from replicaset.testing import lww
 from wal import Record, RecordType, VClock, WalMode
 from wal.segment import list_segments
@@ -108,15 +99,8 @@ class Member:
     id: int
     data_dir: Path
     engine: Engine | None = None
-    appliers: dict[int, repl.Applier] = field(default_factory=dict)
-    relays: dict[int, repl.Relay] = field(default_factory=dict)
+    driver: MemberDriver | None = None
     links: dict[int, int] = field(default_factory=dict)  # peer -> conn of our applier
-    replicaset: ReplicaSet | None = None
-    answered_by: set[int] = field(default_factory=set)  # peers whose recovery answer is traced
-
-    @property
-    def recovering(self) -> bool:
-        return self.replicaset is not None and self.replicaset.phase is Phase.RECOVERING
     sync_point: dict[str, int] = field(default_factory=dict)
     unsynced: bool = False  # rows written since the last sync point
     vclock_at_crash: VClock | None = None
@@ -173,7 +157,7 @@ class Simulation:
         table = {}
         for key, (stamp, origin, deleted) in sorted(state.versions.items()):
             image = images.get(key)
-            value = None if deleted else _value_id(image) if image is not None else "missing"
+            value = None if deleted else value_id(image) if image is not None else "missing"
             table[key] = [value, stamp, origin]
         return table
 
@@ -188,13 +172,21 @@ class Simulation:
             EngineConfig(data_dir=member.data_dir, instance_id=member.id, wal_mode=self.wal_mode),
             clock_ms=self._clock_ms,
         )
-        member.replicaset = ReplicaSet(instance_id=member.id, configured_quorum=None,
-                                       connect_deadline_s=self.now_s + CONNECT_TIMEOUT_S, recovering=recovering)
+        membership = Membership(members=len(self.members), upstreams=frozenset(str(p) for p in self.members if p != member.id),
+                                ids={str(p): p for p in self.members})
+        member.driver = MemberDriver(
+            instance_id=member.id,
+            store=member.engine,
+            replicaset=ReplicaSet(instance_id=member.id, configured_quorum=None,
+                                  connect_deadline_s=self.now_s + CONNECT_TIMEOUT_S, recovering=recovering),
+            membership=lambda: membership,
+            timeout_s=TIMEOUT_S,
+            backoff_max_s=0.4,
+            trace=self.trace if self._trace_out is not None else None,
+        )
         for peer in self.members:
             if peer != member.id:
-                applier = repl.Applier(peer=str(peer), timeout_s=TIMEOUT_S, backoff_max_s=0.4)
-                member.appliers[peer] = applier
-                self._do(member, applier.start(self.now_s))
+                self._do(member, member.driver.applier_start(str(peer), self.now_s, peer=str(peer)))
 
     # ---------------------------------------------------------------- the run
 
@@ -220,7 +212,6 @@ class Simulation:
                 break
             self.now_s, _, kind, args = heapq.heappop(self._queue)
             getattr(self, f"_on_{kind}")(*args)
-            self.check_invariants()
             if self.healed and self.writes_left == 0 and self._converged():
                 self.trace({"event": "End", "steps": self.traced_steps})
                 return
@@ -236,12 +227,9 @@ class Simulation:
     def _on_tick(self, member_id: int) -> None:
         self._at(TICK_S, "tick", member_id)
         member = self.members[member_id]
-        if member.engine is None:
+        if member.driver is None:
             return
-        actions = [(None, applier.tick(self.now_s)) for applier in member.appliers.values()]
-        actions += [(conn, relay.tick(self.now_s, member.engine.vclock)) for conn, relay in list(member.relays.items())]
-        for conn, acts in actions:
-            self._do(member, acts, conn=conn)
+        self._do(member, member.driver.tick(self.now_s))
         if not self.healed:
             self._maybe_fault(member)
 
@@ -268,7 +256,6 @@ class Simulation:
         member = self.members[member_id]
         if member.engine is not None:
             return
-        member.answered_by = set()
         self._open(member, recovering=must_recover(
             unclean=True, wal_mode_write=self.wal_mode is WalMode.WRITE, has_peers=True, force_recovery=False))
         assert member.engine is not None
@@ -287,9 +274,10 @@ class Simulation:
         member.vclock_at_crash = member.engine.wal.vclock
         member.engine.close()
         member.engine = None
-        for conn in list(member.links.values()) + list(member.relays):
+        assert member.driver is not None
+        for conn in list(member.links.values()) + list(member.driver.relays):
             self._cut(conn, "crash")
-        member.appliers.clear()
+        member.driver = None
         if os_crash and self.wal_mode is WalMode.WRITE:
             self._lose_unsynced_tail(member)
         self._at(self.faults.restart_after_s, "restart", member.id)
@@ -297,14 +285,10 @@ class Simulation:
     def _sync(self, member: Member) -> None:
         """What the member wrote so far survives an OS crash from now on (an fsync); its
         relays may send the rows they withheld for it."""
-        if member.unsynced and self.wal_mode is WalMode.WRITE:
-            self.trace({"event": "WalSync", "member": member.id, "t": self.now_s})
+        advanced = member.unsynced and self.wal_mode is WalMode.WRITE
         self._mark_durable(member)
-        assert member.engine is not None
-        durable = member.engine.durable_vclock
-        actions = [(conn, relay.synced(self.now_s, durable)) for conn, relay in list(member.relays.items())]
-        for conn, acts in actions:
-            self._do(member, acts, conn=conn)
+        assert member.driver is not None
+        self._do(member, member.driver.synced(self.now_s, advanced=advanced))
 
     def _mark_durable(self, member: Member) -> None:
         member.unsynced = False
@@ -341,19 +325,13 @@ class Simulation:
             return
         link.open = False
         applier_side, relay_side = self.members[link.applier_of], self.members[link.relay_on]
-        relay_side.relays.pop(conn, None)
+        if relay_side.driver is not None:
+            relay_side.driver.relay_closed(conn)
         if applier_side.links.get(link.relay_on) == conn:
             del applier_side.links[link.relay_on]
-            applier = applier_side.appliers.get(link.relay_on)
-            if applier is not None and applier_side.engine is not None:
-                if applier.state not in (repl.ApplierState.STOPPED, repl.ApplierState.DISCONNECTED):
-                    vclock = applier_side.engine.vclock
-                    failed_row = next(((r.origin, r.lsn) for r in unapplied if r.lsn > vclock.get(r.origin)), None)
-                    self._do(applier_side, applier.disconnected(self.now_s, reason, failed_row=failed_row))
-                assert applier_side.replicaset is not None
-                self._replicaset_actions(
-                    applier_side, applier_side.replicaset.upstream_failed(self.now_s, str(link.relay_on)))
-                self._observe(applier_side)
+            if applier_side.engine is not None and applier_side.driver is not None:
+                self._do(applier_side, applier_side.driver.applier_link_lost(
+                    str(link.relay_on), self.now_s, reason, unapplied=unapplied))
 
     def _send(self, conn: int, src: int, dst: int, kind: str, *payload: Any) -> None:
         link = self.links[conn]
@@ -377,169 +355,106 @@ class Simulation:
     def _on_deliver(self, conn: int, dst: int, kind: str, payload: tuple[Any, ...]) -> None:
         link = self.links[conn]
         member = self.members[dst]
-        if not link.open or member.engine is None:
+        if not link.open or member.driver is None:
             return
-        getattr(self, f"_recv_{kind}")(member, conn, link, *payload)
+        getattr(self, f"_recv_{kind}")(member, member.driver, conn, link, *payload)
 
     # ---------------------------------------------------------------- messages
 
-    def _recv_hello(self, relay_side: Member, conn: int, link: Link) -> None:
+    def _recv_hello(self, relay_side: Member, driver: MemberDriver, conn: int, link: Link) -> None:
         self._send(conn, relay_side.id, link.applier_of, "welcome")
 
-    def _recv_welcome(self, member: Member, conn: int, link: Link) -> None:
-        applier = member.appliers[link.relay_on]
-        engine = member.engine
-        assert engine is not None
-        self._do(member, applier.connected(self.now_s, engine.vclock, engine.last_txn(), include_own=member.recovering), conn=conn)
+    def _recv_welcome(self, member: Member, driver: MemberDriver, conn: int, link: Link) -> None:
+        self._do(member, driver.applier_connected(str(link.relay_on), self.now_s))
 
-    def _recv_subscribe(self, member: Member, conn: int, link: Link, vclock: dict, last_txn: dict, include_own: bool) -> None:
-        engine = member.engine
-        assert engine is not None
-        relay = repl.Relay(subscriber=link.applier_of, own=member.id, timeout_s=TIMEOUT_S)
-        segments = engine.wal.segments()
-        accepted = relay.subscribe(
-            self.now_s,
-            vclock=VClock(vclock),
-            last_txn=last_txn,
-            local_txn_at={o: engine.txn_at(o, lsn) for o, (lsn, _) in last_txn.items()},
-            log_start=segments[0][1] if segments else VClock(),
-            include_own=include_own,
-        )
+    def _recv_subscribe(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict,
+                        last_txn: dict, include_own: bool) -> None:
+        accepted = driver.relay_subscribe(conn, self.now_s, subscriber=link.applier_of, vclock=VClock(vclock),
+                                          last_txn=last_txn, include_own=include_own)
         if isinstance(accepted, repl.Refuse):
             self._send(conn, member.id, link.applier_of, "refused", accepted.refusal, accepted.message)
             return
-        member.relays[conn] = relay
-        self._send(conn, member.id, link.applier_of, "subscribed", repl.replicated_part(engine.vclock).to_dict())
-        self._do(member, accepted, conn=conn)
+        assert isinstance(accepted, Accepted)
+        self._send(conn, member.id, link.applier_of, "subscribed", accepted.vclock)
+        self._do(member, accepted.actions)
 
-    def _recv_subscribed(self, member: Member, conn: int, link: Link, vclock: dict) -> None:
-        applier = member.appliers[link.relay_on]
-        engine = member.engine
-        assert engine is not None
-        self._do(member, applier.subscribed(self.now_s, VClock(vclock), engine.vclock), conn=conn)
-        self._note_synced(member, link.relay_on, applier)
+    def _recv_subscribed(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict) -> None:
+        self._do(member, driver.applier_subscribed(str(link.relay_on), self.now_s, VClock(vclock)))
 
-    def _recv_refused(self, member: Member, conn: int, link: Link, refusal: Refusal, message: str) -> None:
-        actions = member.appliers[link.relay_on].refused(self.now_s, refusal, message)
-        assert member.replicaset is not None
-        self._replicaset_actions(member, member.replicaset.upstream_refused(self.now_s, str(link.relay_on), refusal))
-        self._observe(member)
-        self._do(member, actions, conn=conn)
+    def _recv_refused(self, member: Member, driver: MemberDriver, conn: int, link: Link, refusal: Refusal,
+                      message: str) -> None:
+        self._do(member, driver.applier_refused(str(link.relay_on), self.now_s, refusal, message))
 
-    def _recv_rows(self, member: Member, conn: int, link: Link, records: tuple[Record, ...]) -> None:
-        applier = member.appliers[link.relay_on]
-        if applier.state in (repl.ApplierState.SYNC, repl.ApplierState.FOLLOW):
-            self._do(member, applier.rows_received(self.now_s, records), conn=conn)
+    def _recv_rows(self, member: Member, driver: MemberDriver, conn: int, link: Link, records: tuple[Record, ...]) -> None:
+        self._do(member, driver.applier_rows(str(link.relay_on), self.now_s, records))
 
-    def _recv_heartbeat(self, member: Member, conn: int, link: Link, vclock: dict) -> None:
-        applier = member.appliers[link.relay_on]
-        if applier.state in (repl.ApplierState.SYNC, repl.ApplierState.FOLLOW):
-            assert member.engine is not None
-            self._do(member, applier.heartbeat(self.now_s, VClock(vclock), member.engine.vclock), conn=conn)
-            self._note_synced(member, link.relay_on, applier)
+    def _recv_heartbeat(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict) -> None:
+        self._do(member, driver.applier_heartbeat(str(link.relay_on), self.now_s, VClock(vclock)))
 
-    def _recv_ack(self, member: Member, conn: int, link: Link, vclock: dict) -> None:
-        relay = member.relays.get(conn)
-        if relay is not None:
-            relay.ack(self.now_s, VClock(vclock))
+    def _recv_ack(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict) -> None:
+        driver.relay_ack(conn, self.now_s, VClock(vclock))
 
     # ---------------------------------------------------------------- actions
 
-    def _do(self, member: Member, actions: list[repl.Action], *, conn: int | None = None) -> None:
-        for action in actions:
-            if isinstance(action, repl.Connect):
-                self._connect(member, int(action.peer))
-            elif isinstance(action, repl.SendSubscribe):
-                self._send(member.links[int(action.peer)], member.id, int(action.peer), "subscribe",
-                           action.vclock, action.last_txn, action.include_own)
-            elif isinstance(action, repl.ApplyRows):
-                self._apply(member, int(action.peer), action.records)
-            elif isinstance(action, repl.SendAck):
-                if int(action.peer) in member.links:
-                    self._send(member.links[int(action.peer)], member.id, int(action.peer), "ack", action.vclock)
-            elif isinstance(action, repl.Disconnect):
-                target = conn if conn is not None else member.links.get(int(action.peer))
-                if target is not None:
-                    self._cut(target, action.reason)
-            elif isinstance(action, repl.SendRows):
-                assert conn is not None
-                self._send(conn, member.id, action.subscriber, "rows", action.records)
-            elif isinstance(action, repl.SendHeartbeat):
-                assert conn is not None
-                self._send(conn, member.id, action.subscriber, "heartbeat", action.vclock)
-            elif isinstance(action, repl.SyncWal):
-                self._sync(member)
-            elif isinstance(action, repl.ReadLog):
-                assert conn is not None and member.engine is not None
-                rows = list(member.engine.wal.read_from(VClock(action.after)))
-                self._do(member, member.relays[conn].rows(self.now_s, rows, member.engine.durable_vclock), conn=conn)
+    def _do(self, member: Member, actions: list[Action]) -> None:
+        """Carry out the driver's actions in its order; the replica set's are traced by it."""
+        for tagged in actions:
+            if isinstance(tagged, ApplierAction):
+                self._applier_act(member, int(tagged.key), tagged.action)
+            elif isinstance(tagged, RelayAction):
+                self._relay_act(member, tagged.conn, tagged.action)
 
-    def _apply(self, member: Member, peer: int, records: tuple[Record, ...]) -> None:
-        engine = member.engine
-        assert engine is not None
-        applier = member.appliers[peer]
+    def _applier_act(self, member: Member, peer: int, action: repl.Action) -> None:
+        if isinstance(action, repl.Connect):
+            self._connect(member, peer)
+        elif isinstance(action, repl.SendSubscribe):
+            self._send(member.links[peer], member.id, peer, "subscribe", action.vclock, action.last_txn, action.include_own)
+        elif isinstance(action, repl.ApplyRows):
+            self._apply(member, peer, action)
+        elif isinstance(action, repl.SendAck):
+            if peer in member.links:
+                self._send(member.links[peer], member.id, peer, "ack", action.vclock)
+        elif isinstance(action, repl.Disconnect):
+            if peer in member.links:
+                self._cut(member.links[peer], action.reason)
+
+    def _relay_act(self, member: Member, conn: int, action: repl.Action) -> None:
+        if isinstance(action, repl.SendRows):
+            self._send(conn, member.id, action.subscriber, "rows", action.records)
+        elif isinstance(action, repl.SendHeartbeat):
+            self._send(conn, member.id, action.subscriber, "heartbeat", action.vclock)
+        elif isinstance(action, repl.SyncWal):
+            self._sync(member)
+        elif isinstance(action, repl.ReadLog):
+            assert member.engine is not None and member.driver is not None
+            rows = list(member.engine.wal.read_from(VClock(action.after)))
+            self._do(member, member.driver.relay_rows(conn, self.now_s, rows))
+        elif isinstance(action, repl.Disconnect):
+            self._cut(conn, action.reason)
+
+    def _apply(self, member: Member, peer: int, action: repl.ApplyRows) -> None:
+        """Apply rows as the writer does: each once, then one flush; then acknowledge, or
+        leave the link (a gap: the row that broke it counts) or stop (a row refused)."""
+        engine, driver = member.engine, member.driver
+        assert engine is not None and driver is not None
+        key = str(peer)
+        taken: list[Record] = []
+        failure: ApplyError | None = None
         try:
-            for record in records:
-                if record.origin == member.id:
-                    self._apply_own(member, peer, record)
-                elif engine.apply(record):
-                    self.trace({"event": "RelaySend", "peer": peer, "member": member.id, "origin": record.origin,
-                                "lsn": record.lsn, "t": self.now_s})
-                    self.trace({"event": "ApplierReceive", "member": member.id, "origin": record.origin,
-                                "lsn": record.lsn, "ops": _traced_ops(record), "t": self.now_s})
-        except GapError as exc:
-            self._flushed(member, engine.flush())
-            conn = member.links.get(peer)
-            if conn is not None:
-                self._cut(conn, str(exc), records)
-            return
+            for record in action.records:
+                if engine.apply(record, own_allowed=action.own_allowed):
+                    taken.append(record)
         except ApplyError as exc:
-            self._flushed(member, engine.flush())
-            self._do(member, applier.apply_failed(self.now_s, str(exc)))
-            return
+            failure = exc
+        driver.applier_took(key, self.now_s, taken)
         self._flushed(member, engine.flush())
-        if member.engine is not None:
-            self._do(member, applier.rows_applied(self.now_s, engine.vclock), conn=member.links.get(peer))
-            self._note_synced(member, peer, applier)
-
-    def _apply_own(self, member: Member, peer: int, record: Record) -> None:
-        """A row of our own origin: only a recovering member takes it, as `peer`'s answer
-        to its recovery fetch (the spec's `RecoveryAnswer`, traced before its first row)."""
-        engine = member.engine
-        assert engine is not None
-        if engine.apply(record, own_allowed=member.recovering):
-            self._answered(member, peer)
-
-    def _answered(self, member: Member, peer: int) -> None:
-        if peer not in member.answered_by:
-            member.answered_by.add(peer)
-            self.trace({"event": "RecoveryAnswer", "peer": peer, "member": member.id, "t": self.now_s})
-
-    def _note_synced(self, member: Member, peer: int, applier: repl.Applier) -> None:
-        """Tell the member's replica-set core what it sees: a peer it is synced with has
-        answered its recovery fetch."""
-        if member.engine is None or member.replicaset is None:
-            return
-        if member.recovering and applier.state is repl.ApplierState.FOLLOW:
-            self._answered(member, peer)
-        self._observe(member)
-
-    def _observe(self, member: Member) -> None:
-        assert member.replicaset is not None
-        if member.replicaset.phase is Phase.RUNNING:
-            return
-        following = frozenset(str(p) for p, a in member.appliers.items() if a.state is repl.ApplierState.FOLLOW)
-        upstreams = frozenset(str(p) for p in self.members if p != member.id)
-        view = View(members=len(self.members), upstreams=upstreams, following=following)
-        self._replicaset_actions(member, member.replicaset.observe(self.now_s, view))
-
-    def _replicaset_actions(self, member: Member, actions: list[Any]) -> None:
-        for action in actions:
-            if isinstance(action, RecoveryGaveUp) and int(action.upstream) not in member.answered_by:
-                member.answered_by.add(int(action.upstream))
-                self.trace({"event": "RecoveryGiveUp", "peer": int(action.upstream), "member": member.id, "t": self.now_s})
-            elif isinstance(action, RecoveryDone):
-                self.trace({"event": "RecoveryFinish", "member": member.id, "t": self.now_s})
+        if isinstance(failure, GapError):
+            if peer in member.links:
+                self._cut(member.links[peer], str(failure), action.records)
+        elif failure is not None:
+            self._do(member, driver.applier_apply_failed(key, self.now_s, str(failure)))
+        else:
+            self._do(member, driver.applier_applied(key, self.now_s))
 
     def _flushed(self, member: Member, records: list[Record]) -> None:
         if not records:
@@ -551,11 +466,8 @@ class Simulation:
             self._mark_durable(member)  # every flush is an fsync
         elif self.rng.random() < self.faults.sync_p:
             self._sync(member)
-        assert member.engine is not None
-        durable = member.engine.durable_vclock
-        actions = [(conn, relay.rows(self.now_s, records, durable)) for conn, relay in list(member.relays.items())]
-        for conn, acts in actions:
-            self._do(member, acts, conn=conn)
+        assert member.driver is not None
+        self._do(member, member.driver.flushed(self.now_s, records))
 
     # ---------------------------------------------------------------- client writes
 
@@ -564,7 +476,7 @@ class Simulation:
             return
         self._at(self.rng.uniform(0.005, 0.05), "write")
         candidates = [m for m in self.members.values()
-                      if m.engine is not None and m.replicaset is not None and m.replicaset.write_refusal(self.now_s) is None]
+                      if m.driver is not None and m.driver.write_refusal(self.now_s) is None]
         if not candidates:
             return
         member = self.rng.choice(candidates)
@@ -596,8 +508,8 @@ class Simulation:
         for record in committed.records:
             self.acked.append((record.origin, record.lsn, record.payload))
             self._last_ack[(record.origin, record.lsn)] = record.payload
-            self.trace({"event": "LocalWrite", "member": member.id, "lsn": record.lsn, "hlc": _stamp(record),
-                        "ops": _traced_ops(record), "t": self.now_s})
+            self.trace({"event": "LocalWrite", "member": member.id, "lsn": record.lsn, "hlc": stamp(record),
+                        "ops": traced_ops(record), "t": self.now_s})
         return True
 
     # ---------------------------------------------------------------- checks
@@ -611,25 +523,10 @@ class Simulation:
         return {i: repl.replicated_part(m.engine.vclock).to_dict() for i, m in self.members.items() if m.engine}
 
     def _converged(self) -> bool:
-        if any(m.engine is None or m.recovering for m in self.members.values()):
+        if any(m.driver is None or m.driver.recovering for m in self.members.values()):
             return False
         clocks = list(self.vclocks().values())
         return all(c == clocks[0] for c in clocks)
-
-    def check_invariants(self) -> None:
-        """After every event (TigerBeetle style): every core's own, and no relay ahead of
-        its member's durable cut for rows of the member's own origin (FINDINGS F1)."""
-        for member in self.members.values():
-            if member.engine is None:
-                continue
-            assert member.replicaset is not None
-            member.replicaset.check_invariants()
-            for applier in member.appliers.values():
-                applier.check_invariants()
-            for relay in member.relays.values():
-                relay.check_invariants()
-                assert relay.shipped(member.id) <= member.engine.durable_vclock.get(member.id), (
-                    f"seed {self.seed}: member {member.id} relayed its rows past its durable cut")
 
     def check(self) -> None:
         """The end-of-run checks; each failure names the seed.
@@ -685,27 +582,3 @@ class Simulation:
             if member.engine is not None:
                 member.engine.close()
                 member.engine = None
-
-
-def _traced_ops(record: Record) -> list[list[Any]]:
-    """A row's changes as the spec sees them: `[key, value id]` per key it changes (the
-    last change of a key in the row is what stays), None for a delete; a DDL row changes the
-    one key "schema"."""
-    if record.type == RecordType.DDL:
-        return [["schema", "ddl"]]
-    ops = {row.key: None if row.op is Op.DELETE else _value_id(row.new or {})
-           for row in DmlPayload.unpack(record.payload).rows}
-    return [[key, value] for key, value in ops.items()]
-
-
-def _value_id(image: dict[str, Any]) -> str:
-    """A short id of a row image's content: 24 bits of a digest of its columns."""
-    digest = zlib.crc32(msgpack.packb(sorted(image.items()), use_bin_type=True)) & 0xFFFFFF
-    return f"v{digest:06x}"
-
-
-def _stamp(record: Record) -> int:
-    """The HLC stamp of a row, as last-writer-wins compares it."""
-    if record.type == RecordType.DDL:
-        return DdlPayload.unpack(record.payload).hlc
-    return DmlPayload.unpack(record.payload).hlc

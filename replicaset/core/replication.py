@@ -62,8 +62,14 @@ class SendSubscribe:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApplyRows:
+    """Apply each row once. `own_allowed`: rows of the member's own origin are taken (its
+    start-up fetch of the rows it lost); `skip_conflicts`: a row that cannot be applied is
+    held without its changes (`replication_skip_conflict`)."""
+
     peer: str
     records: tuple[Record, ...]
+    own_allowed: bool = False
+    skip_conflicts: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,13 +196,18 @@ class Applier:
             return [Disconnect(peer=self.peer, reason=message)]
         return self.disconnected(now_s, message) + [Disconnect(peer=self.peer, reason=message)]
 
-    def rows_received(self, now_s: float, records: Sequence[Record]) -> list[Action]:
+    def rows_received(self, now_s: float, records: Sequence[Record], *, own_allowed: bool = False) -> list[Action]:
+        """Rows from the relay go to the writer; `own_allowed` while the member recovers
+        rows of its own origin (it subscribed with `include_own`)."""
         self._event("rows_received")
         self.last_heard_s = now_s
         for record in records:
             if record.lsn > self.upstream_vclock.get(record.origin):
                 self.upstream_vclock.reset(record.origin, record.lsn)
-        return [ApplyRows(peer=self.peer, records=tuple(records))] if records else []
+        if not records:
+            return []
+        return [ApplyRows(peer=self.peer, records=tuple(records), own_allowed=own_allowed,
+                          skip_conflicts=self.skip_conflict)]
 
     def rows_applied(self, now_s: float, durable_vclock: VClock) -> list[Action]:
         """The writer made rows durable: acknowledge, and leave SYNC once caught up."""

@@ -135,9 +135,19 @@ def test_applier_syncs_then_follows_and_acknowledges_durable_rows():
     assert applier.state is repl.ApplierState.SYNC
     (apply,) = applier.rows_received(0.1, [row(1, 2), row(1, 3)])
     assert isinstance(apply, repl.ApplyRows) and len(apply.records) == 2
+    assert not apply.own_allowed and not apply.skip_conflicts
     (ack,) = applier.rows_applied(0.2, VClock({1: 3, 0: 7}))
     assert isinstance(ack, repl.SendAck) and ack.vclock == {1: 3}, "local rows never travel"
     assert applier.state is repl.ApplierState.FOLLOW
+
+
+def test_the_apply_says_whether_own_rows_are_taken_and_conflicts_skipped():
+    applier = repl.Applier(peer="p", timeout_s=1.0, skip_conflict=True)
+    applier.start(0.0)
+    applier.connected(0.0, VClock(), {}, include_own=True)
+    applier.subscribed(0.0, VClock({1: 1}), VClock())
+    (apply,) = applier.rows_received(0.1, [row(1, 1)], own_allowed=True)
+    assert isinstance(apply, repl.ApplyRows) and apply.own_allowed and apply.skip_conflicts
 
 
 def test_applier_follows_on_a_heartbeat_once_other_peers_brought_what_it_waited_for():

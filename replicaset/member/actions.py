@@ -1,0 +1,46 @@
+"""The driver's actions: a core's action, tagged with the core it belongs to, so that the
+host knows on which link to carry it out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from replicaset.core import replication as repl
+from replicaset.core import replicaset as rs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplierAction:
+    """An action of the applier following upstream `key` (connect, subscribe, apply, ack,
+    disconnect)."""
+
+    key: str
+    action: repl.Action
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RelayAction:
+    """An action of the relay serving connection `conn` (read the log, send rows or a
+    heartbeat, sync the WAL, disconnect)."""
+
+    conn: int
+    action: repl.Action
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetAction:
+    """An action of the replica-set core (recovery done or given up for a peer, connect
+    quorum reached, registration held, rejoin)."""
+
+    action: rs.Action
+
+
+Action = ApplierAction | RelayAction | SetAction
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accepted:
+    """A subscriber accepted: answer with `vclock`, then carry out `actions`."""
+
+    vclock: dict[int, int]
+    actions: list[Action]

@@ -1,0 +1,402 @@
+"""One member's driver: it feeds the member's replication cores their events and hands
+back their actions, for the host (the trio node, or the simulator) to carry out.
+
+Theory of operation (etcd raft's RawNode; DESIGN section 3):
+- The host owns the clock, the network and the disk; the driver owns the cores: the
+  member's `ReplicaSet`, one `Applier` per upstream (keyed by the host's upstream key) and
+  one `Relay` per subscribed connection (keyed by the host's connection id). It reads the
+  store (`MemberStore`: the Engine) and the host's `Membership` for what the cores need.
+- Each event method feeds the cores, asserts every core's invariants after it (when
+  asked), writes the trace lines of the spec's actions it carries, and returns actions
+  tagged with their core. The host carries them out in the order given and reports what
+  followed, in etcd raft's order: rows are persisted (`applier_took`, then the flush the
+  host reports as `flushed` to the relays), made durable (`synced`), then sent; rows
+  applied from a peer are acknowledged only once flushed (`applier_applied`).
+- What both hosts computed on their own before lives here once: SUBSCRIBE's inputs (own
+  rows asked for while recovering), a relay's subscribe inputs, the vclock acks carry,
+  own rows taken only while recovering, the view the replica-set core observes after an
+  applier changes, link losses and refusals reported to it, who holds the member's
+  registration, the invariants and the trace.
+
+Trace lines are named and parameterised as the actions of `specs/VClockReplication.tla`:
+`RelaySend` then `ApplierReceive` when a row from a peer is taken (links are FIFO and a
+crash cuts them, so a row taken is a row its sender still holds), `RecoveryAnswer` when a
+peer answered the recovery fetch (its first row of ours, or synced with it),
+`RecoveryGiveUp` and `RecoveryFinish` as the replica-set core decides, `WalSync` when a
+sync made new rows durable.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from replicaset.core import replication as repl
+from replicaset.core.hlc import unpack_stamp
+from replicaset.core.replicaset import REGISTRAR_ID, Phase, RecoveryDone, RecoveryGaveUp, Refusal, ReplicaSet, Status, View
+from replicaset.member.actions import Accepted, Action, ApplierAction, RelayAction, SetAction
+from replicaset.member.store import MemberStore, Membership
+from replicaset.member.trace import traced_ops
+from wal import Record, VClock
+
+RECEIVING = frozenset({repl.ApplierState.SYNC, repl.ApplierState.FOLLOW})
+GONE = frozenset({repl.ApplierState.STOPPED, repl.ApplierState.DISCONNECTED})
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _event(method: Callable[Concatenate[MemberDriver, P], R]) -> Callable[Concatenate[MemberDriver, P], R]:
+    """An event: the cores' invariants hold after it (TigerBeetle), when the driver checks."""
+
+    @functools.wraps(method)
+    def step(self: MemberDriver, *args: P.args, **kwargs: P.kwargs) -> R:
+        result = method(self, *args, **kwargs)
+        if self.checking:
+            self.check_invariants()
+        return result
+
+    return step
+
+
+class MemberDriver:
+    def __init__(
+        self,
+        *,
+        instance_id: int,
+        store: MemberStore,
+        replicaset: ReplicaSet,
+        membership: Callable[[], Membership],
+        timeout_s: float,
+        backoff_max_s: float,
+        skip_conflict: bool = False,
+        trace: Callable[[dict[str, Any]], None] | None = None,
+        check_invariants: bool = True,
+    ) -> None:
+        """`timeout_s` is `replication_timeout`, of every applier and relay; `trace`, when
+        given, takes one dict per spec action; `check_invariants` asserts every core's
+        invariants after every event."""
+        self.instance_id = instance_id
+        self.replicaset = replicaset
+        self.appliers: dict[str, repl.Applier] = {}
+        self.relays: dict[int, repl.Relay] = {}
+        self.checking = check_invariants
+        self._store = store
+        self._membership = membership
+        self._timeout_s = timeout_s
+        self._backoff_max_s = backoff_max_s
+        self._skip_conflict = skip_conflict
+        self._trace = trace
+        self._answered: set[int | None] = set()  # peers whose answer (or give-up) is traced
+
+    # ---------------------------------------------------------------- queries
+
+    @property
+    def recovering(self) -> bool:
+        return self.replicaset.phase is Phase.RECOVERING
+
+    @property
+    def tracing(self) -> bool:
+        return self._trace is not None
+
+    def status(self, now_s: float) -> Status:
+        return self.replicaset.status(now_s)
+
+    def write_refusal(self, now_s: float) -> str | None:
+        """Why the member takes no write now, or None when it does."""
+        return self.replicaset.write_refusal(now_s)
+
+    def connect_quorum(self) -> int:
+        return self.replicaset.connect_quorum()
+
+    def acked(self, origin: int) -> dict[int, int]:
+        """What each subscriber acknowledged of `origin`'s rows (its newest relay's word)."""
+        return {relay.subscriber: relay.acked.get(origin) for relay in self.relays.values()}
+
+    def downstream(self, subscriber: int) -> repl.Relay | None:
+        """The newest relay serving `subscriber`."""
+        return next((r for r in reversed(self.relays.values()) if r.subscriber == subscriber), None)
+
+    # ---------------------------------------------------------------- applier events
+
+    @_event
+    def applier_start(self, key: str, now_s: float, *, peer: str) -> list[Action]:
+        """Follow upstream `key`, found at `peer`, for the life of the member."""
+        applier = repl.Applier(peer=peer, timeout_s=self._timeout_s, backoff_max_s=self._backoff_max_s,
+                               skip_conflict=self._skip_conflict)
+        self.appliers[key] = applier
+        return self._of_applier(key, applier.start(now_s))
+
+    def applier_moved(self, key: str, peer: str) -> None:
+        """The upstream is found at another address from the next connect on."""
+        self.appliers[key].peer = peer
+
+    @_event
+    def applier_connected(self, key: str, now_s: float) -> list[Action]:
+        """Subscribe with what the member holds; with its own rows while it recovers them."""
+        store = self._store
+        return self._of_applier(key, self.appliers[key].connected(
+            now_s, store.vclock, store.last_txn(), include_own=self.recovering))
+
+    @_event
+    def applier_subscribed(self, key: str, now_s: float, relay_vclock: VClock) -> list[Action]:
+        actions = self._of_applier(key, self.appliers[key].subscribed(now_s, relay_vclock, self._store.vclock))
+        return actions + self._synced_with(key, now_s)
+
+    @_event
+    def applier_refused(self, key: str, now_s: float, refusal: Refusal, message: str) -> list[Action]:
+        actions = self._of_applier(key, self.appliers[key].refused(now_s, refusal, message))
+        actions += self._of_set(now_s, self.replicaset.upstream_refused(now_s, key, refusal))
+        return actions + self._observe(now_s)
+
+    @_event
+    def applier_rows(self, key: str, now_s: float, records: Sequence[Record], *, wall_ms: int | None = None) -> list[Action]:
+        """Rows from the upstream; `wall_ms`, the wall clock now, measures the lag from the
+        last row's creation (its stamp) to its receipt, as Tarantool does."""
+        applier = self.appliers[key]
+        if applier.state not in RECEIVING:
+            return []
+        if records and wall_ms is not None:
+            applier.lag_s = max(0.0, (wall_ms - unpack_stamp(records[-1].txn_id)[0]) / 1000)
+        return self._of_applier(key, applier.rows_received(now_s, records, own_allowed=self.recovering))
+
+    def applier_took(self, key: str, now_s: float, records: Sequence[Record]) -> None:
+        """The store took these rows from upstream `key`, before the flush that makes them
+        durable (the spec's ApplierReceive, and RecoveryAnswer at a first row of ours).
+        Only the trace hears of it: call it only when `tracing`."""
+        if self._trace is None:
+            return
+        peer = self._peer_id(key)
+        for record in records:
+            if record.origin == self.instance_id:
+                if self.recovering:
+                    self._trace_answer(peer, now_s)
+                continue
+            self._trace({"event": "RelaySend", "peer": peer, "member": self.instance_id, "origin": record.origin,
+                         "lsn": record.lsn, "t": now_s})
+            self._trace({"event": "ApplierReceive", "member": self.instance_id, "origin": record.origin,
+                         "lsn": record.lsn, "ops": traced_ops(record), "t": now_s})
+
+    @_event
+    def applier_applied(self, key: str, now_s: float) -> list[Action]:
+        """The rows of the last ApplyRows are durable: acknowledge them."""
+        actions = self._of_applier(key, self.appliers[key].rows_applied(now_s, self._store.vclock))
+        return actions + self._synced_with(key, now_s)
+
+    @_event
+    def applier_apply_failed(self, key: str, now_s: float, error: str) -> list[Action]:
+        return self._of_applier(key, self.appliers[key].apply_failed(now_s, error))
+
+    @_event
+    def applier_heartbeat(self, key: str, now_s: float, relay_vclock: VClock) -> list[Action]:
+        applier = self.appliers[key]
+        if applier.state not in RECEIVING:
+            return []
+        actions = self._of_applier(key, applier.heartbeat(now_s, relay_vclock, self._store.vclock))
+        return actions + self._synced_with(key, now_s)
+
+    @_event
+    def applier_link_lost(self, key: str, now_s: float, reason: str, *, unapplied: Sequence[Record] = ()) -> list[Action]:
+        """The link to upstream `key` is gone. `unapplied`: the rows whose apply broke it,
+        if an apply did; the first the store does not hold counts against the applier."""
+        applier = self.appliers.get(key)
+        if applier is None:
+            return []
+        actions: list[Action] = []
+        if applier.state not in GONE:
+            vclock = self._store.vclock
+            failed_row = next(((r.origin, r.lsn) for r in unapplied if r.lsn > vclock.get(r.origin)), None)
+            actions = self._of_applier(key, applier.disconnected(now_s, reason, failed_row=failed_row))
+        actions += self._of_set(now_s, self.replicaset.upstream_failed(now_s, key))
+        return actions + self._observe(now_s)
+
+    @_event
+    def applier_ignored(self, key: str, now_s: float, why: str) -> list[Action]:
+        """Upstream `key` is this member itself, or a member followed under another key."""
+        return self._of_applier(key, self.appliers[key].ignore(now_s, why))
+
+    @_event
+    def applier_tick(self, key: str, now_s: float) -> list[Action]:
+        return self._of_applier(key, self.appliers[key].tick(now_s))
+
+    # ---------------------------------------------------------------- relay events
+
+    @_event
+    def relay_subscribe(
+        self, conn: int, now_s: float, *, subscriber: int, vclock: VClock, last_txn: dict[int, tuple[int, int]],
+        include_own: bool,
+    ) -> repl.Refuse | Accepted:
+        """A SUBSCRIBE on connection `conn`: serve it, or say why not."""
+        store = self._store
+        relay = repl.Relay(subscriber=subscriber, own=self.instance_id, timeout_s=self._timeout_s)
+        accepted = relay.subscribe(
+            now_s,
+            vclock=vclock,
+            last_txn=last_txn,
+            local_txn_at={origin: store.txn_at(origin, lsn) for origin, (lsn, _) in last_txn.items()},
+            log_start=store.log_start(),
+            include_own=include_own,
+        )
+        if isinstance(accepted, repl.Refuse):
+            return accepted
+        self.relays[conn] = relay
+        return Accepted(vclock=repl.replicated_part(store.vclock).to_dict(), actions=self._of_relay(conn, accepted))
+
+    @_event
+    def relay_rows(self, conn: int, now_s: float, records: Sequence[Record]) -> list[Action]:
+        """Rows of the log, in log order, for the relay on `conn`: read for it, or flushed."""
+        relay = self.relays.get(conn)
+        if relay is None:
+            return []
+        return self._of_relay(conn, relay.rows(now_s, records, self._store.durable_vclock))
+
+    @_event
+    def relay_synced(self, conn: int, now_s: float) -> list[Action]:
+        relay = self.relays.get(conn)
+        if relay is None:
+            return []
+        return self._of_relay(conn, relay.synced(now_s, self._store.durable_vclock))
+
+    @_event
+    def relay_lost_rows(self, conn: int, now_s: float) -> list[Action]:
+        """Flushed rows never reached the relay on `conn`: it reads the log again."""
+        relay = self.relays.get(conn)
+        if relay is None:
+            return []
+        return self._of_relay(conn, relay.lost_rows(now_s))
+
+    @_event
+    def relay_ack(self, conn: int, now_s: float, vclock: VClock) -> None:
+        relay = self.relays.get(conn)
+        if relay is not None:
+            relay.ack(now_s, vclock)
+
+    @_event
+    def relay_tick(self, conn: int, now_s: float) -> list[Action]:
+        relay = self.relays.get(conn)
+        if relay is None:
+            return []
+        return self._of_relay(conn, relay.tick(now_s, self._store.vclock))
+
+    def relay_closed(self, conn: int) -> None:
+        """The connection of a relay is gone, and the relay with it."""
+        self.relays.pop(conn, None)
+
+    # ---------------------------------------------------------------- member events
+
+    @_event
+    def flushed(self, now_s: float, records: Sequence[Record]) -> list[Action]:
+        """The WAL took these rows: every relay hears of them, in log order."""
+        durable = self._store.durable_vclock
+        actions: list[Action] = []
+        for conn, relay in list(self.relays.items()):
+            actions += self._of_relay(conn, relay.rows(now_s, records, durable))
+        return actions
+
+    @_event
+    def synced(self, now_s: float, *, advanced: bool) -> list[Action]:
+        """The WAL was fsynced; `advanced` when the sync made rows durable that were not
+        (the spec's WalSync): relays may send rows they withheld for it."""
+        if advanced and self._trace is not None:
+            self._trace({"event": "WalSync", "member": self.instance_id, "t": now_s})
+        durable = self._store.durable_vclock
+        actions: list[Action] = []
+        for conn, relay in list(self.relays.items()):
+            actions += self._of_relay(conn, relay.synced(now_s, durable))
+        return actions
+
+    @_event
+    def tick(self, now_s: float) -> list[Action]:
+        """Time passed, for every applier and relay."""
+        actions: list[Action] = []
+        for key, applier in self.appliers.items():
+            actions += self._of_applier(key, applier.tick(now_s))
+        vclock = self._store.vclock
+        for conn, relay in list(self.relays.items()):
+            actions += self._of_relay(conn, relay.tick(now_s, vclock))
+        return actions
+
+    @_event
+    def members_changed(self, now_s: float) -> list[Action]:
+        """The host's membership may have changed: the replica-set core looks again."""
+        return self._observe(now_s)
+
+    @_event
+    def check_rejoin(self, now_s: float, *, rejoin_timeout_s: float) -> list[Action]:
+        """Whether the member must re-join from a checkpoint, and through whom."""
+        own = self.instance_id
+        return self._of_set(now_s, self.replicaset.check_rejoin(
+            now_s, own_lsn=self._store.vclock.get(own), acked=self.acked(own), rejoin_timeout_s=rejoin_timeout_s))
+
+    def check_invariants(self) -> None:
+        """Every core's, and no relay ahead of the store's durable cut for our own rows."""
+        self.replicaset.check_invariants()
+        for applier in self.appliers.values():
+            applier.check_invariants()
+        if self.relays:
+            durable = self._store.durable_vclock.get(self.instance_id)
+            for relay in self.relays.values():
+                relay.check_invariants()
+                assert relay.shipped(self.instance_id) <= durable, (
+                    f"member {self.instance_id}: relay for {relay.subscriber} sent rows of ours past the durable cut")
+
+    # ---------------------------------------------------------------- the replica set
+
+    def _synced_with(self, key: str, now_s: float) -> list[Action]:
+        """An applier may have synced: a recovering member heard its peer's answer."""
+        if self._trace is not None and self.recovering and self.appliers[key].state is repl.ApplierState.FOLLOW:
+            self._trace_answer(self._peer_id(key), now_s)
+        return self._observe(now_s)
+
+    def _observe(self, now_s: float) -> list[Action]:
+        if self.replicaset.phase is Phase.RUNNING:
+            return []
+        membership = self._membership()
+        following = frozenset(k for k, a in self.appliers.items() if a.state is repl.ApplierState.FOLLOW)
+        view = View(members=membership.members, upstreams=membership.upstreams, following=following,
+                    registration_holders=frozenset(self._registration_holders(membership)))
+        return self._of_set(now_s, self.replicaset.observe(now_s, view))
+
+    def _registration_holders(self, membership: Membership) -> set[int]:
+        """Members known to hold our `_cluster` row: their vclock of the registrar reaches
+        the LSN the join told us, by what they reported as upstreams (at subscribe, in rows
+        and heartbeats) or acknowledged as downstreams. Ourselves too, once it is here."""
+        lsn = self.replicaset.pending_registration_lsn
+        if lsn is None:
+            return set()
+        holders = {subscriber for subscriber, acked in self.acked(REGISTRAR_ID).items() if acked >= lsn}
+        holders |= {membership.ids[key] for key, applier in self.appliers.items()
+                    if key in membership.ids and applier.upstream_vclock.get(REGISTRAR_ID) >= lsn}
+        if self._store.vclock.get(REGISTRAR_ID) >= lsn:
+            holders.add(self.instance_id)
+        return holders
+
+    # ---------------------------------------------------------------- tagging and tracing
+
+    def _of_applier(self, key: str, actions: list[repl.Action]) -> list[Action]:
+        return [ApplierAction(key=key, action=a) for a in actions]
+
+    def _of_relay(self, conn: int, actions: list[repl.Action]) -> list[Action]:
+        return [RelayAction(conn=conn, action=a) for a in actions]
+
+    def _of_set(self, now_s: float, actions: list[Any]) -> list[Action]:
+        if self._trace is not None:
+            for action in actions:
+                if isinstance(action, RecoveryGaveUp):
+                    peer = self._peer_id(action.upstream)
+                    if peer not in self._answered:
+                        self._answered.add(peer)
+                        self._trace({"event": "RecoveryGiveUp", "peer": peer, "member": self.instance_id, "t": now_s})
+                elif isinstance(action, RecoveryDone):
+                    self._trace({"event": "RecoveryFinish", "member": self.instance_id, "t": now_s})
+        return [SetAction(action=a) for a in actions]
+
+    def _trace_answer(self, peer: int | None, now_s: float) -> None:
+        assert self._trace is not None
+        if peer not in self._answered:
+            self._answered.add(peer)
+            self._trace({"event": "RecoveryAnswer", "peer": peer, "member": self.instance_id, "t": now_s})
+
+    def _peer_id(self, key: str) -> int | None:
+        return self._membership().ids.get(key)
