@@ -49,7 +49,7 @@ from replicaset.member.trace import stamp, traced_ops, value_id
 from replicaset.storage import ApplyError, Engine, EngineConfig, GapError
 from replicaset.storage.engine import Committed
 from replicaset.testing import lww
-from wal import Record, RecordType, VClock, WalMode
+from wal import Record, VClock, WalMode
 from wal.segment import list_segments
 
 TIMEOUT_S = 0.1

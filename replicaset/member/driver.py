@@ -34,7 +34,17 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from replicaset.core import replication as repl
 from replicaset.core.hlc import unpack_stamp
-from replicaset.core.replicaset import REGISTRAR_ID, Phase, RecoveryDone, RecoveryGaveUp, Refusal, ReplicaSet, Status, View
+from replicaset.core.replicaset import (
+    REGISTRAR_ID,
+    Phase,
+    RecoveryDone,
+    RecoveryGaveUp,
+    Refusal,
+    RejoinState,
+    ReplicaSet,
+    Status,
+    View,
+)
 from replicaset.member.actions import Accepted, Action, ApplierAction, RelayAction, SetAction
 from replicaset.member.store import MemberStore, Membership
 from replicaset.member.trace import traced_ops
@@ -99,6 +109,11 @@ class MemberDriver:
     @property
     def tracing(self) -> bool:
         return self._trace is not None
+
+    @property
+    def rejoin_waiting(self) -> bool:
+        """A rejoin was decided on and waits for a member that holds every row of ours."""
+        return self.replicaset.rejoin is RejoinState.WAITING
 
     def status(self, now_s: float) -> Status:
         return self.replicaset.status(now_s)

@@ -1,24 +1,25 @@
-"""The applier task: follows one upstream for the life of the node, carrying out its
-applier core's actions; rows go to the single writer."""
+"""The applier task: follows one upstream for the life of the node, feeding the member
+driver its applier's events and carrying out the actions; rows go to the single writer."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import trio
 
 from replicaset.config import Config
 from replicaset.core import replication as repl
-from replicaset.core.replicaset import Refusal
 from replicaset.identity import Identity
 from replicaset.iproto import peer_messages
 from replicaset.iproto.codec import Frame
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.member import Action, ApplierAction, MemberDriver
 from replicaset.runtime.links import REFUSALS, PeerError, PeerLink
 from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import ApplyError, Engine, EngineFatal, GapError, SchemaPending
@@ -39,27 +40,20 @@ class Upstream:
 
 
 class ApplierHost(Protocol):
-    """What an applier needs of its node: the node owns membership and the appliers."""
+    """What an applier needs of its node: the node owns membership and the member driver."""
 
     config: Config
     identity: Identity
     engine: Engine
     writer: Writer
     log: Any
-    appliers: dict[str, repl.Applier]
+    driver: MemberDriver
     upstream_uuids: dict[str, str]
     ignored_addresses: set[str]
 
-    @property
-    def recovering(self) -> bool: ...
-
     def upstreams(self) -> Mapping[str, Upstream]: ...
 
-    def upstream_failed(self, key: str) -> None: ...
-
-    def upstream_refused(self, key: str, refusal: Refusal) -> None: ...
-
-    def on_upstream_change(self) -> None: ...
+    def carry_out(self, actions: Sequence[Action]) -> None: ...
 
 
 class WrongInstance(Exception):
@@ -68,11 +62,11 @@ class WrongInstance(Exception):
 
 
 class ApplyBroke(Exception):
-    """Applying a received row broke the link; `row` is the first row not applied."""
+    """Applying received rows broke the link; `records` are the rows of that apply."""
 
-    def __init__(self, message: str, row: tuple[int, int] | None) -> None:
+    def __init__(self, message: str, records: Sequence[Record]) -> None:
         super().__init__(message)
-        self.row = row
+        self.records = records
 
 
 _LINK_ERRORS = (
@@ -83,131 +77,128 @@ _LINK_ERRORS = (
 
 async def run_applier(node: ApplierHost, upstream: Upstream) -> None:
     """Follow one upstream (a member by UUID, or a configured address) for the life of the
-    node, reconnecting with backoff, at the member's address of the moment."""
-    cfg = node.config
-    key = upstream.key
-    core = repl.Applier(
-        peer=upstream.address,
-        timeout_s=cfg.replication_timeout,
-        backoff_max_s=max(cfg.replication_timeout * 8, 1.0),
-        skip_conflict=cfg.replication_skip_conflict,
-    )
-    node.appliers[key] = core
-    core.start(trio.current_time())
+    node, reconnecting when the driver's applier says so, at the member's address of the
+    moment. After a link is lost the applier's actions need nothing more: the link is
+    closed already."""
+    driver, key = node.driver, upstream.key
+    driver.applier_start(key, trio.current_time(), peer=upstream.address)
+    applier = driver.appliers[key]  # read for its state only: the driver moves it
     while True:
-        if core.state is repl.ApplierState.CONNECT:
+        if applier.state is repl.ApplierState.CONNECT:
             upstream = node.upstreams().get(key, upstream)
-            core.peer = upstream.address
+            driver.applier_moved(key, upstream.address)
             try:
-                await _follow(node, core, upstream)
+                await _follow(node, upstream)
             except _LINK_ERRORS as exc:
                 reason = str(exc) or type(exc).__name__
                 refusal = REFUSALS.get(exc.code) if isinstance(exc, PeerError) else None
-                if refusal is not None and core.state is repl.ApplierState.AUTH:
-                    core.refused(trio.current_time(), refusal, reason)
+                if refusal is not None and applier.state is repl.ApplierState.AUTH:
+                    actions = driver.applier_refused(key, trio.current_time(), refusal, reason)
                     node.log.error("upstream_refused", peer=upstream.address, error=reason, final=refusal.final)
-                    node.upstream_refused(key, refusal)
                 else:
-                    if core.state not in (repl.ApplierState.STOPPED, repl.ApplierState.DISCONNECTED):
-                        failed_row = exc.row if isinstance(exc, ApplyBroke) else None
-                        core.disconnected(trio.current_time(), reason, failed_row=failed_row)
-                    if core.state is repl.ApplierState.STOPPED:
-                        node.log.error("upstream_stopped", peer=upstream.address, error=core.message)
+                    unapplied = exc.records if isinstance(exc, ApplyBroke) else ()
+                    actions = driver.applier_link_lost(key, trio.current_time(), reason, unapplied=unapplied)
+                    if applier.state is repl.ApplierState.STOPPED:
+                        node.log.error("upstream_stopped", peer=upstream.address, error=applier.message)
                     else:
                         node.log.info("upstream_disconnected", peer=upstream.address, reason=reason)
-                    node.upstream_failed(key)
+                node.carry_out(actions)
             except EngineFatal:
                 raise
             except Exception as exc:  # a bug must cost this link, not the node
                 node.log.error("applier_failed", peer=upstream.address, error=repr(exc), exc_info=exc)
-                if core.state is not repl.ApplierState.STOPPED:
-                    core.disconnected(trio.current_time(), repr(exc))
-                node.upstream_failed(key)
-            if core.state is repl.ApplierState.STOPPED and upstream.address in node.ignored_addresses:
+                node.carry_out(driver.applier_link_lost(key, trio.current_time(), repr(exc)))
+            if applier.state is repl.ApplierState.STOPPED and upstream.address in node.ignored_addresses:
                 return
-        await trio.sleep(cfg.replication_timeout / 2)
-        core.tick(trio.current_time())
+        await trio.sleep(node.config.replication_timeout / 2)
+        driver.applier_tick(key, trio.current_time())
 
 
-async def _follow(node: ApplierHost, core: repl.Applier, upstream: Upstream) -> None:
-    address = upstream.address
+async def _follow(node: ApplierHost, upstream: Upstream) -> None:
+    driver, key, address = node.driver, upstream.key, upstream.address
     link = await PeerLink.open(address, node.config.max_frame_bytes)
     try:
-        if upstream.uuid is None and _is_known(node, link.greeting_uuid, address):
+        if upstream.uuid is None and _is_known(node, key, link.greeting_uuid, address):
             return
         if upstream.uuid is not None and link.greeting_uuid != upstream.uuid:
             raise WrongInstance(f"{address} is instance {link.greeting_uuid}, not {upstream.uuid}")
-        engine = node.engine
-        (subscribe,) = core.connected(trio.current_time(), engine.vclock, engine.last_txn(), include_own=node.recovering)
-        assert isinstance(subscribe, repl.SendSubscribe)
+        (subscribe,) = driver.applier_connected(key, trio.current_time())
+        assert isinstance(subscribe, ApplierAction) and isinstance(subscribe.action, repl.SendSubscribe)
         await link.send(RequestType.SUBSCRIBE, {
             Key.REPLICASET_UUID: node.identity.replicaset_uuid,
             Key.INSTANCE_UUID: node.identity.instance_uuid,
-            Key.VCLOCK: subscribe.vclock,
-            PeerKey.LAST_TXN: {o: list(v) for o, v in subscribe.last_txn.items()},
-            PeerKey.INCLUDE_OWN: subscribe.include_own,
+            Key.VCLOCK: subscribe.action.vclock,
+            PeerKey.LAST_TXN: {o: list(v) for o, v in subscribe.action.last_txn.items()},
+            PeerKey.INCLUDE_OWN: subscribe.action.include_own,
         }, replica_id=node.identity.instance_id)
-        reply = peer_messages.subscribed(await _receive(link, core))
+        reply = peer_messages.subscribed(await _receive(link, driver, key))
         if reply.instance_uuid != link.greeting_uuid:
             raise WrongInstance(f"{address} greeted as {link.greeting_uuid} and subscribed as {reply.instance_uuid}")
-        core.subscribed(trio.current_time(), reply.vclock, engine.vclock)
-        node.upstream_uuids[upstream.key] = reply.instance_uuid
-        node.log.info("upstream_subscribed", peer=address, state=core.state.value)
-        node.on_upstream_change()
+        node.upstream_uuids[key] = reply.instance_uuid
+        actions = driver.applier_subscribed(key, trio.current_time(), reply.vclock)
+        node.log.info("upstream_subscribed", peer=address, state=driver.appliers[key].state.value)
+        await _carry_out(node, link, actions)
         while True:
-            actions: list[repl.Action] = []
-            frame = await _receive(link, core)
+            frame = await _receive(link, driver, key)
+            actions = []
             if frame.request_type == PeerRequest.ROWS:
-                records = peer_messages.rows(frame)
-                if records:
-                    # Tarantool's lag: from the row's creation (its stamp) to its receipt.
-                    core.lag_s = max(0.0, (now_ms() - (records[-1].txn_id >> 22)) / 1000)
-                for action in core.rows_received(trio.current_time(), records):
-                    actions += await _apply(node, core, action)
+                received = driver.applier_rows(key, trio.current_time(), peer_messages.rows(frame), wall_ms=now_ms())
+                for tagged in received:
+                    assert isinstance(tagged, ApplierAction) and isinstance(tagged.action, repl.ApplyRows)
+                    actions += await _apply(node, key, tagged.action)
             elif frame.request_type == PeerRequest.HEARTBEAT:
-                actions = core.heartbeat(trio.current_time(), peer_messages.heartbeat(frame), engine.vclock)
-            for action in actions:
-                if isinstance(action, repl.SendAck):
-                    await link.send(PeerRequest.ACK, {Key.VCLOCK: action.vclock})
-                elif isinstance(action, repl.Disconnect):
-                    raise PeerError(ErrorCode.NO_CONNECTION, action.reason)
-            node.on_upstream_change()
+                actions = driver.applier_heartbeat(key, trio.current_time(), peer_messages.heartbeat(frame))
+            await _carry_out(node, link, actions)
     finally:
         await link.aclose()
 
 
-async def _receive(link: PeerLink, core: repl.Applier) -> Frame:
-    """The next frame; while the peer is quiet, the core's tick decides when it is gone."""
+async def _carry_out(node: ApplierHost, link: PeerLink, actions: list[Action]) -> None:
+    """An applier's actions on its link, in the driver's order; the replica set's to the node."""
+    for tagged in actions:
+        if not isinstance(tagged, ApplierAction):
+            node.carry_out([tagged])
+        elif isinstance(tagged.action, repl.SendAck):
+            await link.send(PeerRequest.ACK, {Key.VCLOCK: tagged.action.vclock})
+        elif isinstance(tagged.action, repl.Disconnect):
+            raise PeerError(ErrorCode.NO_CONNECTION, tagged.action.reason)
+
+
+async def _receive(link: PeerLink, driver: MemberDriver, key: str) -> Frame:
+    """The next frame; while the peer is quiet, the applier's tick decides when it is gone."""
+    timeout_s = driver.appliers[key].timeout_s
     while True:
-        with trio.move_on_after(core.timeout_s / 2):
+        with trio.move_on_after(timeout_s / 2):
             return await link.receive()
-        for action in core.tick(trio.current_time()):
-            if isinstance(action, repl.Disconnect):
-                raise PeerError(ErrorCode.TIMEOUT, action.reason)
+        for tagged in driver.applier_tick(key, trio.current_time()):
+            if isinstance(tagged, ApplierAction) and isinstance(tagged.action, repl.Disconnect):
+                raise PeerError(ErrorCode.TIMEOUT, tagged.action.reason)
 
 
-def _is_known(node: ApplierHost, uuid: str, address: str) -> bool:
+def _is_known(node: ApplierHost, key: str, uuid: str, address: str) -> bool:
     """A configured address turned out to be this instance, or a member followed by its
     UUID already: stop this applier for good."""
     if uuid == node.identity.instance_uuid:
         why = "this is the instance itself"
-    elif uuid in node.appliers:
+    elif uuid in node.driver.appliers:
         why = f"instance {uuid} is followed at its registered address"
     else:
         return False
     node.ignored_addresses.add(address)
-    node.appliers[address].ignore(trio.current_time(), why)
+    node.driver.applier_ignored(key, trio.current_time(), why)
     return True
 
 
-async def _apply(node: ApplierHost, core: repl.Applier, action: repl.Action) -> list[repl.Action]:
-    assert isinstance(action, repl.ApplyRows)
+async def _apply(node: ApplierHost, key: str, action: repl.ApplyRows) -> list[Action]:
+    driver = node.driver
     records = list(action.records)
+    took = partial(driver.applier_took, key, trio.current_time()) if driver.tracing else None
     try:
-        with trio.fail_after(repl.SILENCE_TIMEOUTS * core.timeout_s):
+        with trio.fail_after(repl.SILENCE_TIMEOUTS * driver.appliers[key].timeout_s):
             while True:
                 try:
-                    await node.writer.apply(records, own_allowed=node.recovering, skip_conflicts=core.skip_conflict, log=node.log)
+                    await node.writer.apply(records, own_allowed=action.own_allowed, skip_conflicts=action.skip_conflicts,
+                                            log=node.log, took=took)
                     break
                 except SchemaPending as pending:
                     # DESIGN 4.6: a data row waits for its schema, which another path brings.
@@ -216,23 +207,18 @@ async def _apply(node: ApplierHost, core: repl.Applier, action: repl.Action) -> 
                     while node.engine.pending_vclock.get(origin) < lsn:
                         await trio.sleep(SCHEMA_WAIT_POLL_S)
     except trio.TooSlowError as exc:
-        raise ApplyBroke("a row waited too long for its schema", _first_unapplied(node, records)) from exc
+        raise ApplyBroke("a row waited too long for its schema", records) from exc
     except GapError as exc:
-        raise ApplyBroke(str(exc), _first_unapplied(node, records)) from exc
+        raise ApplyBroke(str(exc), records) from exc
     except ApplyError as exc:
-        node.log.error("apply_failed", peer=core.peer, error=str(exc))
-        return core.apply_failed(trio.current_time(), str(exc)) + [repl.Disconnect(peer=core.peer, reason=str(exc))]
+        node.log.error("apply_failed", peer=action.peer, error=str(exc))
+        return driver.applier_apply_failed(key, trio.current_time(), str(exc))
     except (EngineFatal, WriteFailed):
         raise
     except Exception as exc:  # a bug in the apply path: this link pays, counted against the row
-        node.log.error("applier_failed", peer=core.peer, error=repr(exc), exc_info=exc)
-        raise ApplyBroke(repr(exc), _first_unapplied(node, records)) from exc
-    return core.rows_applied(trio.current_time(), node.engine.vclock)
-
-
-def _first_unapplied(node: ApplierHost, records: list[Record]) -> tuple[int, int] | None:
-    vclock = node.engine.vclock
-    return next(((r.origin, r.lsn) for r in records if r.lsn > vclock.get(r.origin)), None)
+        node.log.error("applier_failed", peer=action.peer, error=repr(exc), exc_info=exc)
+        raise ApplyBroke(repr(exc), records) from exc
+    return driver.applier_applied(key, trio.current_time())
 
 
 def now_ms() -> int:

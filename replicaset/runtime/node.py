@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -14,28 +15,24 @@ import trio
 
 from replicaset import __version__, console
 from replicaset.config import Config
-from replicaset.core.replication import ApplierState
 from replicaset.core.replicaset import (
     REGISTRAR_ID,
     MembersFull,
-    Phase,
     QuorumReached,
     RecoveryDone,
     RecoveryGaveUp,
-    Refusal,
     RegistrationHeld,
     Rejoin,
     RejoinNeeded,
     RejoinRefused,
-    RejoinState,
     ReplicaSet,
-    View,
     allocate_id,
     must_recover,
 )
 from replicaset.identity import Identity, clear_pending_registration, load_pending_registration
 from replicaset.iproto.sql_wire import sql_type_name
 from replicaset.iproto.system_views import Field, Space, SystemView, build_system_views
+from replicaset.member import Action, MemberDriver, Membership, SetAction
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
 from replicaset.runtime.errors import RequestError
@@ -81,22 +78,16 @@ class Node:
         self.identity = identity
         self.data_dir = data_dir
         self.force_recovery = force_recovery
-        # Keyed by Upstream.key: a member's UUID, or a configured address.
-        self.appliers: dict[str, Any] = {}
+        # The UUID each upstream (by Upstream.key: a member's UUID, or a configured address)
+        # answered SUBSCRIBE with.
         self.upstream_uuids: dict[str, str] = {}
         # Configured addresses found to be this instance, or a member followed by its UUID.
         self.ignored_addresses: set[str] = set()
-        self.relays = Relays(self.check_invariants if config["debug.check_invariants"] else None)
+        self.relays = Relays()
+        self.relay_ids = itertools.count(1)  # the driver's keys of the relays, one per subscribed connection
         self.allow_rejoin = rejoin or config["replication.auto_rejoin"]
         self.rejoin_through: str | None = None
-        # Set again at start, once the peers and whether we must recover are known. A
-        # pending registration waits for a majority to hold our `_cluster` row (DESIGN 4.7).
-        self.replicaset = ReplicaSet(
-            instance_id=identity.instance_id,
-            configured_quorum=config.replication_connect_quorum,
-            connect_deadline_s=0.0,
-            pending_registration_lsn=load_pending_registration(data_dir),
-        )
+        self.driver: MemberDriver  # once the engine is open (`open_member`)
         self._register_lock = trio.Lock()
         self.log = get_logger(identity.instance_id)
         self.started_monotonic = time.monotonic()
@@ -108,20 +99,16 @@ class Node:
     def guest_allowed(self) -> bool:
         return self.config["auth.guest"] or not self.config["auth.users"]
 
-    @property
-    def recovering(self) -> bool:
-        return self.replicaset.phase is Phase.RECOVERING
-
     def check_writable(self) -> None:
         if self.config.read_only:
             raise RequestError(ErrorCode.READONLY, "Can't modify data on a read-only instance - box.cfg.read_only is true")
-        if self.replicaset.phase is Phase.RUNNING:
+        now = trio.current_time()
+        if self.driver.write_refusal(now) is None:
             return
         self.on_upstream_change()
-        now = trio.current_time()
-        why = self.replicaset.write_refusal(now)
+        why = self.driver.write_refusal(now)
         if why is not None:
-            status = self.replicaset.status(now).value
+            status = self.driver.status(now).value
             raise RequestError(ErrorCode.READONLY, f"Can't modify data on an instance in status {status}: {why}")
 
     # ---------------------------------------------------------------- lifecycle
@@ -144,6 +131,33 @@ class Node:
             log=event_sink(self.log),
         )
 
+    def open_member(self) -> MemberDriver:
+        """The member's driver over the open engine. Its replica-set core waits for `run`
+        to know the peers and whether it must recover; until then it takes no write. A
+        pending registration waits for a majority to hold our `_cluster` row (DESIGN 4.7)."""
+        cfg = self.config
+        return MemberDriver(
+            instance_id=self.identity.instance_id,
+            store=self.engine,
+            replicaset=self._replicaset(recovering=False, connect_deadline_s=0.0,
+                                        pending_registration_lsn=load_pending_registration(self.data_dir)),
+            membership=self.membership,
+            timeout_s=cfg.replication_timeout,
+            backoff_max_s=max(cfg.replication_timeout * 8, 1.0),
+            skip_conflict=cfg.replication_skip_conflict,
+            check_invariants=cfg["debug.check_invariants"],
+        )
+
+    def _replicaset(self, *, recovering: bool, connect_deadline_s: float, pending_registration_lsn: int | None) -> ReplicaSet:
+        return ReplicaSet(
+            instance_id=self.identity.instance_id,
+            configured_quorum=self.config.replication_connect_quorum,
+            connect_deadline_s=connect_deadline_s,
+            recovering=recovering,
+            pending_registration_lsn=pending_registration_lsn,
+            allow_rejoin=self.allow_rejoin,
+        )
+
     def ddl_refusal(self) -> str | None:
         if self.identity.instance_id == REGISTRAR_ID:
             return None
@@ -160,6 +174,7 @@ class Node:
         unclean = not clean_marker.exists() and (self.data_dir / "db.sqlite").exists()
         clean_marker.unlink(missing_ok=True)
         self.engine = self.open_engine()
+        self.driver = self.open_member()
         self.writer = Writer(
             self.engine,
             group_commit=GroupCommitPolicy(
@@ -183,16 +198,13 @@ class Node:
                 self._nursery = nursery
                 await self._bootstrap_cluster()
                 peers = self.upstreams()
-                self.replicaset = ReplicaSet(
-                    instance_id=self.identity.instance_id,
-                    configured_quorum=self.config.replication_connect_quorum,
-                    connect_deadline_s=trio.current_time() + self.config.replication_connect_timeout,
+                self.driver.replicaset = self._replicaset(
                     recovering=must_recover(unclean=unclean, wal_mode_write=self.config.wal_mode == "write",
                                             has_peers=bool(peers), force_recovery=self.force_recovery),
-                    pending_registration_lsn=self.replicaset.pending_registration_lsn,
-                    allow_rejoin=self.allow_rejoin,
+                    connect_deadline_s=trio.current_time() + self.config.replication_connect_timeout,
+                    pending_registration_lsn=self.driver.replicaset.pending_registration_lsn,
                 )
-                if self.recovering:
+                if self.driver.recovering:
                     self.log.warning("recovering_own_rows", peers=sorted(u.address for u in peers.values()))
                 for key in sorted(peers):
                     self._start_applier(peers[key])
@@ -266,8 +278,19 @@ class Node:
         configured = {a: Upstream(key=a, address=a, uuid=None) for a in self.config.replication if a not in taken}
         return found | configured
 
+    def membership(self) -> Membership:
+        """The set as this member knows it, for the driver: the registered members, the
+        upstreams to follow, and the instance id of each upstream that answered SUBSCRIBE."""
+        members = self.members()
+        ids = {uuid: i for i, uuid, _ in members}
+        return Membership(
+            members=len(members),
+            upstreams=frozenset(self.upstreams()),
+            ids={key: ids[uuid] for key, uuid in self.upstream_uuids.items() if uuid in ids},
+        )
+
     def _start_applier(self, upstream: Upstream) -> None:
-        if upstream.key not in self.appliers:
+        if upstream.key not in self.driver.appliers:
             self._nursery.start_soon(run_applier, self, upstream)
 
     async def _watch_members(self) -> None:
@@ -283,13 +306,9 @@ class Node:
         """No member has the rows we lack (their logs start later): only a new checkpoint
         can bring us back. Our own rows beyond it must first be held by the member we
         re-join through (DESIGN 4.4), or they would be thrown away."""
-        own = self.identity.instance_id
         while True:
-            acked = self.relays.acked(own)
-            actions = self.replicaset.check_rejoin(
-                trio.current_time(), own_lsn=self.engine.vclock.get(own), acked=acked,
-                rejoin_timeout_s=self.config.replication_connect_timeout)
-            for action in actions:
+            actions = self.driver.check_rejoin(trio.current_time(), rejoin_timeout_s=self.config.replication_connect_timeout)
+            for action in _set_actions(actions):
                 if isinstance(action, RejoinNeeded):
                     self.log.error("rejoin_needed", reason=action.reason,
                                    hint="restart with `replicaset serve --rejoin` or set [replication] auto_rejoin = true")
@@ -301,7 +320,7 @@ class Node:
                 elif isinstance(action, RejoinRefused):
                     self.log.error("rejoin_refused", reason=action.reason)
                     self.rejoin_through = ""
-            if self.replicaset.rejoin is not RejoinState.WAITING:
+            if not self.driver.rejoin_waiting:
                 return
             await trio.sleep(MEMBER_WAIT_POLL_S)
 
@@ -364,44 +383,14 @@ class Node:
 
     # ---------------------------------------------------------------- status
 
-    def connect_quorum(self) -> int:
-        return self.replicaset.connect_quorum()
-
-    def upstream_failed(self, key: str) -> None:
-        """A link broke: a recovering member may stop waiting for it (the core decides)."""
-        self._carry_out(self.replicaset.upstream_failed(trio.current_time(), key))
-        self.on_upstream_change()
-
-    def upstream_refused(self, key: str, refusal: Refusal) -> None:
-        self._carry_out(self.replicaset.upstream_refused(trio.current_time(), key, refusal))
-        self.on_upstream_change()
-
-    def check_invariants(self) -> None:
-        """Every core's, and the durable cut of every relay against the WAL: asserted after
-        every applier and relay event when `debug.check_invariants` is set."""
-        self.replicaset.check_invariants()
-        for core in self.appliers.values():
-            core.check_invariants()
-        own = self.identity.instance_id
-        for downstream in self.relays:
-            downstream.relay.check_invariants()
-            assert downstream.relay.shipped(own) <= self.engine.wal.synced_vclock.get(own), (
-                f"relay {downstream.relay.subscriber} sent rows of ours past the durable cut")
-
     def on_upstream_change(self) -> None:
-        """Tell the replica-set core what the member sees now."""
-        if self.config["debug.check_invariants"]:
-            self.check_invariants()
-        if self.replicaset.phase is Phase.RUNNING:
-            return
-        members = self.members()
-        following = frozenset(k for k, core in self.appliers.items() if core.state is ApplierState.FOLLOW)
-        view = View(members=len(members), upstreams=frozenset(self.upstreams()), following=following,
-                    registration_holders=frozenset(self._registration_holders(members)))
-        self._carry_out(self.replicaset.observe(trio.current_time(), view))
+        """Membership or upstreams may have changed: the driver's replica-set core looks again."""
+        self.carry_out(self.driver.members_changed(trio.current_time()))
 
-    def _carry_out(self, actions: list[Any]) -> None:
-        for action in actions:
+    def carry_out(self, actions: Sequence[Action]) -> None:
+        """The replica-set core's actions: logged, and a registration held forgotten on disk.
+        An applier's or a relay's are their task's to carry out."""
+        for action in _set_actions(actions):
             if isinstance(action, RecoveryDone):
                 self.log.info("recovery_done", vclock=self.engine.vclock.to_dict(), not_answered=list(action.not_answered))
             elif isinstance(action, QuorumReached):
@@ -414,25 +403,7 @@ class Node:
 
     def status(self) -> str:
         self.on_upstream_change()
-        return self.replicaset.status(trio.current_time()).value
-
-    def _registration_holders(self, members: list[tuple[int, str, str]]) -> set[int]:
-        """Members known to hold our `_cluster` row: their vclock of the registrar reaches the
-        LSN the join told us, by what they reported as upstreams (at subscribe, in rows and
-        heartbeats) or acknowledged as downstreams. Ourselves too, once the row is here."""
-        lsn = self.replicaset.pending_registration_lsn
-        if lsn is None:
-            return set()
-        ids = {uuid: i for i, uuid, _ in members}
-        holders = {i for i, acked in self.relays.acked(REGISTRAR_ID).items() if acked >= lsn}
-        holders |= {
-            ids[self.upstream_uuids[key]]
-            for key, core in self.appliers.items()
-            if self.upstream_uuids.get(key) in ids and core.upstream_vclock.get(REGISTRAR_ID) >= lsn
-        }
-        if self.engine.vclock.get(REGISTRAR_ID) >= lsn:
-            holders.add(self.identity.instance_id)
-        return holders
+        return self.driver.status(trio.current_time()).value
 
     async def _checkpoint_daemon(self) -> None:
         while True:
@@ -500,7 +471,7 @@ class Node:
         result: dict[int, dict[str, Any]] = {}
         for instance_id, uuid, address in self.members() or [(self.identity.instance_id, self.identity.instance_uuid, self.listen_address)]:
             entry: dict[str, Any] = {"id": instance_id, "uuid": uuid, "lsn": vclock.get(instance_id)}
-            core = self.appliers.get(uuid)
+            core = self.driver.appliers.get(uuid)
             if core is not None and uuid != self.identity.instance_uuid:
                 entry["upstream"] = {
                     "status": core.state.value,
@@ -509,9 +480,8 @@ class Node:
                     "lag": round(core.lag_s, 3),
                     **({"message": core.message} if core.message else {}),
                 }
-            downstream = self.relays.downstreams.get(instance_id)
-            if downstream is not None:
-                relay = downstream.relay
+            relay = self.driver.downstream(instance_id)
+            if relay is not None:
                 entry["downstream"] = {
                     "status": relay.state.value,
                     "vclock": relay.acked.to_dict(),
@@ -532,3 +502,7 @@ class Node:
     async def _snapshot(self) -> str:
         await self.writer.checkpoint()
         return "ok"
+
+
+def _set_actions(actions: Sequence[Action]) -> list[Any]:
+    return [tagged.action for tagged in actions if isinstance(tagged, SetAction)]

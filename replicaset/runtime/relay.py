@@ -1,9 +1,8 @@
-"""The relay task: carries out a relay core's actions on a subscribed connection, fed by
-the writer's flushes and syncs; and the registry of the node's relays."""
+"""The relay task: carries out the actions of the driver's relay on a subscribed
+connection, fed by the writer's flushes and syncs; and the registry of the relay tasks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +12,7 @@ from replicaset.core import replication as repl
 from replicaset.iproto.codec import encode_request
 from replicaset.iproto.constants import Key
 from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.member import Action, MemberDriver, RelayAction
 from replicaset.runtime.links import FrameSink
 from replicaset.runtime.writer import Writer
 from replicaset.storage import Engine
@@ -28,9 +28,7 @@ def record_bytes(record: Record) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Synced:
-    """The WAL was fsynced up to `vclock`."""
-
-    vclock: VClock
+    """The WAL was fsynced: the relay reads the new durable cut from the store."""
 
 
 FeedItem = list[Record] | Synced
@@ -59,21 +57,13 @@ class Feed:
                 return
 
 
-@dataclass
-class Downstream:
-    relay: repl.Relay
-    uuid: str
-
-
 class Relays:
-    """The node's relays: one downstream per subscriber, and the feeds the writer tells of
-    its flushes and syncs. A session hands a subscribed connection over here."""
+    """The node's relay tasks and the feeds the writer tells of its flushes and syncs; the
+    relays themselves are the member driver's. A session hands a subscribed connection
+    over here."""
 
-    def __init__(self, check_invariants: Callable[[], None] | None = None) -> None:
-        """`check_invariants`, in debug runs, is called after every relay event."""
-        self.downstreams: dict[int, Downstream] = {}
+    def __init__(self) -> None:
         self._feeds: set[Feed] = set()
-        self._check_invariants = check_invariants
 
     def open_feed(self) -> Feed:
         """Open before the relay's log read: no flush falls between the two."""
@@ -86,41 +76,33 @@ class Relays:
             feed.push(records)
 
     def on_synced(self, vclock: VClock) -> None:
+        """The writer's sync reached `vclock`; the relays read the cut from the store."""
         for feed in self._feeds:
-            feed.push(Synced(vclock))
-
-    def acked(self, origin: int) -> dict[int, int]:
-        """What each subscriber acknowledged of `origin`'s rows."""
-        return {subscriber: d.relay.acked.get(origin) for subscriber, d in self.downstreams.items()}
-
-    def __iter__(self) -> Iterator[Downstream]:
-        return iter(list(self.downstreams.values()))
+            feed.push(Synced())
 
     async def serve(
-        self, relay: repl.Relay, uuid: str, feed: Feed, first: list[repl.Action], out: FrameSink, *,
+        self, driver: MemberDriver, conn: int, feed: Feed, first: list[Action], out: FrameSink, *,
         engine: Engine, writer: Writer, log: Any,
     ) -> None:
-        """Run a subscribed relay until it stops or its connection breaks."""
-        self.downstreams[relay.subscriber] = Downstream(relay=relay, uuid=uuid)
+        """Run the driver's relay on `conn` until it stops or its connection breaks."""
         try:
-            await run_relay(relay, feed, first, out, engine=engine, writer=writer, log=log,
-                            check_invariants=self._check_invariants)
+            await run_relay(driver, conn, feed, first, out, engine=engine, writer=writer, log=log)
         finally:
             self.close_feed(feed)
-            current = self.downstreams.get(relay.subscriber)
-            if current is not None and current.relay is relay:
-                del self.downstreams[relay.subscriber]
+            driver.relay_closed(conn)
 
     def close_feed(self, feed: Feed) -> None:
         self._feeds.discard(feed)
 
 
 async def run_relay(
-    relay: repl.Relay, feed: Feed, first: list[repl.Action], out: FrameSink, *, engine: Engine, writer: Writer, log: Any,
-    check_invariants: Callable[[], None] | None = None,
+    driver: MemberDriver, conn: int, feed: Feed, first: list[Action], out: FrameSink, *, engine: Engine,
+    writer: Writer, log: Any,
 ) -> None:
-    """Carry out the relay core's actions: read the log when it asks (at subscribe, and
-    after it kept no rows), then follow the feed of flushes and syncs."""
+    """Carry out the actions of the driver's relay on `conn`: read the log when it asks (at
+    subscribe, and after it kept no rows), then follow the feed of flushes and syncs."""
+    relay = driver.relays[conn]
+    subscriber, timeout_s = relay.subscriber, relay.timeout_s
 
     async def read_log(after: VClock) -> None:
         """Rows flushed from now on reach the feed too (opened before): the relay drops
@@ -129,12 +111,14 @@ async def run_relay(
         for record in engine.wal.read_from(after):
             batch.append(record)
             if len(batch) >= RELAY_BATCH_ROWS:
-                await act(relay.rows(trio.current_time(), batch, engine.wal.synced_vclock))
+                await act(driver.relay_rows(conn, trio.current_time(), batch))
                 batch = []
-        await act(relay.rows(trio.current_time(), batch, engine.wal.synced_vclock))
+        await act(driver.relay_rows(conn, trio.current_time(), batch))
 
-    async def act(actions: list[repl.Action]) -> None:
-        for action in actions:
+    async def act(actions: list[Action]) -> None:
+        for tagged in actions:
+            assert isinstance(tagged, RelayAction) and tagged.conn == conn
+            action = tagged.action
             if isinstance(action, repl.SendRows):
                 body = {PeerKey.RECORDS: [record_bytes(r) for r in action.records]}
                 out.send_frame(encode_request(PeerRequest.ROWS, 0, body))
@@ -145,30 +129,28 @@ async def run_relay(
             elif isinstance(action, repl.ReadLog):
                 await read_log(VClock(action.after))
             elif isinstance(action, repl.Disconnect):
-                log.info("relay_stopped", subscriber=relay.subscriber, reason=action.reason)
+                log.info("relay_stopped", subscriber=subscriber, reason=action.reason)
                 raise _RelayStop(action.reason)
-        if check_invariants is not None:
-            check_invariants()
         await out.flush_outbox()
 
     try:
         await act(first)
         while True:
-            with trio.move_on_after(relay.timeout_s / 2) as idle:
+            with trio.move_on_after(timeout_s / 2) as idle:
                 item = await feed.receive.receive()
             now = trio.current_time()
             if idle.cancelled_caught:
-                await act(relay.tick(now, engine.vclock))
+                await act(driver.relay_tick(conn, now))
                 continue
             if feed.overflowed:
                 feed.drain()
-                await act(relay.lost_rows(now))
+                await act(driver.relay_lost_rows(conn, now))
                 continue
-            actions = relay.synced(now, item.vclock) if isinstance(item, Synced) else relay.rows(now, item, engine.wal.synced_vclock)
+            actions = driver.relay_synced(conn, now) if isinstance(item, Synced) else driver.relay_rows(conn, now, item)
             # Rows the subscriber does not need (its own) are filtered out: without this
             # tick a relay busy with them would never heartbeat, and the subscriber would
             # take it for dead.
-            await act(actions + relay.tick(now, engine.vclock))
+            await act(actions + driver.relay_tick(conn, now))
     except _RelayStop:
         return
 

@@ -34,7 +34,6 @@ from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.transfer import serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
-from wal import VClock
 from replicaset.storage import EngineFatal, LocalTxn, SqlError, StatementResult
 
 from replicaset.runtime.node import Node
@@ -67,7 +66,7 @@ class Session:
         self._lane_backlog: dict[int, int] = {}
         self._writer_holders = 0
         self._stream0 = _Stream()
-        self._relay: repl.Relay | None = None
+        self._relay_conn: int | None = None  # the driver's key of the relay this connection carries
         self._salt = os.urandom(32)
         self._user: str | None = "guest" if node.guest_allowed else None
 
@@ -235,9 +234,9 @@ class Session:
         elif kind == RequestType.SUBSCRIBE:
             await self._subscribe(frame)
         elif kind == PeerRequest.ACK:
-            if self._relay is None:
+            if self._relay_conn is None:
                 raise RequestError(ErrorCode.PROTOCOL, "ACK on a connection that relays nothing")
-            self._relay.ack(trio.current_time(), peer_messages.ack(frame))
+            self._node.driver.relay_ack(self._relay_conn, trio.current_time(), peer_messages.ack(frame))
         elif kind == RequestType.JOIN:
             await self._join(frame)
         elif kind == PeerRequest.REGISTER:
@@ -281,32 +280,24 @@ class Session:
             message = f"instance {uuid} is registered as id {subscriber}, it says it is id {claimed}"
             node.log.warning("peer_refused", error=message)
             raise RequestError(ErrorCode.INSTANCE_UUID_MISMATCH, message)
-        if self._relay is not None:
+        if self._relay_conn is not None:
             raise RequestError(ErrorCode.PROTOCOL, "this connection already relays")
-        vclock, last_txn = request.vclock, request.last_txn
-        relay = repl.Relay(subscriber=subscriber, own=node.identity.instance_id, timeout_s=node.config.replication_timeout)
-        engine = node.engine
-        segments = engine.wal.segments()
+        conn = next(node.relay_ids)
         feed = node.relays.open_feed()
-        accepted = relay.subscribe(
-            trio.current_time(),
-            vclock=vclock,
-            last_txn=last_txn,
-            local_txn_at={o: engine.txn_at(o, lsn) for o, (lsn, _) in last_txn.items()},
-            log_start=segments[0][1] if segments else VClock(),
-            include_own=request.include_own,
-        )
+        accepted = node.driver.relay_subscribe(conn, trio.current_time(), subscriber=subscriber, vclock=request.vclock,
+                                               last_txn=request.last_txn, include_own=request.include_own)
         if isinstance(accepted, repl.Refuse):
             node.relays.close_feed(feed)
             node.log.error("subscribe_refused", subscriber=subscriber, error=accepted.message)
             raise RequestError(REFUSAL_CODES[accepted.refusal], accepted.message)
-        self._relay = relay
-        self._reply_ok(frame, {Key.VCLOCK: repl.replicated_part(engine.vclock).to_dict(), Key.INSTANCE_UUID: node.identity.instance_uuid})
-        node.log.info("relay_started", subscriber=subscriber, vclock=vclock.to_dict())
+        self._relay_conn = conn
+        self._reply_ok(frame, {Key.VCLOCK: accepted.vclock, Key.INSTANCE_UUID: node.identity.instance_uuid})
+        node.log.info("relay_started", subscriber=subscriber, vclock=request.vclock.to_dict())
 
         async def relay_then_close() -> None:
             """The connection is the relay's from now on: when it stops, the connection goes."""
-            await node.relays.serve(relay, uuid, feed, accepted, self, engine=engine, writer=node.writer, log=node.log)
+            await node.relays.serve(node.driver, conn, feed, accepted.actions, self, engine=node.engine,
+                                    writer=node.writer, log=node.log)
             await trio.aclose_forcefully(self._stream)
 
         self._nursery.start_soon(relay_then_close)

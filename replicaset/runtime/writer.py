@@ -149,20 +149,26 @@ class Writer:
     # ---------------------------------------------------------------- apply
 
     async def apply(
-        self, records: Sequence[Record], *, own_allowed: bool = False, skip_conflicts: bool = False, log: Any = None
+        self, records: Sequence[Record], *, own_allowed: bool = False, skip_conflicts: bool = False, log: Any = None,
+        took: Callable[[list[Record]], None] | None = None,
     ) -> int:
         """Apply rows of other origins, each once, and make them durable; returns how many
         were new. A gap or a conflict raises after the rows before it are flushed; a flush
         that failed raises `WriteFailed` (the pending vclock is back at the durable one, so
-        the applier must subscribe again)."""
+        the applier must subscribe again). `took`, when given, hears of the rows applied
+        before the flush that makes them durable (a trace shows them in that order)."""
         applied = 0
+        taken: list[Record] = []
         ticket = Ticket()
         async with self.token:
             await self._flush_unless(BatchKind.APPLY)
             try:
                 for record in records:
                     try:
-                        applied += self.engine.apply(record, own_allowed=own_allowed)
+                        if self.engine.apply(record, own_allowed=own_allowed):
+                            applied += 1
+                            if took is not None:
+                                taken.append(record)
                     except ApplyError as exc:
                         if not skip_conflicts or isinstance(exc, GapError):
                             raise
@@ -170,6 +176,8 @@ class Writer:
                             log.warning("conflict_skipped", origin=record.origin, lsn=record.lsn, error=str(exc))
                         applied += self.engine.skip(record)
             finally:
+                if took is not None:
+                    took(taken)
                 if self.engine.batch_kind is not None:
                     self._tickets.append(ticket)
                     await self._flush_now()

@@ -39,6 +39,7 @@ async def opened(node: Node) -> AsyncIterator[Node]:
     """The node's engine and writer, with its flusher, as `Node.run` starts them, but no
     sockets: `_cluster` made (on the registrar) or its address updated, as at a start."""
     node.engine = node.open_engine()
+    node.driver = node.open_member()
     node.writer = Writer(node.engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False)
     try:
         async with trio.open_nursery() as nursery:

@@ -18,10 +18,10 @@ import pytest
 import trio
 
 from replicaset.config import load
-from replicaset.core import replication as repl
 from replicaset.identity import Identity
 from replicaset.iproto.codec import FrameDecoder
 from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.member import Accepted
 from replicaset.runtime.node import Node
 from replicaset.runtime.relay import run_relay
 from replicaset.runtime.writer import Writer
@@ -84,12 +84,12 @@ def test_a_relay_ships_no_row_of_ours_an_os_crash_could_still_take(tmp_path: Pat
     node = Node(config=load(overrides={"wal_mode": "write", "replication_timeout": REPLICATION_TIMEOUT_S}), identity=identity,
                 data_dir=tmp_path / "data")
     node.engine = node.open_engine()
+    node.driver = node.open_member()
     node.writer = Writer(node.engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False,
                          on_flush=node._on_flush, on_synced=node.relays.on_synced)  # as Node.run wires them
     images = tmp_path / "images"
     images.mkdir()
     wire = SubscriberEnd(cache, tmp_path / "data" / "wal", images)
-    relay = repl.Relay(subscriber=SUBSCRIBER, own=OWN, timeout_s=node.config.replication_timeout)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -98,9 +98,12 @@ def test_a_relay_ships_no_row_of_ours_an_os_crash_could_still_take(tmp_path: Pat
             for n in range(ROWS_BEFORE):
                 await node.writer.execute("INSERT INTO t VALUES (?)", [n])
             feed = node.relays.open_feed()
-            first = relay.subscribe(trio.current_time(), vclock=VClock(), last_txn={}, local_txn_at={}, log_start=VClock())
-            assert isinstance(first, list)
-            nursery.start_soon(partial(run_relay, relay, feed, first, wire, engine=node.engine, writer=node.writer, log=node.log))
+            conn = next(node.relay_ids)
+            accepted = node.driver.relay_subscribe(conn, trio.current_time(), subscriber=SUBSCRIBER, vclock=VClock(),
+                                                   last_txn={}, include_own=False)
+            assert isinstance(accepted, Accepted)
+            nursery.start_soon(partial(run_relay, node.driver, conn, feed, accepted.actions, wire, engine=node.engine,
+                                       writer=node.writer, log=node.log))
             for n in range(ROWS_BEFORE, ROWS_BEFORE + ROWS_AFTER):
                 await node.writer.execute("INSERT INTO t VALUES (?)", [n])
             with trio.fail_after(WAIT_S):
