@@ -71,6 +71,8 @@ def _event(method: Callable[Concatenate[MemberDriver, P], R]) -> Callable[Concat
 
 
 class MemberDriver:
+    """One member's replication cores, and one method per event that moves them."""
+
     def __init__(
         self,
         *,
@@ -107,6 +109,11 @@ class MemberDriver:
         return self.replicaset.phase is Phase.RECOVERING
 
     @property
+    def running(self) -> bool:
+        """The member takes writes, for the life of the process."""
+        return self.replicaset.phase is Phase.RUNNING
+
+    @property
     def tracing(self) -> bool:
         return self._trace is not None
 
@@ -121,9 +128,6 @@ class MemberDriver:
     def write_refusal(self, now_s: float) -> str | None:
         """Why the member takes no write now, or None when it does."""
         return self.replicaset.write_refusal(now_s)
-
-    def connect_quorum(self) -> int:
-        return self.replicaset.connect_quorum()
 
     def acked(self, origin: int) -> dict[int, int]:
         """What each subscriber acknowledged of `origin`'s rows (its newest relay's word)."""

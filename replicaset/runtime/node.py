@@ -102,10 +102,10 @@ class Node:
     def check_writable(self) -> None:
         if self.config.read_only:
             raise RequestError(ErrorCode.READONLY, "Can't modify data on a read-only instance - box.cfg.read_only is true")
-        now = trio.current_time()
-        if self.driver.write_refusal(now) is None:
+        if self.driver.running:
             return
         self.on_upstream_change()
+        now = trio.current_time()
         why = self.driver.write_refusal(now)
         if why is not None:
             status = self.driver.status(now).value

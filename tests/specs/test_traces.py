@@ -1,9 +1,11 @@
-"""Trace validation: traces of the simulator's replication steps are behaviours of
-`VClockReplication`, and a trace edited to break what the spec guarantees is rejected.
+"""Trace validation: traces of simulated runs are behaviours of `VClockReplication`, and a
+trace edited to break what the spec guarantees is rejected.
 
-The simulator runs real engines and the relay and applier cores; `specs/check_trace.py`
-turns its trace into a TLA+ sequence and has TLC find a behaviour of the spec that takes
-every line (`specs/VClockReplicationTrace.tla` says what matching a line means).
+The simulator runs real engines and each member's driver, the one the server runs; the
+drivers trace the replication steps, the simulator the engine's and the environment's.
+`specs/check_trace.py` turns the trace into a TLA+ sequence and has TLC find a behaviour of
+the spec that takes every line (`specs/VClockReplicationTrace.tla` says what matching a
+line means).
 """
 
 from __future__ import annotations
