@@ -155,10 +155,10 @@ class Simulation:
             return {}
         images = {f"kv:{row['k']}": row for row in state.rows.values()} | state.latent
         table = {}
-        for key, (stamp, origin, deleted) in sorted(state.versions.items()):
+        for key, (hlc, origin, deleted) in sorted(state.versions.items()):
             image = images.get(key)
             value = None if deleted else value_id(image) if image is not None else "missing"
-            table[key] = [value, stamp, origin]
+            table[key] = [value, hlc, origin]
         return table
 
     def _at(self, delay_s: float, kind: str, *args: Any) -> None:
