@@ -609,7 +609,7 @@ class Simulation:
                 applier.check_invariants()
             for relay in member.relays.values():
                 relay.check_invariants()
-                assert relay.sent.get(member.id) <= member.durable.get(member.id), (
+                assert relay.sent_past(member.durable) == 0, (
                     f"seed {self.seed}: member {member.id} relayed its rows past its durable cut")
 
     def check(self) -> None:

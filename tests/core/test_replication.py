@@ -247,3 +247,15 @@ def test_the_applier_alone_decides_that_a_quiet_peer_is_gone():
     (gone,) = applier.tick(4.1)
     assert isinstance(gone, repl.Disconnect) and "no message" in gone.reason
     assert applier.state is repl.ApplierState.DISCONNECTED
+
+
+def test_rows_of_ours_the_subscriber_held_already_are_not_counted_as_sent_past_the_cut():
+    """After a restart the WAL's durable cut starts low (nothing is known to be synced), and
+    a subscriber that got our rows from a checkpoint holds more than it: that is no breach."""
+    relay = relay_for(vclock=VClock({OWN: 405}))
+    relay.rows(1.0, [], VClock({OWN: 271}))
+    relay.check_invariants()
+    assert relay.sent_past(VClock({OWN: 271})) == 0
+    assert relay.rows(1.0, [row(OWN, 406)], VClock({OWN: 271})) == [repl.SyncWal()]
+    assert sent(relay.synced(2.0, VClock({OWN: 406}))) == [(OWN, 406)]
+    assert relay.sent_past(VClock({OWN: 405})) == 1
