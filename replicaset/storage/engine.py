@@ -18,7 +18,6 @@ Theory of operation (DESIGN 4.1-4.4):
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
 from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier, UniqueResolver, resolve_after_local_write, set_version
 from replicaset.storage.capture import Capture
+from replicaset.storage.config import EngineConfig
 from replicaset.storage.errors import (
     ApplyError,
     BatchKindError,
@@ -45,69 +45,32 @@ from replicaset.storage.errors import (
 from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import (
     INTERNAL_DDL,
-    INTERNAL_PREFIX,
     TableCache,
     is_internal,
     quote,
-    refused_alter,
     schema_hash,
     user_objects,
 )
-from wal import Record, RecordType, RowsUnavailable, VClock, Wal, WalMode
+from replicaset.storage.statements import (
+    Authorizer,
+    is_read,
+    run_statement,
+    schema_change_refusal,
+    sql_message,
+    text_refusal,
+)
+from wal import Record, RecordType, RowsUnavailable, VClock, Wal
 
 LOCAL_ORIGIN = 0
-# Replicated tables that only the node itself writes (membership, Tarantool's _cluster).
-SYSTEM_TABLES = frozenset({"_cluster"})
 AUTO_ID_NODE_BITS = 5
 AUTO_ID_MAX = {"compact": (1 << 53) - 1, "extended": (1 << 63) - 1}
 REPLAY_BATCH_ROWS = 1000
-_READ_KEYWORDS = ("SELECT", "VALUES", "WITH", "EXPLAIN")
-_LEADING_NOISE = re.compile(r"^(\s+|--[^\n]*\n?|/\*.*?\*/)+", re.DOTALL)
-_VACUUM = re.compile(r"^\s*VACUUM\b", re.IGNORECASE)
-_TABLE_IN_P2 = (
-    apsw.SQLITE_ALTER_TABLE,
-    apsw.SQLITE_CREATE_INDEX,
-    apsw.SQLITE_CREATE_TRIGGER,
-    apsw.SQLITE_DROP_INDEX,
-    apsw.SQLITE_DROP_TRIGGER,
-)
-# PRAGMAs that take an argument but only describe the schema; the capture hook itself
-# runs `table_xinfo` inside client statements.
-_INTROSPECTION_PRAGMAS = frozenset(
-    {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
-)
-_TABLE_WRITE_OPS = (apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE, apsw.SQLITE_DROP_TABLE, *_TABLE_IN_P2)
 
 Logger = Callable[..., None]
 
 
 def _no_log(event: str, **fields: Any) -> None:
     return None
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineConfig:
-    data_dir: Path
-    instance_id: int
-    wal_mode: WalMode = WalMode.WRITE
-    wal_max_size_bytes: int = 64 * 1024 * 1024
-    max_txn_bytes: int = 16 * 1024 * 1024
-    local_tables: frozenset[str] = frozenset()
-    auto_id_mode: str = "compact"
-    checkpoint_count: int = 2
-    ddl_refusal: str | None = None
-
-    @property
-    def db_path(self) -> Path:
-        return self.data_dir / "db.sqlite"
-
-    @property
-    def wal_dir(self) -> Path:
-        return self.data_dir / "wal"
-
-    @property
-    def snap_dir(self) -> Path:
-        return self.data_dir / "snap"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -150,10 +113,6 @@ class _Batch:
     log_records: bool = True
 
 
-def _first_keyword(sql: str) -> str:
-    return _LEADING_NOISE.sub("", sql, count=1)[:8].upper()
-
-
 class Engine:
     def __init__(self, config: EngineConfig, clock_ms: Callable[[], int], log: Logger) -> None:
         self.config = config
@@ -163,8 +122,7 @@ class Engine:
         self._wal: Wal
         self._batch: _Batch | None = None
         self._txn_seq = 0
-        self._client_sql = False
-        self._deny_reason: str | None = None
+        self._authorizer = Authorizer()
         self._auto_ids: dict[int, None] = {}
         self._auto_ids_stale = False
         self._known_objects: set[tuple[str, str, str, str]] = set()
@@ -233,7 +191,7 @@ class Engine:
         self._writer = writer
         self._writer_tables = TableCache(writer)
         self._capture = Capture(writer, self._writer_tables)
-        writer.authorizer = self._authorize
+        writer.authorizer = self._authorizer
         writer.create_scalar_function("rs_next_id", self._next_auto_id, 1)
         # Statements of the writer's own resolution are never cached: they must be
         # prepared while triggers are off, as on the apply connection.
@@ -319,25 +277,6 @@ class Engine:
 
     # ------------------------------------------------------------------ client writes
 
-    def _authorize(self, op: int, p1: str | None, p2: str | None, db: str | None, trigger: str | None) -> int:
-        if not self._client_sql:
-            return apsw.SQLITE_OK
-        reason = None
-        if op in (apsw.SQLITE_TRANSACTION, apsw.SQLITE_SAVEPOINT):
-            reason = "transaction control is not allowed in a statement: use BEGIN/COMMIT/ROLLBACK on an iproto stream"
-        elif op in (apsw.SQLITE_ATTACH, apsw.SQLITE_DETACH):
-            reason = "ATTACH and DETACH are not allowed"
-        elif op == apsw.SQLITE_PRAGMA and p2 is not None and (p1 or "").lower() not in _INTROSPECTION_PRAGMAS:
-            reason = f"PRAGMA {p1} cannot be set by a client"
-        elif op in _TABLE_WRITE_OPS:
-            table = p2 if op in _TABLE_IN_P2 else p1
-            if table and (table.startswith(INTERNAL_PREFIX) or table in SYSTEM_TABLES):
-                reason = f"system table {table} cannot be changed by a client"
-        if reason is None:
-            return apsw.SQLITE_OK
-        self._deny_reason = reason
-        return apsw.SQLITE_DENY
-
     def _internal(self, sql: str, binds: Sequence[Any] = ()) -> None:
         self._writer.execute(sql, binds, can_cache=False)
 
@@ -369,10 +308,9 @@ class Engine:
             raise SqlError("a DDL statement must be alone in its transaction")
         if not txn.explicit and txn.statements:
             raise SqlError("an autocommit transaction runs one statement: use a stream transaction for more")
-        if _VACUUM.match(sql):
-            raise SqlError("VACUUM is not allowed: checkpoints compact the database (box.snapshot())")
-        if refused_alter(sql):
-            raise SqlError("ALTER TABLE ... RENAME and DROP COLUMN are refused: captured rows name columns and tables")
+        refusal = text_refusal(sql)
+        if refusal:
+            raise SqlError(refusal)
         mark = self._capture.mark()
         version_before = self._schema_version()
         # An autocommit transaction has one statement: its savepoint is the statement's.
@@ -381,21 +319,17 @@ class Engine:
             self._internal("SAVEPOINT rs_stmt")
         self._auto_ids.clear()
         self._capture.error = None
-        self._deny_reason = None
         cursor = self._writer.cursor()
         try:
-            self._client_sql = not trusted
-            try:
-                columns, rows = _run(cursor, sql, binds)
+            with self._authorizer.statement(trusted=trusted):
+                columns, rows = run_statement(cursor, sql, binds)
                 changes = self._writer.changes()
-            finally:
-                self._client_sql = False
         except SqlError:
             self._undo_statement(savepoint, mark)
             raise
         except apsw.Error as exc:
             self._undo_statement(savepoint, mark)
-            raise SqlError(self._deny_reason or _sql_message(exc)) from exc
+            raise SqlError(self._authorizer.deny_reason or sql_message(exc)) from exc
         except (TypeError, ValueError, OverflowError) as exc:
             self._undo_statement(savepoint, mark)
             raise SqlError(f"bad bind value: {exc}") from exc
@@ -426,32 +360,18 @@ class Engine:
         """Validate a schema change and turn it into the transaction's DDL payload."""
         self._writer_tables.invalidate()
         self._apply_tables.invalidate()
-        error = None
-        if txn.explicit:
-            error = "a DDL statement must run alone, outside a stream transaction"
         touched = self._touched_tables()
         local = bool(touched) and all(t in self.config.local_tables for t in touched)
-        if error is None and not local and self.config.ddl_refusal and not trusted:
-            error = self.config.ddl_refusal
-        tables_now = {n for (n,) in self._writer.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        if error is None and any(row.table in tables_now for row in self._capture.rows[mark:]):
-            error = (
-                "a DDL statement that also changes rows (a cascade, or other statements in the same "
-                "request) is refused: change the rows first, in a statement of their own"
-            )
-        if error is None:
-            for table in touched & tables_now:
-                info = self._writer_tables.get(table)
-                if info is not None and info.virtual_columns:
-                    error = (
-                        f"table {table!r} has VIRTUAL generated columns ({', '.join(info.virtual_columns)}), "
-                        "which SQLite does not show to change capture: declare them STORED"
-                    )
-                elif info is not None and not info.pk_columns and table not in self.config.local_tables:
-                    error = (
-                        f"table {table!r} has no PRIMARY KEY: replicated tables need one "
-                        "(rowids differ between members); list it in local_tables to keep it local"
-                    )
+        error = schema_change_refusal(
+            self._writer,
+            self._writer_tables,
+            touched=touched,
+            local=local,
+            changed_tables=(row.table for row in self._capture.rows[mark:]),
+            explicit=txn.explicit,
+            trusted=trusted,
+            config=self.config,
+        )
         if error:
             self._undo_statement(savepoint, mark)
             raise SqlError(error)
@@ -691,17 +611,17 @@ class Engine:
     @staticmethod
     def is_read(sql: str) -> bool:
         """Statements worth trying on a reader first; a reader refuses any write anyway."""
-        return _first_keyword(sql).startswith(_READ_KEYWORDS)
+        return is_read(sql)
 
     def query(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult | None:
         """Run a statement on the reader connection; None when it turns out to write."""
         cursor = self._reader.cursor()
         try:
-            columns, rows = _run(cursor, sql, binds)
+            columns, rows = run_statement(cursor, sql, binds)
         except apsw.ReadOnlyError:
             return None
         except apsw.Error as exc:
-            raise SqlError(_sql_message(exc)) from exc
+            raise SqlError(sql_message(exc)) from exc
         except (TypeError, ValueError, OverflowError) as exc:
             raise SqlError(f"bad bind value: {exc}") from exc
         return StatementResult(columns=columns, rows=rows, row_count=None, autoincrement_ids=[])
@@ -804,26 +724,6 @@ class Engine:
         self._wal.close()
 
 
-def _run(cursor: apsw.Cursor, sql: str, binds: Sequence[Any] | dict[str, Any]) -> tuple[list[tuple[str, str | None]], list[list[Any]]]:
-    """Execute and fetch; the columns are read before stepping, while SQLite still has
-    them even for a query that returns no rows."""
-    columns: list[tuple[str, str | None]] = []
-
-    def trace(cur: apsw.Cursor, _sql: str, _binds: Any) -> bool:
-        columns[:] = [(d[0], d[1]) for d in cur.description]
-        return True
-
-    cursor.exec_trace = trace
-    cursor.execute(sql, binds)
-    return columns, [list(row) for row in cursor]
-
-
 def _sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
-
-
-def _sql_message(exc: apsw.Error) -> str:
-    message = str(exc)
-    kind, sep, rest = message.partition(": ")
-    return rest if sep and kind.endswith("Error") else message
 
