@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import apsw
-import msgpack
 
 from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
@@ -42,14 +41,13 @@ from replicaset.storage.errors import (
     SchemaPending,
     SqlError,
 )
-from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
+from replicaset.storage.rows import LOCAL_ORIGIN, CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import (
     INTERNAL_DDL,
+    SchemaState,
     TableCache,
     is_internal,
     quote,
-    schema_hash,
-    user_objects,
 )
 from replicaset.storage.statements import (
     Authorizer,
@@ -61,7 +59,6 @@ from replicaset.storage.statements import (
 )
 from wal import Record, RecordType, RowsUnavailable, VClock, Wal
 
-LOCAL_ORIGIN = 0
 AUTO_ID_NODE_BITS = 5
 AUTO_ID_MAX = {"compact": (1 << 53) - 1, "extended": (1 << 63) - 1}
 REPLAY_BATCH_ROWS = 1000
@@ -125,8 +122,6 @@ class Engine:
         self._authorizer = Authorizer()
         self._auto_ids: dict[int, None] = {}
         self._auto_ids_stale = False
-        self._known_objects: set[tuple[str, str, str, str]] = set()
-        self.schema_id: tuple[int, int] = (0, 0)
 
     # ------------------------------------------------------------------ opening
 
@@ -166,7 +161,6 @@ class Engine:
             stored = self._writer.execute("SELECT max(hlc) FROM _rs_version").fetchone()[0]
             seed = 0 if stored is None else stored + HLC_SQL_OFFSET
         self.hlc = HLC(self._id, last_stamp=seed)
-        self.schema_id = tuple(self._meta("schema_id", [0, 0]))  # type: ignore[assignment]
         self._replay(sqlite_vclock)
         self._install_auto_id_triggers()
 
@@ -205,7 +199,7 @@ class Engine:
         self._apply_tables = TableCache(applier)
         self._applier = RowApplier(applier, self._apply_tables)
         self._reader = self._connect(readonly=True)
-        self._schema_hash = schema_hash(writer, self.config.local_tables)
+        self._schema = SchemaState(writer, (self._writer_tables, self._apply_tables), self.config.local_tables)
 
     def _close_connections(self) -> None:
         for conn in (self._reader, self._apply_conn, self._writer):
@@ -214,10 +208,6 @@ class Engine:
     @staticmethod
     def _read_vclock(conn: apsw.Connection) -> VClock:
         return VClock(dict(conn.execute("SELECT origin, lsn FROM _rs_vclock").fetchall()))
-
-    def _meta(self, name: str, default: Any) -> Any:
-        row = self._writer.execute("SELECT value FROM _rs_meta WHERE name = ?", (name,)).fetchone()
-        return msgpack.unpackb(row[0]) if row else default
 
     def _rebuild(self, sqlite_vclock: VClock, wal_vclock: VClock) -> None:
         """SQLite is ahead of the WAL (an OS crash under wal_mode=write): start again from
@@ -264,6 +254,11 @@ class Engine:
     @property
     def wal(self) -> Wal:
         return self._wal
+
+    @property
+    def schema_id(self) -> tuple[int, int]:
+        """The last replicated DDL row held here, which the data rows written now name."""
+        return self._schema.schema_id
 
     @property
     def batch_records(self) -> int:
@@ -358,9 +353,8 @@ class Engine:
 
     def _ddl_statement(self, txn: LocalTxn, sql: str, savepoint: str, mark: int, *, trusted: bool = False) -> None:
         """Validate a schema change and turn it into the transaction's DDL payload."""
-        self._writer_tables.invalidate()
-        self._apply_tables.invalidate()
-        touched = self._touched_tables()
+        self._schema.invalidate()
+        touched = self._schema.touched_tables()
         local = bool(touched) and all(t in self.config.local_tables for t in touched)
         error = schema_change_refusal(
             self._writer,
@@ -376,15 +370,10 @@ class Engine:
             self._undo_statement(savepoint, mark)
             raise SqlError(error)
         self._capture.truncate(mark)
-        after = schema_hash(self._writer, self.config.local_tables)
-        txn.ddl = DdlPayload(hlc=0, sql=sql, hash_before=self._schema_hash, hash_after=after)
+        after = self._schema.hash_of(self._writer)
+        txn.ddl = DdlPayload(hlc=0, sql=sql, hash_before=self._schema.hash, hash_after=after)
         txn.ddl_local = local
-        self._schema_hash = after
-
-    def _touched_tables(self) -> set[str]:
-        """Tables whose schema objects differ from those the apply connection still caches."""
-        now = {(k, n, t, s) for k, n, t, s in user_objects(self._writer)}
-        return {t for _, _, t, _ in now ^ self._known_objects}
+        self._schema.hash = after
 
     def commit(self, txn: LocalTxn) -> Committed | None:
         """Finish a transaction: stamp it and queue its WAL records (durable after flush)."""
@@ -403,7 +392,7 @@ class Engine:
             local = [r for r in rows if r.table in self.config.local_tables]
             for origin, part in ((self._id, shared), (LOCAL_ORIGIN, local)):
                 if part:
-                    dml = DmlPayload(hlc=stamp, schema_id=self.schema_id, rows=part)
+                    dml = DmlPayload(hlc=stamp, schema_id=self._schema.schema_id, rows=part)
                     parts.append((RecordType.DML, origin, dml.pack()))
         size = sum(len(payload) for _, _, payload in parts)
         if size > self.config.max_txn_bytes:
@@ -444,26 +433,13 @@ class Engine:
         self._internal(f"RELEASE {txn.savepoint}")
         self._capture.truncate(txn.capture_mark)
         if txn.ddl is not None:
-            self._writer_tables.invalidate()
-            self._apply_tables.invalidate()
-            self._schema_hash = schema_hash(self._writer, self.config.local_tables)
+            self._schema.invalidate()
+            self._schema.hash = self._schema.hash_of(self._writer)
         txn.done = True
 
     def _after_ddl(self, record: Record) -> None:
-        conn = self._batch.conn if self._batch else self._writer
-        if record.origin != LOCAL_ORIGIN:
-            self.schema_id = (record.origin, record.lsn)
-            conn.execute(
-                "INSERT OR REPLACE INTO _rs_meta(name, value) VALUES ('schema_id', ?)",
-                (msgpack.packb(list(self.schema_id)),),
-            )
-        for internal in ("_rs_version", "_rs_latent"):
-            conn.execute(
-                f"DELETE FROM {internal} WHERE tbl NOT IN (SELECT name FROM sqlite_schema WHERE type = 'table')"
-            )
-        self._writer_tables.invalidate()
-        self._apply_tables.invalidate()
-        self._known_objects = set(user_objects(conn))
+        assert self._batch is not None
+        self._schema.ddl_applied(self._batch.conn, record.origin, record.lsn)
         self._auto_ids_stale = True
 
     # ------------------------------------------------------------------ durability
@@ -486,7 +462,7 @@ class Engine:
                 except Exception:
                     batch.conn.execute("ROLLBACK", can_cache=False)
                     self.pending_vclock = self.vclock.copy()
-                    self._restore_after_rollback()
+                    self._schema.reload()
                     raise
         try:
             batch.conn.execute("COMMIT", can_cache=False)
@@ -497,13 +473,6 @@ class Engine:
         if self._auto_ids_stale:
             self._install_auto_id_triggers()
         return records
-
-    def _restore_after_rollback(self) -> None:
-        self._writer_tables.invalidate()
-        self._apply_tables.invalidate()
-        self._schema_hash = schema_hash(self._writer, self.config.local_tables)
-        self.schema_id = tuple(self._meta("schema_id", [0, 0]))  # type: ignore[assignment]
-        self._known_objects = set(user_objects(self._writer))
 
     # ------------------------------------------------------------------ apply
 
@@ -570,21 +539,21 @@ class Engine:
         payload = DdlPayload.unpack(record.payload)
         self.hlc.receive(payload.hlc, self._clock_ms())
         local = record.origin == LOCAL_ORIGIN
-        if not local and payload.hash_before != self._schema_hash:
+        if not local and payload.hash_before != self._schema.hash:
             raise SchemaDivergence(
                 f"DDL row {record.origin}:{record.lsn} was written against schema hash "
-                f"{payload.hash_before:016x} but this member has {self._schema_hash:016x}"
+                f"{payload.hash_before:016x} but this member has {self._schema.hash:016x}"
             )
         self._drop_auto_id_triggers()
         self._auto_ids_stale = True
         self._apply_conn.execute(payload.sql)
-        after = schema_hash(self._apply_conn, self.config.local_tables)
+        after = self._schema.hash_of(self._apply_conn)
         if not local and after != payload.hash_after:
             raise SchemaDivergence(
                 f"DDL row {record.origin}:{record.lsn} gave schema hash {after:016x}, "
                 f"its origin had {payload.hash_after:016x}"
             )
-        self._schema_hash = after
+        self._schema.hash = after
 
     def txn_at(self, origin: int, lsn: int) -> int | None:
         """The txn id of row `origin:lsn` in our log, None when we do not hold it; the
@@ -651,7 +620,6 @@ class Engine:
         an id from `rs_next_id`; they exist on the writer connection only."""
         self._auto_ids_stale = False
         conn = self._writer
-        self._known_objects = set(user_objects(conn))
         self._drop_auto_id_triggers()
         self._writer_tables.invalidate()
         tables = [n for (n,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
