@@ -30,6 +30,7 @@ import apsw
 from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
 from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier, UniqueResolver, resolve_after_local_write, set_version
+from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.capture import Capture
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.errors import (
@@ -46,8 +47,6 @@ from replicaset.storage.schema import (
     INTERNAL_DDL,
     SchemaState,
     TableCache,
-    is_internal,
-    quote,
 )
 from replicaset.storage.statements import (
     Authorizer,
@@ -59,8 +58,6 @@ from replicaset.storage.statements import (
 )
 from wal import Record, RecordType, RowsUnavailable, VClock, Wal
 
-AUTO_ID_NODE_BITS = 5
-AUTO_ID_MAX = {"compact": (1 << 53) - 1, "extended": (1 << 63) - 1}
 REPLAY_BATCH_ROWS = 1000
 
 Logger = Callable[..., None]
@@ -120,8 +117,6 @@ class Engine:
         self._batch: _Batch | None = None
         self._txn_seq = 0
         self._authorizer = Authorizer()
-        self._auto_ids: dict[int, None] = {}
-        self._auto_ids_stale = False
 
     # ------------------------------------------------------------------ opening
 
@@ -162,7 +157,7 @@ class Engine:
             seed = 0 if stored is None else stored + HLC_SQL_OFFSET
         self.hlc = HLC(self._id, last_stamp=seed)
         self._replay(sqlite_vclock)
-        self._install_auto_id_triggers()
+        self._auto_ids.install()
 
     def _connect(self, *, readonly: bool = False) -> apsw.Connection:
         flags = apsw.SQLITE_OPEN_READONLY if readonly else (
@@ -186,7 +181,9 @@ class Engine:
         self._writer_tables = TableCache(writer)
         self._capture = Capture(writer, self._writer_tables)
         writer.authorizer = self._authorizer
-        writer.create_scalar_function("rs_next_id", self._next_auto_id, 1)
+        self._auto_ids = AutoIds(
+            writer, self._writer_tables, instance_id=self._id, mode=self.config.auto_id_mode
+        )
         # Statements of the writer's own resolution are never cached: they must be
         # prepared while triggers are off, as on the apply connection.
         self._writer_unique = UniqueResolver(writer, cache_statements=False)
@@ -312,7 +309,7 @@ class Engine:
         savepoint = "rs_stmt" if txn.explicit else txn.savepoint
         if txn.explicit:
             self._internal("SAVEPOINT rs_stmt")
-        self._auto_ids.clear()
+        self._auto_ids.issued.clear()
         self._capture.error = None
         cursor = self._writer.cursor()
         try:
@@ -336,7 +333,7 @@ class Engine:
         if txn.explicit:
             self._internal("RELEASE rs_stmt")
         txn.statements += 1
-        auto_ids = list(self._auto_ids)
+        auto_ids = list(self._auto_ids.issued)
         return StatementResult(
             columns=columns, rows=rows, row_count=changes + len(auto_ids), autoincrement_ids=auto_ids
         )
@@ -407,7 +404,7 @@ class Engine:
             self.pending_vclock.follow(origin, lsn)
         if txn.ddl is not None:
             self._after_ddl(records[0])
-            self._install_auto_id_triggers()
+            self._auto_ids.install()
         else:
             for row in shared:
                 set_version(self._writer, row.table, row.key, (stamp, self._id), row.op is Op.DELETE)
@@ -440,7 +437,7 @@ class Engine:
     def _after_ddl(self, record: Record) -> None:
         assert self._batch is not None
         self._schema.ddl_applied(self._batch.conn, record.origin, record.lsn)
-        self._auto_ids_stale = True
+        self._auto_ids.stale = True
 
     # ------------------------------------------------------------------ durability
 
@@ -470,8 +467,8 @@ class Engine:
             raise EngineFatal(f"SQLite commit failed after the WAL append: {exc}") from exc
         for record in records:
             self.vclock.reset(record.origin, record.lsn)
-        if self._auto_ids_stale:
-            self._install_auto_id_triggers()
+        if self._auto_ids.stale:
+            self._auto_ids.install()
         return records
 
     # ------------------------------------------------------------------ apply
@@ -544,8 +541,8 @@ class Engine:
                 f"DDL row {record.origin}:{record.lsn} was written against schema hash "
                 f"{payload.hash_before:016x} but this member has {self._schema.hash:016x}"
             )
-        self._drop_auto_id_triggers()
-        self._auto_ids_stale = True
+        self._auto_ids.drop()
+        self._auto_ids.stale = True
         self._apply_conn.execute(payload.sql)
         after = self._schema.hash_of(self._apply_conn)
         if not local and after != payload.hash_after:
@@ -594,52 +591,6 @@ class Engine:
         except (TypeError, ValueError, OverflowError) as exc:
             raise SqlError(f"bad bind value: {exc}") from exc
         return StatementResult(columns=columns, rows=rows, row_count=None, autoincrement_ids=[])
-
-    # ------------------------------------------------------------------ auto ids
-
-    def _next_auto_id(self, table: str) -> int:
-        """An id no other member can produce: above every id in the table, in our residue."""
-        top = self._writer.execute(f"SELECT max(rowid) FROM {quote(table)}", can_cache=True).fetchone()[0] or 0
-        value = (((max(top, 0) >> AUTO_ID_NODE_BITS) + 1) << AUTO_ID_NODE_BITS) | self._id
-        if value > AUTO_ID_MAX[self.config.auto_id_mode]:
-            raise SqlError(f"auto ids of table {table!r} are exhausted under auto_id_mode = {self.config.auto_id_mode}")
-        self._auto_ids[value] = None
-        return value
-
-    def _drop_auto_id_triggers(self) -> None:
-        """Before a DDL row from a peer runs on the apply connection: a table it drops
-        would leave the writer's trigger on it orphaned and impossible to drop by name."""
-        conn = self._writer
-        for (name,) in conn.execute(
-            "SELECT name FROM temp.sqlite_master WHERE type = 'trigger' AND name LIKE 'rs\\_auto\\_%' ESCAPE '\\'"
-        ).fetchall():
-            conn.execute(f"DROP TRIGGER IF EXISTS temp.{quote(name)}", can_cache=False)
-
-    def _install_auto_id_triggers(self) -> None:
-        """Temp triggers that hand INSERTs leaving an INTEGER PRIMARY KEY to the database
-        an id from `rs_next_id`; they exist on the writer connection only."""
-        self._auto_ids_stale = False
-        conn = self._writer
-        self._drop_auto_id_triggers()
-        self._writer_tables.invalidate()
-        tables = [n for (n,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
-        for i, table in enumerate(tables):
-            if is_internal(table):
-                continue
-            info = self._writer_tables.get(table)
-            if info is None or info.rowid_alias is None:
-                continue
-            pk = quote(info.rowid_alias)
-            others = [c for c in info.columns if c != info.rowid_alias]
-            cols = ", ".join([pk, *map(quote, others)])
-            values = ", ".join(["rs_next_id(" + _sql_text(table) + ")", *(f"new.{quote(c)}" for c in others)])
-            conn.execute(
-                f"CREATE TEMP TRIGGER rs_auto_{i} BEFORE INSERT ON main.{quote(table)}"
-                f" WHEN new.{pk} IS NULL OR new.{pk} = -1 BEGIN"
-                f" INSERT INTO main.{quote(table)}({cols}) VALUES ({values});"
-                " SELECT RAISE(IGNORE); END",
-                can_cache=False,
-            )
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -690,8 +641,4 @@ class Engine:
             self._batch = None
         self._close_connections()
         self._wal.close()
-
-
-def _sql_text(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
 
