@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,11 @@ from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
 from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier, UniqueResolver, resolve_after_local_write, set_version
 from replicaset.storage.auto_ids import AutoIds
+from replicaset.storage.batch import Batch, Batches, BatchKind
 from replicaset.storage.capture import Capture
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.errors import (
     ApplyError,
-    BatchKindError,
     EngineFatal,
     GapError,
     SchemaDivergence,
@@ -94,19 +93,6 @@ class Committed:
     txn_id: int
 
 
-class BatchKind(Enum):
-    LOCAL = "local"
-    APPLY = "apply"
-
-
-@dataclass
-class _Batch:
-    kind: BatchKind
-    conn: apsw.Connection
-    records: list[Record] = field(default_factory=list)
-    log_records: bool = True
-
-
 class Engine:
     def __init__(self, config: EngineConfig, clock_ms: Callable[[], int], log: Logger) -> None:
         self.config = config
@@ -114,7 +100,6 @@ class Engine:
         self._log = log
         self._id = config.instance_id
         self._wal: Wal
-        self._batch: _Batch | None = None
         self._txn_seq = 0
         self._authorizer = Authorizer()
 
@@ -147,8 +132,13 @@ class Engine:
         if not sqlite_vclock <= wal_vclock:
             self._rebuild(sqlite_vclock, wal_vclock)
             sqlite_vclock = self._read_vclock(self._writer)
-        self.vclock = sqlite_vclock
-        self.pending_vclock = sqlite_vclock.copy()
+        self._batches = Batches(
+            wal=self._wal,
+            writer=self._writer,
+            applier=self._apply_conn,
+            vclock=sqlite_vclock,
+            on_rollback=self._schema.reload,
+        )
         seed = self._wal.max_txn_id
         if seed == 0:
             # A log with no rows (a joiner's, started at its checkpoint): the versions the
@@ -258,32 +248,40 @@ class Engine:
         return self._schema.schema_id
 
     @property
+    def vclock(self) -> VClock:
+        """What SQLite has committed; the live clock, which a caller copies to keep."""
+        return self._batches.vclock
+
+    @property
+    def pending_vclock(self) -> VClock:
+        """`vclock` and what the open batch queued: what is applied or about to be."""
+        return self._batches.pending
+
+    @property
+    def batch(self) -> Batch | None:
+        """The open batch, None when none is open."""
+        return self._batches.current
+
+    @property
     def batch_records(self) -> int:
-        return len(self._batch.records) if self._batch else 0
+        batch = self._batches.current
+        return len(batch.records) if batch else 0
 
     @property
     def batch_kind(self) -> BatchKind | None:
         """The kind of the open batch, None when none is open: a caller that will open the
         other kind flushes first (through the writer, which relays and answers)."""
-        return self._batch.kind if self._batch else None
+        batch = self._batches.current
+        return batch.kind if batch else None
 
     # ------------------------------------------------------------------ client writes
 
     def _internal(self, sql: str, binds: Sequence[Any] = ()) -> None:
         self._writer.execute(sql, binds, can_cache=False)
 
-    def _open_batch(self, kind: BatchKind, *, log_records: bool = True) -> _Batch:
-        if self._batch is not None and self._batch.kind is not kind:
-            raise BatchKindError(f"a {self._batch.kind.value} batch is open: flush it before a {kind.value} one")
-        if self._batch is None:
-            conn = self._writer if kind is BatchKind.LOCAL else self._apply_conn
-            conn.execute("BEGIN IMMEDIATE", can_cache=False)
-            self._batch = _Batch(kind=kind, conn=conn, log_records=log_records)
-        return self._batch
-
     def begin(self, *, explicit: bool = False) -> LocalTxn:
         """Open a client transaction in the current local batch."""
-        self._open_batch(BatchKind.LOCAL)
+        self._batches.open(BatchKind.LOCAL)
         self._txn_seq += 1
         txn = LocalTxn(savepoint=f"rs_txn_{self._txn_seq}", capture_mark=self._capture.mark(), explicit=explicit)
         self._internal(f"SAVEPOINT {txn.savepoint}")
@@ -399,9 +397,9 @@ class Engine:
         txn.done = True
         records = []
         for kind, origin, payload in parts:
-            lsn = self.pending_vclock.get(origin) + 1
+            lsn = self._batches.pending.get(origin) + 1
             records.append(Record(type=kind, origin=origin, lsn=lsn, txn_id=stamp, payload=payload))
-            self.pending_vclock.follow(origin, lsn)
+            self._batches.pending.follow(origin, lsn)
         if txn.ddl is not None:
             self._after_ddl(records[0])
             self._auto_ids.install()
@@ -409,8 +407,9 @@ class Engine:
             for row in shared:
                 set_version(self._writer, row.table, row.key, (stamp, self._id), row.op is Op.DELETE)
             self._resolve_unique_locally(shared)
-        assert self._batch is not None
-        self._batch.records.extend(records)
+        batch = self._batches.current
+        assert batch is not None
+        batch.records.extend(records)
         return Committed(records=tuple(records), txn_id=stamp) if records else None
 
     def _resolve_unique_locally(self, rows: list[CapturedRow]) -> None:
@@ -435,38 +434,18 @@ class Engine:
         txn.done = True
 
     def _after_ddl(self, record: Record) -> None:
-        assert self._batch is not None
-        self._schema.ddl_applied(self._batch.conn, record.origin, record.lsn)
+        batch = self._batches.current
+        assert batch is not None
+        self._schema.ddl_applied(batch.conn, record.origin, record.lsn)
         self._auto_ids.stale = True
 
     # ------------------------------------------------------------------ durability
 
     def flush(self) -> list[Record]:
         """Make the batch durable: the WAL first, then one SQLite commit."""
-        batch, self._batch = self._batch, None
-        if batch is None:
+        if self._batches.current is None:
             return []
-        records = batch.records
-        if records:
-            touched = VClock({r.origin: r.lsn for r in records})
-            for origin, lsn in touched.items():
-                batch.conn.execute(
-                    "INSERT OR REPLACE INTO _rs_vclock(origin, lsn) VALUES (?, ?)", (origin, lsn)
-                )
-            if batch.log_records:
-                try:
-                    self._wal.append(records)
-                except Exception:
-                    batch.conn.execute("ROLLBACK", can_cache=False)
-                    self.pending_vclock = self.vclock.copy()
-                    self._schema.reload()
-                    raise
-        try:
-            batch.conn.execute("COMMIT", can_cache=False)
-        except apsw.Error as exc:
-            raise EngineFatal(f"SQLite commit failed after the WAL append: {exc}") from exc
-        for record in records:
-            self.vclock.reset(record.origin, record.lsn)
+        records = self._batches.flush()
         if self._auto_ids.stale:
             self._auto_ids.install()
         return records
@@ -488,7 +467,7 @@ class Engine:
         origin, lsn = record.origin, record.lsn
         if origin == self._id and not own_allowed:
             return False
-        expected = self.pending_vclock.get(origin) + 1
+        expected = self._batches.pending.get(origin) + 1
         if lsn < expected:
             return False
         if lsn > expected:
@@ -499,12 +478,12 @@ class Engine:
             raise ApplyError(f"row {origin}:{lsn} has a bad payload: {exc}") from exc
         if payload is not None:
             schema_origin, schema_lsn = payload.schema_id
-            if schema_origin != origin and self.pending_vclock.get(schema_origin) < schema_lsn:
+            if schema_origin != origin and self._batches.pending.get(schema_origin) < schema_lsn:
                 raise SchemaPending(
                     f"row {origin}:{lsn} needs schema {schema_origin}:{schema_lsn}, not applied here yet",
                     payload.schema_id,
                 )
-        batch = self._open_batch(BatchKind.APPLY, log_records=log_records)
+        batch = self._batches.open(BatchKind.APPLY, log_records=log_records)
         conn = batch.conn
         conn.execute("SAVEPOINT rs_apply", can_cache=False)
         try:
@@ -526,7 +505,7 @@ class Engine:
                 raise
             raise ApplyError(f"row {origin}:{lsn} cannot be applied: {exc}") from exc
         conn.execute("RELEASE rs_apply", can_cache=False)
-        self.pending_vclock.follow(origin, lsn)
+        self._batches.pending.follow(origin, lsn)
         batch.records.append(record)
         if record.type == RecordType.DDL and not skip:
             self._after_ddl(record)
@@ -636,9 +615,7 @@ class Engine:
         return checkpoints.digest(self._reader, self.config.local_tables)
 
     def close(self) -> None:
-        if self._batch is not None:
-            self._batch.conn.execute("ROLLBACK", can_cache=False)
-            self._batch = None
+        self._batches.close()
         self._close_connections()
         self._wal.close()
 
