@@ -29,18 +29,12 @@ import apsw
 from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
 from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier, UniqueResolver, resolve_after_local_write, set_version
+from replicaset.storage.apply_record import RecordApplier
 from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batch, Batches, BatchKind
 from replicaset.storage.capture import Capture
 from replicaset.storage.config import EngineConfig
-from replicaset.storage.errors import (
-    ApplyError,
-    EngineFatal,
-    GapError,
-    SchemaDivergence,
-    SchemaPending,
-    SqlError,
-)
+from replicaset.storage.errors import EngineFatal, SqlError
 from replicaset.storage.rows import LOCAL_ORIGIN, CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import (
     INTERNAL_DDL,
@@ -146,6 +140,15 @@ class Engine:
             stored = self._writer.execute("SELECT max(hlc) FROM _rs_version").fetchone()[0]
             seed = 0 if stored is None else stored + HLC_SQL_OFFSET
         self.hlc = HLC(self._id, last_stamp=seed)
+        self._records = RecordApplier(
+            instance_id=self._id,
+            batches=self._batches,
+            rows=self._applier,
+            schema=self._schema,
+            auto_ids=self._auto_ids,
+            hlc=self.hlc,
+            clock_ms=self._clock_ms,
+        )
         self._replay(sqlite_vclock)
         self._auto_ids.install()
 
@@ -224,7 +227,7 @@ class Engine:
     def _replay(self, start: VClock) -> None:
         replayed = 0
         for record in self._wal.read_from(start):
-            self._apply_record(record, log_records=False, own_allowed=True)
+            self._records.apply(record, log_records=False, own_allowed=True)
             replayed += 1
             if replayed % REPLAY_BATCH_ROWS == 0:
                 self.flush()
@@ -456,80 +459,12 @@ class Engine:
         """Apply a row of another origin once; False when it is a copy already held.
         `own_allowed` admits rows of our own origin: only the start-up fetch of rows we
         lost (DESIGN 4.4) may use it."""
-        return self._apply_record(record, log_records=True, own_allowed=own_allowed)
+        return self._records.apply(record, log_records=True, own_allowed=own_allowed)
 
     def skip(self, record: Record) -> bool:
         """`replication_skip_conflict`: hold the row (log it, count it, relay it) without
         applying its changes, as Tarantool does, so the stream can go on."""
-        return self._apply_record(record, log_records=True, own_allowed=False, skip=True)
-
-    def _apply_record(self, record: Record, *, log_records: bool, own_allowed: bool, skip: bool = False) -> bool:
-        origin, lsn = record.origin, record.lsn
-        if origin == self._id and not own_allowed:
-            return False
-        expected = self._batches.pending.get(origin) + 1
-        if lsn < expected:
-            return False
-        if lsn > expected:
-            raise GapError(f"row {origin}:{lsn} arrived but {origin}:{expected} is the next expected")
-        try:
-            payload = DmlPayload.unpack(record.payload) if record.type == RecordType.DML and not skip else None
-        except ValueError as exc:
-            raise ApplyError(f"row {origin}:{lsn} has a bad payload: {exc}") from exc
-        if payload is not None:
-            schema_origin, schema_lsn = payload.schema_id
-            if schema_origin != origin and self._batches.pending.get(schema_origin) < schema_lsn:
-                raise SchemaPending(
-                    f"row {origin}:{lsn} needs schema {schema_origin}:{schema_lsn}, not applied here yet",
-                    payload.schema_id,
-                )
-        batch = self._batches.open(BatchKind.APPLY, log_records=log_records)
-        conn = batch.conn
-        conn.execute("SAVEPOINT rs_apply", can_cache=False)
-        try:
-            if skip:
-                pass
-            elif record.type == RecordType.DDL:
-                self._apply_ddl(record)
-            elif payload is not None:
-                self.hlc.receive(payload.hlc, self._clock_ms())
-                self._applier.apply_rows(
-                    payload.rows, (payload.hlc, origin), versioned=origin != LOCAL_ORIGIN
-                )
-            else:
-                raise ApplyError(f"row {origin}:{lsn} has unknown type {record.type}")
-        except (ApplyError, ValueError, apsw.Error) as exc:
-            conn.execute("ROLLBACK TO rs_apply", can_cache=False)
-            conn.execute("RELEASE rs_apply", can_cache=False)
-            if isinstance(exc, ApplyError):
-                raise
-            raise ApplyError(f"row {origin}:{lsn} cannot be applied: {exc}") from exc
-        conn.execute("RELEASE rs_apply", can_cache=False)
-        self._batches.pending.follow(origin, lsn)
-        batch.records.append(record)
-        if record.type == RecordType.DDL and not skip:
-            self._after_ddl(record)
-        return True
-
-    def _apply_ddl(self, record: Record) -> None:
-        payload = DdlPayload.unpack(record.payload)
-        self.hlc.receive(payload.hlc, self._clock_ms())
-        local = record.origin == LOCAL_ORIGIN
-        if not local and payload.hash_before != self._schema.hash:
-            raise SchemaDivergence(
-                f"DDL row {record.origin}:{record.lsn} was written against schema hash "
-                f"{payload.hash_before:016x} but this member has {self._schema.hash:016x}"
-            )
-        self._auto_ids.drop()
-        self._auto_ids.stale = True
-        self._apply_conn.execute(payload.sql)
-        after = self._schema.hash_of(self._apply_conn)
-        if not local and after != payload.hash_after:
-            raise SchemaDivergence(
-                f"DDL row {record.origin}:{record.lsn} gave schema hash {after:016x}, "
-                f"its origin had {payload.hash_after:016x}"
-            )
-        self._schema.hash = after
+        return self._records.apply(record, log_records=True, own_allowed=False, skip=True)
 
     def txn_at(self, origin: int, lsn: int) -> int | None:
         """The txn id of row `origin:lsn` in our log, None when we do not hold it; the
