@@ -14,12 +14,18 @@ Theory of operation (DESIGN 4.1-4.4):
   is applied or queued. Replay at start-up uses the same path.
 - Rows of local tables get origin 0 (never replicated, Tarantool's convention), so they
   are logged and recovered but do not advance the replicated vclock.
+
+This module is the facade the runtime, the simulator and the tools drive; each part lives
+in its own module (docs/storage.md, "Engine layout"): recovery.py opens the files,
+transactions.py runs client transactions, statements.py admits client SQL, batch.py
+batches and flushes, apply_record.py applies records, auto_ids.py keeps auto-id triggers,
+checkpoint.py makes and lists checkpoints.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +33,19 @@ import apsw
 
 from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
+from replicaset.storage import recovery
 from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier
 from replicaset.storage.apply_record import RecordApplier
 from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batch, Batches, BatchKind
 from replicaset.storage.config import EngineConfig
-from replicaset.storage.errors import EngineFatal, SqlError
+from replicaset.storage.connections import Connections, connect
+from replicaset.storage.errors import SqlError
 from replicaset.storage.rows import LOCAL_ORIGIN
-from replicaset.storage.schema import INTERNAL_DDL, SchemaState, TableCache
+from replicaset.storage.schema import SchemaState, TableCache
 from replicaset.storage.statements import is_read, run_statement, sql_message
 from replicaset.storage.transactions import Committed, LocalTxn, StatementResult, Transactions
 from wal import Record, RowsUnavailable, VClock, Wal
-
-REPLAY_BATCH_ROWS = 1000
 
 Logger = Callable[..., None]
 
@@ -49,165 +55,82 @@ def _no_log(event: str, **fields: Any) -> None:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, clock_ms: Callable[[], int], log: Logger) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        wal: Wal,
+        connections: Connections,
+        vclock: VClock,
+        clock_ms: Callable[[], int],
+        log: Logger,
+    ) -> None:
+        """Assemble the parts over files already open; `open` is the way in, since SQLite
+        must be brought up to the WAL first. `vclock` is SQLite's."""
         self.config = config
-        self._clock_ms = clock_ms
         self._log = log
-        self._id = config.instance_id
-        self._wal: Wal
-
-    # ------------------------------------------------------------------ opening
+        self._wal = wal
+        self._connections = connections
+        writer, applier = connections.writer, connections.applier
+        writer_tables, apply_tables = TableCache(writer), TableCache(applier)
+        self._schema = SchemaState(writer, (writer_tables, apply_tables), config.local_tables)
+        self._auto_ids = AutoIds(writer, writer_tables, instance_id=config.instance_id, mode=config.auto_id_mode)
+        self._batches = Batches(wal=wal, writer=writer, applier=applier, vclock=vclock, on_rollback=self._schema.reload)
+        self.hlc = HLC(config.instance_id, last_stamp=recovery.hlc_seed(wal, writer))
+        self._transactions = Transactions(
+            config=config,
+            conn=writer,
+            tables=writer_tables,
+            schema=self._schema,
+            auto_ids=self._auto_ids,
+            batches=self._batches,
+            hlc=self.hlc,
+            clock_ms=clock_ms,
+        )
+        self._records = RecordApplier(
+            instance_id=config.instance_id,
+            batches=self._batches,
+            rows=RowApplier(applier, apply_tables),
+            schema=self._schema,
+            auto_ids=self._auto_ids,
+            hlc=self.hlc,
+            clock_ms=clock_ms,
+        )
 
     @classmethod
     def open(
         cls, config: EngineConfig, *, clock_ms: Callable[[], int], log: Logger = _no_log
     ) -> Engine:
-        engine = cls(config, clock_ms, log)
-        engine._open()
+        opened = recovery.open_files(config, log)
+        engine = cls(
+            config, wal=opened.wal, connections=opened.connections, vclock=opened.vclock, clock_ms=clock_ms, log=log
+        )
+        recovery.replay(
+            opened.wal,
+            engine.vclock.copy(),
+            apply=partial(engine._records.apply, log_records=False, own_allowed=True),
+            flush=engine.flush,
+            log=log,
+        )
+        engine._auto_ids.install()
         return engine
-
-    def _open(self) -> None:
-        cfg = self.config
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        cfg.snap_dir.mkdir(exist_ok=True)
-        checkpoints.remove_partial(cfg.snap_dir)
-        self._wal = Wal.open(
-            cfg.wal_dir,
-            mode=cfg.wal_mode,
-            max_size_bytes=cfg.wal_max_size_bytes,
-            max_record_bytes=cfg.max_txn_bytes + 4096,
-            log=self._log,
-        )
-        self._open_connections()
-        sqlite_vclock = self._read_vclock(self._writer)
-        wal_vclock = self._wal.vclock
-        checkpoints.set_aside_beyond(cfg.snap_dir, wal_vclock, self._log)
-        if not sqlite_vclock <= wal_vclock:
-            self._rebuild(sqlite_vclock, wal_vclock)
-            sqlite_vclock = self._read_vclock(self._writer)
-        self._batches = Batches(
-            wal=self._wal,
-            writer=self._writer,
-            applier=self._apply_conn,
-            vclock=sqlite_vclock,
-            on_rollback=self._schema.reload,
-        )
-        seed = self._wal.max_txn_id
-        if seed == 0:
-            # A log with no rows (a joiner's, started at its checkpoint): the versions the
-            # checkpoint holds are the only record of the stamps already used.
-            stored = self._writer.execute("SELECT max(hlc) FROM _rs_version").fetchone()[0]
-            seed = 0 if stored is None else stored + HLC_SQL_OFFSET
-        self.hlc = HLC(self._id, last_stamp=seed)
-        self._transactions = Transactions(
-            config=self.config,
-            conn=self._writer,
-            tables=self._writer_tables,
-            schema=self._schema,
-            auto_ids=self._auto_ids,
-            batches=self._batches,
-            hlc=self.hlc,
-            clock_ms=self._clock_ms,
-        )
-        self._records = RecordApplier(
-            instance_id=self._id,
-            batches=self._batches,
-            rows=self._applier,
-            schema=self._schema,
-            auto_ids=self._auto_ids,
-            hlc=self.hlc,
-            clock_ms=self._clock_ms,
-        )
-        self._replay(sqlite_vclock)
-        self._auto_ids.install()
-
-    def _connect(self, *, readonly: bool = False) -> apsw.Connection:
-        flags = apsw.SQLITE_OPEN_READONLY if readonly else (
-            apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-        )
-        conn = apsw.Connection(str(self.config.db_path), flags=flags)
-        conn.set_busy_timeout(5000)
-        return conn
-
-    def _open_connections(self) -> None:
-        writer = self._connect()
-        if writer.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
-            raise EngineFatal("SQLite refused WAL journal mode")
-        writer.execute("PRAGMA synchronous=NORMAL")
-        writer.execute("PRAGMA foreign_keys=ON")
-        if writer.execute("PRAGMA synchronous").fetchone()[0] != 1:
-            raise EngineFatal("SQLite refused synchronous=NORMAL")
-        for ddl in INTERNAL_DDL:
-            writer.execute(ddl)
-        self._writer = writer
-        self._writer_tables = TableCache(writer)
-        self._auto_ids = AutoIds(
-            writer, self._writer_tables, instance_id=self._id, mode=self.config.auto_id_mode
-        )
-
-        applier = self._connect()
-        applier.execute("PRAGMA synchronous=NORMAL")
-        applier.execute("PRAGMA foreign_keys=OFF")
-        applier.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
-        self._apply_conn = applier
-        self._apply_tables = TableCache(applier)
-        self._applier = RowApplier(applier, self._apply_tables)
-        self._reader = self._connect(readonly=True)
-        self._schema = SchemaState(writer, (self._writer_tables, self._apply_tables), self.config.local_tables)
-
-    def _close_connections(self) -> None:
-        for conn in (self._reader, self._apply_conn, self._writer):
-            conn.close()
-
-    @staticmethod
-    def _read_vclock(conn: apsw.Connection) -> VClock:
-        return VClock(dict(conn.execute("SELECT origin, lsn FROM _rs_vclock").fetchall()))
-
-    def _rebuild(self, sqlite_vclock: VClock, wal_vclock: VClock) -> None:
-        """SQLite is ahead of the WAL (an OS crash under wal_mode=write): start again from
-        the newest checkpoint the WAL continues, and log what SQLite held that is lost."""
-        self._log(
-            "sqlite_ahead_of_wal",
-            sqlite_vclock=sqlite_vclock.to_dict(),
-            wal_vclock=wal_vclock.to_dict(),
-            dropped={o: lsn - wal_vclock.get(o) for o, lsn in sqlite_vclock.items() if lsn > wal_vclock.get(o)},
-        )
-        self._close_connections()
-        wal_start = self._wal_start()
-        usable = checkpoints.newest_usable(self.config.snap_dir, wal_start, wal_vclock)
-        base = usable[0] if usable else None
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(self.config.db_path) + suffix).unlink(missing_ok=True)
-        if base is not None:
-            shutil.copyfile(base, self.config.db_path)
-        elif wal_start.signature != 0:
-            raise EngineFatal(
-                "SQLite is ahead of the WAL and no checkpoint lies between the WAL start "
-                f"{wal_start.to_dict()} and its end {wal_vclock.to_dict()}: restore or re-join"
-            )
-        self._log("rebuild_from_checkpoint", checkpoint=str(base) if base else None)
-        self._open_connections()
-
-    def _replay(self, start: VClock) -> None:
-        replayed = 0
-        for record in self._wal.read_from(start):
-            self._records.apply(record, log_records=False, own_allowed=True)
-            replayed += 1
-            if replayed % REPLAY_BATCH_ROWS == 0:
-                self.flush()
-        self.flush()
-        if replayed:
-            self._log("wal_replayed", rows=replayed, vclock=self.vclock.to_dict())
 
     # ------------------------------------------------------------------ properties
 
     @property
     def instance_id(self) -> int:
-        return self._id
+        return self.config.instance_id
 
     @property
     def wal(self) -> Wal:
         return self._wal
+
+    @property
+    def connections(self) -> Connections:
+        """The SQLite connections, for what the engine offers no method for (the reader
+        for schema introspection, tests that make a commit fail); writing through them
+        bypasses the WAL."""
+        return self._connections
 
     @property
     def schema_id(self) -> tuple[int, int]:
@@ -314,7 +237,7 @@ class Engine:
 
     def query(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult | None:
         """Run a statement on the reader connection; None when it turns out to write."""
-        cursor = self._reader.cursor()
+        cursor = self._connections.reader.cursor()
         try:
             columns, rows = run_statement(cursor, sql, binds)
         except apsw.ReadOnlyError:
@@ -333,7 +256,7 @@ class Engine:
         `sync_wal` replaces `Wal.sync` for a caller that runs this off the thread that
         appends, since a sync must not race an append."""
         return checkpoints.make(
-            self._connect(readonly=True),
+            connect(self.config.db_path, readonly=True),
             self.config.snap_dir,
             keep=self.config.checkpoint_count,
             sync_wal=sync_wal or self._wal.sync,
@@ -347,11 +270,7 @@ class Engine:
         """The newest checkpoint whose later rows are all still in the WAL, with its vclock:
         what a join can be served from (DESIGN 4.4). None when the log no longer reaches
         back to any checkpoint."""
-        return checkpoints.newest_usable(self.config.snap_dir, self._wal_start(), self._wal.vclock)
-
-    def _wal_start(self) -> VClock:
-        segments = self._wal.segments()
-        return segments[0][1] if segments else VClock()
+        return checkpoints.newest_usable(self.config.snap_dir, checkpoints.log_start(self._wal), self._wal.vclock)
 
     # ------------------------------------------------------------------ inspection
 
@@ -359,17 +278,17 @@ class Engine:
         """Every key's version `(hlc, origin, deleted)` in a table, as committed."""
         return {
             key: (hlc + HLC_SQL_OFFSET, origin, bool(deleted))
-            for key, hlc, origin, deleted in self._reader.execute(
+            for key, hlc, origin, deleted in self._connections.reader.execute(
                 "SELECT key, hlc, origin, deleted FROM _rs_version WHERE tbl = ?", (table,)
             )
         }
 
     def table_digest(self) -> dict[str, int]:
         """Per-table digest of contents and versions, to compare members."""
-        return checkpoints.digest(self._reader, self.config.local_tables)
+        return checkpoints.digest(self._connections.reader, self.config.local_tables)
 
     def close(self) -> None:
         self._batches.close()
-        self._close_connections()
+        self._connections.close()
         self._wal.close()
 

@@ -15,6 +15,7 @@ import msgpack
 import xxhash
 
 from replicaset.storage.rows import LOCAL_ORIGIN
+from wal import VClock
 
 INTERNAL_PREFIX = "_rs_"
 
@@ -27,6 +28,12 @@ INTERNAL_DDL = (
     "CREATE TABLE IF NOT EXISTS _rs_latent(tbl TEXT NOT NULL, key TEXT NOT NULL, image BLOB NOT NULL,"
     " PRIMARY KEY (tbl, key)) WITHOUT ROWID",
 )
+
+
+def read_vclock(conn: apsw.Connection) -> VClock:
+    """The vclock committed with the rows, as `conn` sees the database."""
+    return VClock(dict(conn.execute("SELECT origin, lsn FROM _rs_vclock").fetchall()))
+
 
 _NOISE = r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
 _IDENTIFIER = r'(?:"(?:[^"]|"")*"|`[^`]*`|\[[^\]]*\]|[^\s.("`\[]+)'
