@@ -59,6 +59,8 @@ class Batches:
         self.vclock = vclock
         self.pending = vclock.copy()
         self.current: Batch | None = None
+        # Set when a SQLite commit failed after its WAL append: the engine must stop.
+        self.fatal: EngineFatal | None = None
 
     def open(self, kind: BatchKind, *, log_records: bool = True) -> Batch:
         """The open batch, opened with a SQLite transaction if none is."""
@@ -94,10 +96,39 @@ class Batches:
         try:
             batch.conn.execute("COMMIT", can_cache=False)
         except apsw.Error as exc:
-            raise EngineFatal(f"SQLite commit failed after the WAL append: {exc}") from exc
+            self.fatal = EngineFatal(f"SQLite commit failed after the WAL append: {exc}")
+            raise self.fatal from exc
         for record in records:
             self.vclock.reset(record.origin, record.lsn)
         return records
+
+    def check_invariants(self) -> None:
+        """The vclock invariants (docs/storage.md): between calls, on an open engine."""
+        wal_vclock = self._wal.vclock
+        assert self._wal.synced_vclock <= wal_vclock, "the WAL's durable prefix lies within the WAL"
+        assert self.vclock <= self.pending, "the pending vclock counts every committed row"
+        if self.fatal is not None:
+            # The failed batch is in the WAL and not in SQLite; a failed COMMIT may have
+            # left its SQLite transaction open (SQLITE_BUSY), so that is not checked.
+            assert self.current is None, "nothing may open a batch after a fatal flush"
+            assert self.pending == wal_vclock, "after a fatal flush the pending vclock is the WAL's"
+            return
+        assert self.vclock == wal_vclock, "SQLite holds exactly the rows the WAL holds, origin 0 included"
+        batch = self.current
+        if batch is not None:
+            assert batch.conn is self._conns[batch.kind], "a batch runs on the connection of its kind"
+        for kind, conn in self._conns.items():
+            in_batch = batch is not None and batch.kind is kind
+            open_txn = not conn.get_autocommit()
+            assert open_txn is in_batch, "a SQLite transaction is open on the open batch's connection only"
+        if batch is None:
+            assert self.pending == self.vclock, "with no open batch, nothing is pending"
+            return
+        queued = self.vclock.copy()
+        for record in batch.records:
+            assert record.lsn == queued.get(record.origin) + 1, "a batch continues the committed vclock with no hole"
+            queued.reset(record.origin, record.lsn)
+        assert self.pending == queued, "the pending vclock is the committed one plus the open batch"
 
     def close(self) -> None:
         """Roll back the open batch: its records never reached the WAL."""

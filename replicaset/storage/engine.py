@@ -42,7 +42,7 @@ from replicaset.storage.config import EngineConfig
 from replicaset.storage.connections import Connections, connect
 from replicaset.storage.errors import SqlError
 from replicaset.storage.rows import LOCAL_ORIGIN
-from replicaset.storage.schema import SchemaState, TableCache
+from replicaset.storage.schema import SchemaState, TableCache, read_vclock
 from replicaset.storage.statements import is_read, run_statement, sql_message
 from replicaset.storage.transactions import Committed, LocalTxn, StatementResult, Transactions
 from wal import Record, RowsUnavailable, VClock, Wal
@@ -286,6 +286,20 @@ class Engine:
     def table_digest(self) -> dict[str, int]:
         """Per-table digest of contents and versions, to compare members."""
         return checkpoints.digest(self._connections.reader, self.config.local_tables)
+
+    # ------------------------------------------------------------------ invariants
+
+    def check_invariants(self) -> None:
+        """Assert what must hold between any two calls on an open engine, so that a test or
+        the simulator stops at the step that broke it (docs/storage.md, "Invariants")."""
+        batches = self._batches
+        batches.check_invariants()
+        committed = read_vclock(self._connections.reader)
+        assert committed == batches.vclock, "the vclock is the one SQLite committed with the rows"
+        if batches.fatal is None:
+            batch = batches.current
+            conn = batch.conn if batch is not None else self._connections.writer
+            assert self._schema.hash == self._schema.hash_of(conn), "the schema hash is that of the schema in force"
 
     def close(self) -> None:
         self._batches.close()

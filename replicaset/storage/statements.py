@@ -140,7 +140,9 @@ def schema_change_refusal(
     return None
 
 
-def run_statement(cursor: apsw.Cursor, sql: str, binds: Sequence[Any] | dict[str, Any]) -> tuple[Columns, list[list[Any]]]:
+def run_statement(
+    cursor: apsw.Cursor, sql: str, binds: Sequence[Any] | dict[str, Any]
+) -> tuple[Columns, list[list[Any]]]:
     """Execute and fetch; the columns are read before stepping, while SQLite still has
     them even for a query that returns no rows."""
     columns: Columns = []
