@@ -15,11 +15,10 @@ Theory of operation (DESIGN 4.1-4.4):
 - Rows of local tables get origin 0 (never replicated, Tarantool's convention), so they
   are logged and recovered but do not advance the replicated vclock.
 
-This module is the facade the runtime, the simulator and the tools drive; each part lives
-in its own module (docs/storage.md, "Engine layout"): recovery.py opens the files,
-transactions.py runs client transactions, statements.py admits client SQL, batch.py
-batches and flushes, apply_record.py applies records, auto_ids.py keeps auto-id triggers,
-checkpoint.py makes and lists checkpoints.
+`Engine` is the facade that the runtime, the simulator and the tools drive: it opens the
+files through recovery.py and wires the parts, each in a module of its own with one
+reason to change (docs/storage.md, "Engine layout"), then hands every call to the part
+that owns it.
 """
 
 from __future__ import annotations

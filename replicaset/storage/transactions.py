@@ -216,15 +216,15 @@ class Transactions:
             lsn = self._batches.pending.get(origin) + 1
             records.append(Record(type=kind, origin=origin, lsn=lsn, txn_id=stamp, payload=payload))
             self._batches.pending.follow(origin, lsn)
-        batch = self._batches.current
-        assert batch is not None
         if txn.ddl is not None:
-            self._schema.ddl_applied(batch.conn, records[0].origin, records[0].lsn)
+            self._schema.ddl_applied(self._conn, records[0].origin, records[0].lsn)
             self._auto_ids.install()
         else:
             for row in shared:
                 set_version(self._conn, row.table, row.key, (stamp, self._id), row.op is Op.DELETE)
             self._resolve_unique_locally(shared)
+        batch = self._batches.current
+        assert batch is not None
         batch.records.extend(records)
         return Committed(records=tuple(records), txn_id=stamp) if records else None
 
@@ -239,7 +239,8 @@ class Transactions:
             self._capture.paused = False
 
     def rollback(self, txn: LocalTxn) -> None:
-        """Undo a transaction that is not finished; a finished one stays as it is."""
+        """Undo a transaction not finished yet; a finished one is queued in the batch, which
+        only a failed flush takes back."""
         if txn.done:
             return
         self._internal(f"ROLLBACK TO {txn.savepoint}")
