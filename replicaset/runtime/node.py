@@ -456,7 +456,7 @@ class Node:
     def _sql_spaces(self) -> list[Space]:
         """Each client table as a space, numbered from 512 in name order; primary key
         columns are not nullable, as in Tarantool's SQL."""
-        reader = self.engine._reader
+        reader = self.engine.connections.reader
         spaces = []
         names = [n for (n,) in reader.execute("SELECT name FROM sqlite_schema WHERE type='table' ORDER BY name")]
         for offset, name in enumerate(n for n in names if not is_internal(n)):

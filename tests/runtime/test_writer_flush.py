@@ -124,7 +124,7 @@ def test_a_failed_sqlite_commit_stops_the_writer_and_answers_no_client(
     async def client(i: int) -> None:
         # Once any client started, every COMMIT of the writer's connection fails inside
         # SQLite: the hook vetoes it, SQLite rolls back and the statement raises.
-        engine._writer.set_commit_hook(lambda: True)
+        engine.connections.writer.set_commit_hook(lambda: True)
         try:
             await writer.execute(INSERT, [i])
         except EngineFatal:
