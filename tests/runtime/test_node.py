@@ -16,9 +16,10 @@ import trio.testing
 from replicaset.config import load
 from replicaset.testing.processes import free_port
 from replicaset.identity import Identity
-from replicaset.iproto.codec import Frame, FrameDecoder, encode_error, encode_greeting
-from replicaset.iproto.constants import ErrorCode, RequestType
+from replicaset.iproto.codec import Frame, FrameDecoder, encode_error, encode_greeting, encode_ok
+from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.core.replicaset import MEMBERS_MAX, REGISTRAR_ID
+from replicaset.core.replication import SILENCE_TIMEOUTS
 from replicaset.runtime.applier import Upstream
 from replicaset.runtime.node import CLUSTER_DDL, Node
 from replicaset.runtime.applier import run_applier
@@ -195,6 +196,46 @@ def test_a_member_that_does_not_know_us_yet_is_asked_again(tmp_path: Path) -> No
 
     trio.run(follow_it, clock=trio.testing.MockClock(autojump_threshold=SOCKET_AUTOJUMP_S))
     assert subscribes == [RequestType.SUBSCRIBE] * 2
+
+
+def test_a_silent_upstream_is_left_after_four_timeouts_and_asked_again_after_the_backoff(tmp_path: Path) -> None:
+    """Tarantool's applier: an upstream that sends nothing (not even heartbeats) for
+    4 * replication_timeout is taken for gone, and the next connect waits for the backoff
+    (replication_timeout at the first failure). At 30 s these are minutes of real time."""
+    member_uuid = str(uuid.uuid4())
+    connected_at: list[float] = []
+    subscribed_at: list[float] = []
+    hung_up_at: list[float] = []
+    reconnected = trio.Event()
+
+    async def silent_member(stream: trio.SocketStream) -> None:
+        connected_at.append(trio.current_time())
+        if len(connected_at) == 2:
+            reconnected.set()
+        await stream.send_all(encode_greeting(version="2.10.0", instance_uuid=member_uuid, salt=os.urandom(32)))
+        decoder = FrameDecoder(1 << 20)
+        frame = await next_request(stream, decoder)
+        assert frame is not None and frame.request_type == RequestType.SUBSCRIBE
+        await stream.send_all(encode_ok(sync=frame.sync, schema_version=1, body={Key.INSTANCE_UUID: member_uuid, Key.VCLOCK: {}}))
+        subscribed_at.append(trio.current_time())
+        assert await next_request(stream, decoder) is None, "no row, no heartbeat: nothing for the applier to acknowledge"
+        hung_up_at.append(trio.current_time())
+
+    async def follow_it() -> str | None:
+        async with opened(make_node(tmp_path, replication_timeout=REPLICATION_TIMEOUT_S)) as node, trio.open_nursery() as nursery:
+            address = await serve_fake_member(nursery, silent_member)
+            nursery.start_soon(run_applier, node, Upstream(key=address, address=address, uuid=None))
+            with trio.fail_after(WAIT_S):
+                await reconnected.wait()
+            nursery.cancel_scope.cancel()
+            return node.appliers[address].message
+
+    reason = trio.run(follow_it, clock=trio.testing.MockClock(autojump_threshold=SOCKET_AUTOJUMP_S))
+    assert reason is not None and reason.startswith("no message from"), reason
+    silence_s = hung_up_at[0] - subscribed_at[0]
+    assert SILENCE_TIMEOUTS * REPLICATION_TIMEOUT_S < silence_s <= (SILENCE_TIMEOUTS + 1) * REPLICATION_TIMEOUT_S, silence_s
+    backoff_s = connected_at[1] - hung_up_at[0]
+    assert REPLICATION_TIMEOUT_S <= backoff_s <= 2 * REPLICATION_TIMEOUT_S, backoff_s
 
 
 def test_a_failing_read_of_the_members_propagates_and_keeps_a_pending_registration(
