@@ -604,6 +604,7 @@ class Simulation:
             if member.engine is None:
                 continue
             assert member.replicaset is not None
+            member.engine.check_invariants()
             member.replicaset.check_invariants()
             for applier in member.appliers.values():
                 applier.check_invariants()

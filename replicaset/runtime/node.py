@@ -379,6 +379,8 @@ class Node:
     def check_invariants(self) -> None:
         """Every core's, and the durable cut of every relay against the WAL: asserted after
         every applier and relay event when `debug.check_invariants` is set."""
+        if not self.writer.in_thread:  # a flush or a checkpoint in a thread is mid-way
+            self.engine.check_invariants()
         self.replicaset.check_invariants()
         for core in self.appliers.values():
             core.check_invariants()
