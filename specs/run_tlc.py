@@ -89,6 +89,7 @@ CONFIGS: tuple[Config, ...] = (
     # Replication between members: apply-once, LWW, crashes, recovery of own rows.
     _correct("VClockReplication"),
     _correct("VClockReplication", "_live"),
+    _correct("VClockReplication", "_live_giveup"),
     _correct("VClockReplication", "_fsync"),
     _wrong("VClockReplication", "LsnReuse", "Agreement"),
     _wrong("VClockReplication", "NoTombstones", "EqualVClocksEqualTables"),
