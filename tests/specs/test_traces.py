@@ -67,6 +67,7 @@ def rejected_at(trace: Trace, edited: int) -> check_trace.Verdict:
         (0, "write", "none"),
         (2, "write", "links"),
         (3, "write", "all"),
+        (7, "write", "all"),  # a recovering member gives up on a peer that never answered
         (1, "fsync", "all"),
         (4, "fsync", "all"),
     ],
@@ -80,6 +81,8 @@ def test_simulated_traces_are_behaviours_of_the_spec(seed: int, wal_mode: str, f
         assert {"Crash", "Restart"} <= events, "the seed was meant to crash a member"
     if faults == "all" and wal_mode == "write":
         assert {"RecoveryAnswer", "RecoveryFinish"} <= events, "the seed was meant to recover own rows"
+    if seed == 7:
+        assert "RecoveryGiveUp" in events, "the seed was meant to give up on a peer"
     assert_accepted(trace)
 
 
