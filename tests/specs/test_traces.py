@@ -32,9 +32,9 @@ def small_trace() -> Trace:
 
 @pytest.fixture(scope="module")
 def recovery_trace() -> Trace:
-    """A short run under wal_mode=write with crashes: member 3 restarts, recovers its own
-    rows (two answers, then RecoveryFinish) and writes again."""
-    return check_trace.simulate(29, wal_mode="write", faults="all", writes=6)
+    """A short run under wal_mode=write with crashes: a member restarts, recovers its own
+    rows (answers, then RecoveryFinish) and writes again."""
+    return check_trace.simulate(11, wal_mode="write", faults="all", writes=12)
 
 
 def index_of(trace: Trace, event: str, *, after: int = 0, **fields: Any) -> int:
