@@ -212,6 +212,7 @@ class Simulation:
                 break
             self.now_s, _, kind, args = heapq.heappop(self._queue)
             getattr(self, f"_on_{kind}")(*args)
+            self.check_invariants()
             if self.healed and self.writes_left == 0 and self._converged():
                 self.trace({"event": "End", "steps": self.traced_steps})
                 return
@@ -527,6 +528,18 @@ class Simulation:
             return False
         clocks = list(self.vclocks().values())
         return all(c == clocks[0] for c in clocks)
+
+    def check_invariants(self) -> None:
+        """After every event (TigerBeetle style): every engine's, and every driver's (its
+        cores', and no relay ahead of its member's durable cut for rows of the member's own
+        origin, FINDINGS F1). The driver checks its own after each of its events too; an
+        event of the engine alone (a write, a flush, a crash) is checked here."""
+        for member in self.members.values():
+            if member.engine is None:
+                continue
+            assert member.driver is not None
+            member.engine.check_invariants()
+            member.driver.check_invariants()
 
     def check(self) -> None:
         """The end-of-run checks; each failure names the seed.

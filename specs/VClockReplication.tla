@@ -33,14 +33,18 @@
 (* VClockReplication_ShipDurable shows that neither fences nor the        *)
 (* recovery fetch are needed for Agreement.  Rows of other origins ship   *)
 (* as soon as they are written: a member that loses them is not their     *)
-(* origin, cannot reuse their LSNs, and fetches them again.               *)
+(* origin, cannot reuse their LSNs, and fetches them again.  Under        *)
+(* ShipDurableOnly a recovering member may also stop waiting for a peer   *)
+(* whose link failed before it answered (RecoveryGiveUp), as the code     *)
+(* does: that peer holds no row of the member's origin that the member    *)
+(* can have lost (OwnRowsHeldElsewhereAreDurable).                        *)
 (*                                                                         *)
 (* Actions: LocalWrite, WalFlush, WalSync, RelaySend, ApplierReceive,     *)
-(* RecoveryAnswer, RecoveryFinish, FenceRaise, Crash, OsCrash, Restart;    *)
-(* NetworkDrop, NetworkDuplicate and Heal are the environment.  The code   *)
-(* that implements each (Engine, Writer, and the Relay and Applier cores   *)
-(* of replicaset/core/replication.py) is listed in                         *)
-(* docs/design/vclock-replication.md.                                      *)
+(* RecoveryAnswer, RecoveryGiveUp, RecoveryFinish, FenceRaise, Crash,      *)
+(* OsCrash, Restart; NetworkDrop, NetworkDuplicate and Heal are the       *)
+(* environment.  The code that implements each (Engine, Writer, the Relay *)
+(* and Applier cores of replicaset/core/replication.py, the replica-set    *)
+(* core) is listed in docs/design/vclock-replication.md.                   *)
 (***************************************************************************)
 EXTENDS Naturals, Sequences, FiniteSets, TLC
 
@@ -86,6 +90,7 @@ VARIABLES
     status,     \* "active" | "recovering" | "down"
     epoch,      \* epoch[m]: m's incarnation, bumped (and made durable) at every start
     answered,   \* answered[m]: the members that answered m's recovery fetch
+    gaveUp,     \* gaveUp[m]: the members m stopped waiting for, that have not answered since
     resumed,    \* resumed[m]: [epoch, lsn] of every recovery of m that finished (durable)
     fence,      \* fence[p][o]: set of [epoch, lsn, final] records, durable
     net,        \* the network: the set of messages [to, row] in flight
@@ -96,7 +101,7 @@ VARIABLES
     healed      \* TRUE once the network healed: no more drops, duplicates or crashes
 
 vars == <<wal, durable, batch, tbl, vclock, pending, hlc, status, epoch, answered,
-          resumed, fence, net, acked, osLost, writes, crashes, healed>>
+          gaveUp, resumed, fence, net, acked, osLost, writes, crashes, healed>>
 
 -----------------------------------------------------------------------------
 (* Helpers *)
@@ -135,6 +140,15 @@ Fenced(p, r) == \E f \in fence[p][r.origin] : r.epoch < f.epoch /\ r.lsn > f.lsn
 (* its own origin that peers hold, so it recovers them first.             *)
 AfterRestart == IF WalMode = "write" THEN "recovering" ELSE "active"
 
+(* When a recovering member may stop waiting for a peer that has not      *)
+(* answered (RecoveryGiveUp): only when relays ship their own member's    *)
+(* rows once durable.  VClockReplication_GiveUpUnguarded replaces it.     *)
+GiveUpSafe == ShipDurableOnly
+(* For configurations that check the recovery fetch waiting for every     *)
+(* answer, as before RecoveryGiveUp existed (GiveUpSafe <- WaitForEvery):  *)
+(* giving up multiplies their states by about two.                        *)
+WaitForEvery == FALSE
+
 
 -----------------------------------------------------------------------------
 (* Actions *)
@@ -150,6 +164,7 @@ Init ==
     /\ status = [m \in Members |-> "active"]
     /\ epoch = [m \in Members |-> 1]
     /\ answered = [m \in Members |-> {}]
+    /\ gaveUp = [m \in Members |-> {}]
     /\ resumed = [m \in Members |-> {}]
     /\ fence = [p \in Members |-> [o \in Members |-> {}]]
     /\ net = {}
@@ -174,7 +189,7 @@ LocalWriteAt(m, ops, stamp) ==
           /\ pending' = [pending EXCEPT ![m][m] = r.lsn]
           /\ hlc' = [hlc EXCEPT ![m] = r.hlc]
     /\ writes' = writes + 1
-    /\ UNCHANGED <<wal, durable, tbl, vclock, status, epoch, answered, resumed,
+    /\ UNCHANGED <<wal, durable, tbl, vclock, status, epoch, answered, gaveUp, resumed,
                    fence, net, acked, osLost, crashes, healed>>
 
 LocalWrite(m, ops) == LocalWriteAt(m, ops, hlc[m] + 1)
@@ -190,7 +205,7 @@ WalFlush(m) ==
     /\ vclock' = [vclock EXCEPT ![m] = pending[m]]
     /\ batch' = [batch EXCEPT ![m] = <<>>]
     /\ acked' = acked \cup {r \in Range(batch[m]) : r.origin = m /\ r.epoch = epoch[m]}
-    /\ UNCHANGED <<pending, hlc, status, epoch, answered, resumed, fence, net,
+    /\ UNCHANGED <<pending, hlc, status, epoch, answered, gaveUp, resumed, fence, net,
                    osLost, writes, crashes, healed>>
 
 (* An fsync of the WAL under "write": every written row becomes durable.   *)
@@ -198,7 +213,7 @@ WalSync(m) ==
     /\ Up(m)
     /\ durable[m] < Len(wal[m])
     /\ durable' = [durable EXCEPT ![m] = Len(wal[m])]
-    /\ UNCHANGED <<wal, batch, tbl, vclock, pending, hlc, status, epoch, answered,
+    /\ UNCHANGED <<wal, batch, tbl, vclock, pending, hlc, status, epoch, answered, gaveUp,
                    resumed, fence, net, acked, osLost, writes, crashes, healed>>
 
 (* The relay s -> p ships, from s's WAL (rows that met s's wal_mode), the *)
@@ -216,7 +231,7 @@ RelaySend(s, p, o) ==
             IN /\ msg \notin net
                /\ net' = net \cup {msg}
     /\ UNCHANGED <<wal, durable, batch, tbl, vclock, pending, hlc, status, epoch,
-                   answered, resumed, fence, acked, osLost, writes, crashes, healed>>
+                   answered, gaveUp, resumed, fence, acked, osLost, writes, crashes, healed>>
 
 (* The applier of p takes a row off the network.  Apply-once against the *)
 (* pending vclock: lsn <= pending is a copy (dropped), lsn > pending + 1  *)
@@ -239,7 +254,7 @@ Deliver(p, msg) ==
                        /\ vclock' = [vclock EXCEPT ![p][r.origin] = r.lsn]
                        /\ UNCHANGED batch
           ELSE UNCHANGED <<batch, pending, hlc, wal, durable, tbl, vclock>>
-    /\ UNCHANGED <<status, epoch, answered, resumed,
+    /\ UNCHANGED <<status, epoch, answered, gaveUp, resumed,
                    fence, acked, osLost, writes, crashes, healed>>
 
 ApplierReceive(p) ==
@@ -265,19 +280,50 @@ RecoveryAnswer(p, m) ==
           /\ fence' = [fence EXCEPT ![p][m] =
                          @ \cup {[epoch |-> epoch[m], lsn |-> top, final |-> FALSE]}]
     /\ answered' = [answered EXCEPT ![m] = @ \cup {p}]
+    /\ gaveUp' = [gaveUp EXCEPT ![m] = @ \ {p}]
     /\ UNCHANGED <<wal, durable, tbl, vclock, status, epoch, resumed, net, acked,
                    osLost, writes, crashes, healed>>
 
-(* Every other registered member answered: m takes writes again, after    *)
-(* the highest LSN of its origin any member held, and records (durably)   *)
-(* where it resumed; it sends that record, with every earlier one, to     *)
-(* every member until they acknowledge it.                                *)
+(* m stops waiting for p, whose link failed before p answered (the code:  *)
+(* the replica-set core's upstream_failed).  It copies no row and p raises *)
+(* no fence: p is only taken off the list RecoveryFinish waits for.  This  *)
+(* is safe only when relays ship their own member's rows once durable      *)
+(* (GiveUpSafe, which is ShipDurableOnly): then every row of m's origin    *)
+(* that p holds is in m's durable WAL prefix, which no crash of m loses    *)
+(* (OwnRowsHeldElsewhereAreDurable), so p's answer would bring m nothing.  *)
+(* VClockReplication_GiveUpUnguarded gives up with relays shipping rows    *)
+(* once written, and breaks Agreement.                                     *)
+(*                                                                         *)
+(* A separate set, not p added to answered: answered[m] stays the members  *)
+(* that answered and fenced m's old incarnation, and a peer given up on    *)
+(* may still answer later while m waits for others (the code's link comes *)
+(* back and the fetch completes): RecoveryAnswer then moves it from gaveUp *)
+(* to answered.  A peer is given up on at most once per recovery, and      *)
+(* RecoveryFinish empties both sets (nothing reads them once m is active;  *)
+(* kept, they would only multiply the states TLC explores).               *)
+RecoveryGiveUp(p, m) ==
+    /\ GiveUpSafe
+    /\ p # m
+    /\ status[m] = "recovering"
+    /\ p \notin answered[m]
+    /\ p \notin gaveUp[m]
+    /\ gaveUp' = [gaveUp EXCEPT ![m] = @ \cup {p}]
+    /\ UNCHANGED <<wal, durable, batch, tbl, vclock, pending, hlc, status, epoch,
+                   answered, resumed, fence, net, acked, osLost, writes, crashes, healed>>
+
+(* Every other registered member answered or was given up on: m takes     *)
+(* writes again, after the highest LSN of its origin any member that      *)
+(* answered held, and records (durably) where it resumed; it sends that    *)
+(* record, with every earlier one, to every member until they acknowledge *)
+(* it.  What it knew of the fetch (answered, gaveUp) goes.                *)
 RecoveryFinish(m) ==
     /\ status[m] = "recovering"
-    /\ answered[m] = Members \ {m}
+    /\ answered[m] \cup gaveUp[m] = Members \ {m}
     /\ status' = [status EXCEPT ![m] = "active"]
     /\ resumed' = [resumed EXCEPT ![m] = @ \cup {[epoch |-> epoch[m], lsn |-> pending[m][m]]}]
-    /\ UNCHANGED <<wal, durable, batch, tbl, vclock, pending, hlc, epoch, answered,
+    /\ answered' = [answered EXCEPT ![m] = {}]
+    /\ gaveUp' = [gaveUp EXCEPT ![m] = {}]
+    /\ UNCHANGED <<wal, durable, batch, tbl, vclock, pending, hlc, epoch,
                    fence, net, acked, osLost, writes, crashes, healed>>
 
 (* p learns where a recovery of m resumed and raises that recovery's      *)
@@ -285,6 +331,12 @@ RecoveryFinish(m) ==
 (* beyond it they stay refused for good.  A fence of a recovery that never *)
 (* finished (m crashed again while recovering) goes once a later          *)
 (* recovery's fence is final: that one refuses everything it refused.     *)
+(* It also goes once a later recovery finished without p's answer (m gave *)
+(* up on p, so p has no fence of it): kept, it would refuse for good rows *)
+(* of m's older incarnation that m holds durably, and p would never catch *)
+(* up (EventuallyConverge fails).  Fences are not needed where giving up  *)
+(* is allowed (ShipDurableOnly), and without RecoveryGiveUp every finished *)
+(* recovery has a fence at every other member: this never fires.          *)
 FenceRaise(p, m) ==
     /\ Up(p)
     /\ \E f \in fence[p][m] :
@@ -293,10 +345,12 @@ FenceRaise(p, m) ==
             THEN LET r == CHOOSE r \in resumed[m] : r.epoch = f.epoch
                  IN fence' = [fence EXCEPT ![p][m] =
                                 (@ \ {f}) \cup {[epoch |-> f.epoch, lsn |-> r.lsn, final |-> TRUE]}]
-            ELSE /\ \E g \in fence[p][m] : g.final /\ g.epoch > f.epoch
+            ELSE /\ \/ \E g \in fence[p][m] : g.final /\ g.epoch > f.epoch
+                    \/ \E r \in resumed[m] :
+                         r.epoch > f.epoch /\ \A g \in fence[p][m] : g.epoch # r.epoch
                  /\ fence' = [fence EXCEPT ![p][m] = @ \ {f}]
     /\ UNCHANGED <<wal, durable, batch, tbl, vclock, pending, hlc, status, epoch,
-                   answered, resumed, net, acked, osLost, writes, crashes, healed>>
+                   answered, gaveUp, resumed, net, acked, osLost, writes, crashes, healed>>
 
 (* The state a stopped member keeps nothing of (in memory only). *)
 Forget(m) ==
@@ -307,6 +361,7 @@ Forget(m) ==
     /\ pending' = [pending EXCEPT ![m] = EmptyClock]
     /\ hlc' = [hlc EXCEPT ![m] = 0]
     /\ answered' = [answered EXCEPT ![m] = {}]
+    /\ gaveUp' = [gaveUp EXCEPT ![m] = {}]
 
 (* kill -9: the batch is lost, every written WAL row stays. *)
 Crash(m) ==
@@ -340,6 +395,7 @@ Restart(m) ==
     /\ pending' = [pending EXCEPT ![m] = ClockOf(wal[m])]
     /\ hlc' = [hlc EXCEPT ![m] = MaxStamp(wal[m])]
     /\ answered' = [answered EXCEPT ![m] = {}]
+    /\ gaveUp' = [gaveUp EXCEPT ![m] = {}]
     /\ UNCHANGED <<wal, durable, batch, resumed, fence, net, acked, osLost, writes,
                    crashes, healed>>
 
@@ -347,7 +403,7 @@ NetworkDrop ==
     /\ ~healed
     /\ \E msg \in net : net' = net \ {msg}
     /\ UNCHANGED <<wal, durable, batch, tbl, vclock, pending, hlc, status, epoch,
-                   answered, resumed, fence, acked, osLost, writes, crashes, healed>>
+                   answered, gaveUp, resumed, fence, acked, osLost, writes, crashes, healed>>
 
 (* The network delivers a copy of msg and keeps another in flight: with  *)
 (* messages as a set, this is how duplicates (any number) arise.          *)
@@ -360,7 +416,7 @@ Heal ==
     /\ ~healed
     /\ healed' = TRUE
     /\ UNCHANGED <<wal, durable, batch, tbl, vclock, pending, hlc, status, epoch,
-                   answered, resumed, fence, net, acked, osLost, writes, crashes>>
+                   answered, gaveUp, resumed, fence, net, acked, osLost, writes, crashes>>
 
 (* The end of a run: every write made, the network healed and empty, all *)
 (* members converged.  Any other state without a successor is a deadlock. *)
@@ -377,7 +433,7 @@ FaultyNext ==
     \/ \E m \in Members : WalFlush(m) \/ WalSync(m) \/ Crash(m) \/ OsCrash(m) \/ Restart(m)
                           \/ RecoveryFinish(m)
     \/ \E s, p, o \in Members : RelaySend(s, p, o)
-    \/ \E p, m \in Members : RecoveryAnswer(p, m) \/ FenceRaise(p, m)
+    \/ \E p, m \in Members : RecoveryAnswer(p, m) \/ RecoveryGiveUp(p, m) \/ FenceRaise(p, m)
     \/ \E p \in Members : ApplierReceive(p) \/ NetworkDuplicate(p)
     \/ NetworkDrop
     \/ Terminated
@@ -434,6 +490,19 @@ PerOriginOrder ==
 Agreement ==
     LET rows == UNION {Range(Held(m)) : m \in Members}
     IN Cardinality({<<r.origin, r.lsn>> : r \in rows}) = Cardinality(rows)
+
+(* The premise of ShipDurableOnly, and why RecoveryGiveUp is safe with   *)
+(* it: every row of origin o that another member holds is in o's durable  *)
+(* WAL prefix, which no crash of o loses.  So a recovering member lacks no *)
+(* row of its own origin that a peer holds, and a recovery answer brings  *)
+(* it nothing.  Without ShipDurableOnly it need not hold and is not       *)
+(* asserted.                                                              *)
+OwnRowsHeldElsewhereAreDurable ==
+    ShipDurableOnly =>
+        \A o \in Members :
+            LET kept == {wal[o][i] : i \in 1..durable[o]}
+            IN \A p \in Members \ {o} :
+                 \A r \in Range(Held(p)) : r.origin = o => r \in kept
 
 (* Members holding equal vclocks hold equal tables, versions included.   *)
 EqualVClocksEqualTables ==

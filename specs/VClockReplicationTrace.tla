@@ -21,6 +21,9 @@
 (* spec's own nondeterminism stays free (how much of the WAL an OS crash  *)
 (* kept is found by the vclock at the following Restart).  The spec is    *)
 (* taken as the code implements it: ShipDurableOnly, and no fences.       *)
+(* ShipDurableOnly also enables RecoveryGiveUp (GiveUpSafe): a recovering *)
+(* member that stops waiting for a peer whose link failed before it       *)
+(* answered is a step of the spec, logged once per peer and recovery.    *)
 (*                                                                         *)
 (* The spec's invariants are checked on every state of the trace.  TLC    *)
 (* prints "matched" with the line number each time a behaviour gets a line *)
@@ -67,6 +70,7 @@ Step ==
             /\ ApplierReceive(Line.member)
             /\ ApplierApplied(Line.member, Line.origin, Line.lsn, Line.ops)
       [] Line.event = "RecoveryAnswer" -> RecoveryAnswer(Line.peer, Line.member)
+      [] Line.event = "RecoveryGiveUp" -> RecoveryGiveUp(Line.peer, Line.member)
       [] Line.event = "RecoveryFinish" -> RecoveryFinish(Line.member)
       [] Line.event = "Crash" -> Crash(Line.member) \/ OsCrash(Line.member)
       [] Line.event = "Restart" ->

@@ -8,14 +8,17 @@
 A trace is what `replicaset.sim.Simulation(trace=...)` logs, one JSON object a line: an
 `Init` line with the members and the `wal_mode`, then one line per step, named after the
 spec's action that it is (`LocalWrite`, `WalFlush`, `WalSync`, `RelaySend`, `ApplierReceive`,
-`RecoveryAnswer`, `RecoveryFinish`, `Crash`, `Restart`), then an `End` line with the number
-of steps the simulator logged. The script writes the trace as a TLA+ module holding it as a
-sequence literal, beside `VClockReplicationTrace.tla` (which says what matching a line
-means), and runs TLC: the trace is accepted when a behaviour of the spec takes every line,
-with the spec's invariants holding throughout. Otherwise it names the first line no
-behaviour could take. A trace without steps, without its `End` line, or with fewer or more
-steps than its `End` line says is rejected without running TLC: an empty or cut trace
-proves nothing.
+`RecoveryAnswer`, `RecoveryGiveUp`, `RecoveryFinish`, `Crash`, `Restart`), then an `End` line
+with the number of steps the simulator logged. `RecoveryAnswer` and `RecoveryGiveUp` name
+the `peer` that answered member `member`'s recovery fetch, or that `member` stopped waiting
+for (its link failed before it answered; once per peer and recovery); like every line, they
+may carry the simulated time `t`, which the check ignores. The script writes the trace as a
+TLA+ module holding it as a sequence literal, beside `VClockReplicationTrace.tla` (which
+says what matching a line means), and runs TLC: the trace is accepted when a behaviour of
+the spec takes every line, with the spec's invariants holding throughout. Otherwise it
+names the first line no behaviour could take. A trace without steps, without its `End`
+line, or with fewer or more steps than its `End` line says is rejected without running TLC:
+an empty or cut trace proves nothing.
 
 Values: a change is `[key, value]`, the value an id of the image the row wrote (null for a
 delete); `LocalWrite` and `ApplierReceive` carry the changes of their row, `LocalWrite` the

@@ -316,8 +316,8 @@ class Relay:
     include_own: bool = False
     sent: VClock = field(default_factory=VClock)
     acked: VClock = field(default_factory=VClock)
+    held_at_subscribe: VClock = field(default_factory=VClock)
     durable: VClock = field(default_factory=VClock)
-    subscribed_with: VClock = field(default_factory=VClock)
     withheld: list[Record] = field(default_factory=list)
     behind: bool = False
     last_sent_s: float = 0.0
@@ -364,7 +364,7 @@ class Relay:
         self.state = RelayState.FOLLOW
         self.include_own = include_own
         replicated = replicated_part(vclock)
-        self.sent, self.acked, self.subscribed_with = replicated, replicated.copy(), replicated.copy()
+        self.sent, self.acked, self.held_at_subscribe = replicated, replicated.copy(), replicated.copy()
         self.last_sent_s = self.last_ack_s = now_s
         return [ReadLog(subscriber=self.subscriber, after=self.sent.to_dict())]
 
@@ -444,16 +444,17 @@ class Relay:
             return [SendHeartbeat(subscriber=self.subscriber, vclock=local_vclock.to_dict())]
         return []
 
-    def shipped(self, origin: int) -> int:
-        """The last LSN of `origin` this relay sent, 0 when it sent none beyond what the
-        subscriber held: a restarted member may not know yet that rows a peer holds are durable."""
-        lsn = self.sent.get(origin)
-        return lsn if lsn > self.subscribed_with.get(origin) else 0
+    def sent_past(self, durable: VClock) -> int:
+        """How many rows of our own origin this relay sent beyond `durable` (the subscriber
+        may hold more of them than we have synced: it got them before, from a checkpoint
+        or another incarnation of this relay)."""
+        own = self.own
+        return max(0, self.sent.get(own) - max(durable.get(own), self.held_at_subscribe.get(own)))
 
     def check_invariants(self) -> None:
         assert self.state in RelayState
         assert self.sent.get(LOCAL_ORIGIN) == 0 or self.state is RelayState.SUBSCRIBE, "local rows are never relayed"
-        assert self.shipped(self.own) <= self.durable.get(self.own), "own rows are relayed only once durable"
+        assert self.sent_past(self.durable) == 0, "own rows are relayed only once durable"
         assert not (self.behind and self.withheld), "a relay behind keeps no row: it re-reads the log"
         assert len(self.withheld) <= WITHHELD_ROWS_MAX
 

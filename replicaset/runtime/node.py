@@ -146,7 +146,12 @@ class Node:
             backoff_max_s=max(cfg.replication_timeout * 8, 1.0),
             skip_conflict=cfg.replication_skip_conflict,
             check_invariants=cfg["debug.check_invariants"],
+            check_store=self._check_engine,
         )
+
+    def _check_engine(self) -> None:
+        if not self.writer.in_thread:  # a flush or a checkpoint in a thread is mid-way
+            self.engine.check_invariants()
 
     def _replicaset(self, *, recovering: bool, connect_deadline_s: float, pending_registration_lsn: int | None) -> ReplicaSet:
         return ReplicaSet(
@@ -428,7 +433,7 @@ class Node:
     def _sql_spaces(self) -> list[Space]:
         """Each client table as a space, numbered from 512 in name order; primary key
         columns are not nullable, as in Tarantool's SQL."""
-        reader = self.engine._reader
+        reader = self.engine.connections.reader
         spaces = []
         names = [n for (n,) in reader.execute("SELECT name FROM sqlite_schema WHERE type='table' ORDER BY name")]
         for offset, name in enumerate(n for n in names if not is_internal(n)):

@@ -61,6 +61,8 @@ class Writer:
         self._tickets: list[Ticket] = []
         self._wakeup = trio.Event()
         self._sync_wanted = trio.Event()
+        # Engine calls running in a worker thread: the engine is between two states.
+        self.in_thread = 0
         self.fatal: EngineFatal | None = None
 
     # ---------------------------------------------------------------- client writes
@@ -236,7 +238,7 @@ class Writer:
             return
         try:
             if self._fsync:
-                records = await trio.to_thread.run_sync(self.engine.flush)
+                records = await self._in_thread(self.engine.flush)
             else:
                 records = self.engine.flush()
         except EngineFatal as exc:
@@ -266,7 +268,14 @@ class Writer:
     async def _checkpoint_now(self) -> Path:
         async with self.token:
             await self._flush_now()
-        return await trio.to_thread.run_sync(self.engine.checkpoint, partial(trio.from_thread.run, self.sync_wal))
+        return await self._in_thread(self.engine.checkpoint, partial(trio.from_thread.run, self.sync_wal))
+
+    async def _in_thread(self, call: Callable[..., Any], *args: Any) -> Any:
+        self.in_thread += 1
+        try:
+            return await trio.to_thread.run_sync(call, *args)
+        finally:
+            self.in_thread -= 1
 
     async def open_newest_checkpoint(self) -> tuple[BinaryIO, VClock]:
         """The newest checkpoint whose later rows the WAL still holds, opened, with its

@@ -1,6 +1,8 @@
 """The SQLite engine: capture of client changes, versioned apply, checkpoints."""
 
-from replicaset.storage.engine import BatchKind, Engine, EngineConfig, LocalTxn, StatementResult
+from replicaset.storage.batch import BatchKind
+from replicaset.storage.config import EngineConfig
+from replicaset.storage.engine import Engine
 from replicaset.storage.errors import (
     ApplyError,
     BatchKindError,
@@ -10,6 +12,7 @@ from replicaset.storage.errors import (
     SchemaPending,
     SqlError,
 )
+from replicaset.storage.transactions import LocalTxn, StatementResult
 
 __all__ = [
     "ApplyError",

@@ -21,8 +21,8 @@ import apsw
 import msgpack
 import xxhash
 
-from replicaset.storage.schema import is_internal, load_table, quote
-from wal import VClock, fsync_path
+from replicaset.storage.schema import is_internal, load_table, quote, read_vclock
+from wal import VClock, Wal, fsync_path
 
 SUFFIX = ".snap"
 PARTIAL_SUFFIX = ".snap.partial"
@@ -32,9 +32,16 @@ STALE_SUFFIX = ".snap.stale"
 def vclock_of(path: Path) -> VClock:
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return VClock(dict(conn.execute("SELECT origin, lsn FROM _rs_vclock").fetchall()))
+        return read_vclock(conn)
     finally:
         conn.close()
+
+
+def log_start(wal: Wal) -> VClock:
+    """Where the WAL's oldest segment starts: a checkpoint older than that cannot be
+    continued by the WAL, whose rows after it are gone."""
+    segments = wal.segments()
+    return segments[0][1] if segments else VClock()
 
 
 def listing(snap_dir: Path) -> list[tuple[Path, VClock]]:

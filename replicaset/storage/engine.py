@@ -14,69 +14,37 @@ Theory of operation (DESIGN 4.1-4.4):
   is applied or queued. Replay at start-up uses the same path.
 - Rows of local tables get origin 0 (never replicated, Tarantool's convention), so they
   are logged and recovered but do not advance the replicated vclock.
+
+`Engine` is the facade that the runtime, the simulator and the tools drive: it opens the
+files through recovery.py and wires the parts, each in a module of its own with one
+reason to change (docs/storage.md, "Engine layout"), then hands every call to the part
+that owns it.
 """
 
 from __future__ import annotations
 
-import re
-import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import apsw
-import msgpack
 
 from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
-from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier, UniqueResolver, resolve_after_local_write, set_version
-from replicaset.storage.capture import Capture
-from replicaset.storage.errors import (
-    ApplyError,
-    BatchKindError,
-    EngineFatal,
-    GapError,
-    SchemaDivergence,
-    SchemaPending,
-    SqlError,
-)
-from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
-from replicaset.storage.schema import (
-    INTERNAL_DDL,
-    INTERNAL_PREFIX,
-    TableCache,
-    is_internal,
-    quote,
-    refused_alter,
-    schema_hash,
-    user_objects,
-)
-from wal import Record, RecordType, RowsUnavailable, VClock, Wal, WalMode
-
-LOCAL_ORIGIN = 0
-# Replicated tables that only the node itself writes (membership, Tarantool's _cluster).
-SYSTEM_TABLES = frozenset({"_cluster"})
-AUTO_ID_NODE_BITS = 5
-AUTO_ID_MAX = {"compact": (1 << 53) - 1, "extended": (1 << 63) - 1}
-REPLAY_BATCH_ROWS = 1000
-_READ_KEYWORDS = ("SELECT", "VALUES", "WITH", "EXPLAIN")
-_LEADING_NOISE = re.compile(r"^(\s+|--[^\n]*\n?|/\*.*?\*/)+", re.DOTALL)
-_VACUUM = re.compile(r"^\s*VACUUM\b", re.IGNORECASE)
-_TABLE_IN_P2 = (
-    apsw.SQLITE_ALTER_TABLE,
-    apsw.SQLITE_CREATE_INDEX,
-    apsw.SQLITE_CREATE_TRIGGER,
-    apsw.SQLITE_DROP_INDEX,
-    apsw.SQLITE_DROP_TRIGGER,
-)
-# PRAGMAs that take an argument but only describe the schema; the capture hook itself
-# runs `table_xinfo` inside client statements.
-_INTROSPECTION_PRAGMAS = frozenset(
-    {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
-)
-_TABLE_WRITE_OPS = (apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE, apsw.SQLITE_DROP_TABLE, *_TABLE_IN_P2)
+from replicaset.storage import recovery
+from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier
+from replicaset.storage.apply_record import RecordApplier
+from replicaset.storage.auto_ids import AutoIds
+from replicaset.storage.batch import Batch, Batches, BatchKind
+from replicaset.storage.config import EngineConfig
+from replicaset.storage.connections import Connections, connect
+from replicaset.storage.errors import SqlError
+from replicaset.storage.rows import LOCAL_ORIGIN
+from replicaset.storage.schema import SchemaState, TableCache, read_vclock
+from replicaset.storage.statements import is_read, run_statement, sql_message
+from replicaset.storage.transactions import Committed, LocalTxn, StatementResult, Transactions
+from wal import Record, RowsUnavailable, VClock, Wal
 
 Logger = Callable[..., None]
 
@@ -85,505 +53,146 @@ def _no_log(event: str, **fields: Any) -> None:
     return None
 
 
-@dataclass(frozen=True, kw_only=True)
-class EngineConfig:
-    data_dir: Path
-    instance_id: int
-    wal_mode: WalMode = WalMode.WRITE
-    wal_max_size_bytes: int = 64 * 1024 * 1024
-    max_txn_bytes: int = 16 * 1024 * 1024
-    local_tables: frozenset[str] = frozenset()
-    auto_id_mode: str = "compact"
-    checkpoint_count: int = 2
-    ddl_refusal: str | None = None
-
-    @property
-    def db_path(self) -> Path:
-        return self.data_dir / "db.sqlite"
-
-    @property
-    def wal_dir(self) -> Path:
-        return self.data_dir / "wal"
-
-    @property
-    def snap_dir(self) -> Path:
-        return self.data_dir / "snap"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StatementResult:
-    columns: list[tuple[str, str | None]]
-    rows: list[list[Any]]
-    row_count: int | None
-    autoincrement_ids: list[int]
-
-
-@dataclass(kw_only=True)
-class LocalTxn:
-    savepoint: str
-    capture_mark: int
-    explicit: bool
-    statements: int = 0
-    ddl: DdlPayload | None = None
-    ddl_local: bool = False
-    done: bool = False
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Committed:
-    """What a client's transaction became: its WAL records, durable after `flush`."""
-
-    records: tuple[Record, ...]
-    txn_id: int
-
-
-class BatchKind(Enum):
-    LOCAL = "local"
-    APPLY = "apply"
-
-
-@dataclass
-class _Batch:
-    kind: BatchKind
-    conn: apsw.Connection
-    records: list[Record] = field(default_factory=list)
-    log_records: bool = True
-
-
-def _first_keyword(sql: str) -> str:
-    return _LEADING_NOISE.sub("", sql, count=1)[:8].upper()
-
-
 class Engine:
-    def __init__(self, config: EngineConfig, clock_ms: Callable[[], int], log: Logger) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        wal: Wal,
+        connections: Connections,
+        vclock: VClock,
+        clock_ms: Callable[[], int],
+        log: Logger,
+    ) -> None:
+        """Assemble the parts over files already open; `open` is the way in, since SQLite
+        must be brought up to the WAL first. `vclock` is SQLite's."""
         self.config = config
-        self._clock_ms = clock_ms
         self._log = log
-        self._id = config.instance_id
-        self._wal: Wal
-        self._batch: _Batch | None = None
-        self._txn_seq = 0
-        self._client_sql = False
-        self._deny_reason: str | None = None
-        self._auto_ids: dict[int, None] = {}
-        self._auto_ids_stale = False
-        self._known_objects: set[tuple[str, str, str, str]] = set()
-        self.schema_id: tuple[int, int] = (0, 0)
-
-    # ------------------------------------------------------------------ opening
+        self._wal = wal
+        self._connections = connections
+        writer, applier = connections.writer, connections.applier
+        writer_tables, apply_tables = TableCache(writer), TableCache(applier)
+        self._schema = SchemaState(writer, (writer_tables, apply_tables), config.local_tables)
+        self._auto_ids = AutoIds(writer, writer_tables, instance_id=config.instance_id, mode=config.auto_id_mode)
+        self._batches = Batches(wal=wal, writer=writer, applier=applier, vclock=vclock, on_rollback=self._schema.reload)
+        self.hlc = HLC(config.instance_id, last_stamp=recovery.hlc_seed(wal, writer))
+        self._transactions = Transactions(
+            config=config,
+            conn=writer,
+            tables=writer_tables,
+            schema=self._schema,
+            auto_ids=self._auto_ids,
+            batches=self._batches,
+            hlc=self.hlc,
+            clock_ms=clock_ms,
+        )
+        self._records = RecordApplier(
+            instance_id=config.instance_id,
+            batches=self._batches,
+            rows=RowApplier(applier, apply_tables),
+            schema=self._schema,
+            auto_ids=self._auto_ids,
+            hlc=self.hlc,
+            clock_ms=clock_ms,
+        )
 
     @classmethod
     def open(
         cls, config: EngineConfig, *, clock_ms: Callable[[], int], log: Logger = _no_log
     ) -> Engine:
-        engine = cls(config, clock_ms, log)
-        engine._open()
+        opened = recovery.open_files(config, log)
+        engine = cls(
+            config, wal=opened.wal, connections=opened.connections, vclock=opened.vclock, clock_ms=clock_ms, log=log
+        )
+        recovery.replay(
+            opened.wal,
+            engine.vclock.copy(),
+            apply=partial(engine._records.apply, log_records=False, own_allowed=True),
+            flush=engine.flush,
+            log=log,
+        )
+        engine._auto_ids.install()
         return engine
-
-    def _open(self) -> None:
-        cfg = self.config
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        cfg.snap_dir.mkdir(exist_ok=True)
-        checkpoints.remove_partial(cfg.snap_dir)
-        self._wal = Wal.open(
-            cfg.wal_dir,
-            mode=cfg.wal_mode,
-            max_size_bytes=cfg.wal_max_size_bytes,
-            max_record_bytes=cfg.max_txn_bytes + 4096,
-            log=self._log,
-        )
-        self._open_connections()
-        sqlite_vclock = self._read_vclock(self._writer)
-        wal_vclock = self._wal.vclock
-        checkpoints.set_aside_beyond(cfg.snap_dir, wal_vclock, self._log)
-        if not sqlite_vclock <= wal_vclock:
-            self._rebuild(sqlite_vclock, wal_vclock)
-            sqlite_vclock = self._read_vclock(self._writer)
-        self.vclock = sqlite_vclock
-        self.pending_vclock = sqlite_vclock.copy()
-        seed = self._wal.max_txn_id
-        if seed == 0:
-            # A log with no rows (a joiner's, started at its checkpoint): the versions the
-            # checkpoint holds are the only record of the stamps already used.
-            stored = self._writer.execute("SELECT max(hlc) FROM _rs_version").fetchone()[0]
-            seed = 0 if stored is None else stored + HLC_SQL_OFFSET
-        self.hlc = HLC(self._id, last_stamp=seed)
-        self.schema_id = tuple(self._meta("schema_id", [0, 0]))  # type: ignore[assignment]
-        self._replay(sqlite_vclock)
-        self._install_auto_id_triggers()
-
-    def _connect(self, *, readonly: bool = False) -> apsw.Connection:
-        flags = apsw.SQLITE_OPEN_READONLY if readonly else (
-            apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-        )
-        conn = apsw.Connection(str(self.config.db_path), flags=flags)
-        conn.set_busy_timeout(5000)
-        return conn
-
-    def _open_connections(self) -> None:
-        writer = self._connect()
-        if writer.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
-            raise EngineFatal("SQLite refused WAL journal mode")
-        writer.execute("PRAGMA synchronous=NORMAL")
-        writer.execute("PRAGMA foreign_keys=ON")
-        if writer.execute("PRAGMA synchronous").fetchone()[0] != 1:
-            raise EngineFatal("SQLite refused synchronous=NORMAL")
-        for ddl in INTERNAL_DDL:
-            writer.execute(ddl)
-        self._writer = writer
-        self._writer_tables = TableCache(writer)
-        self._capture = Capture(writer, self._writer_tables)
-        writer.authorizer = self._authorize
-        writer.create_scalar_function("rs_next_id", self._next_auto_id, 1)
-        # Statements of the writer's own resolution are never cached: they must be
-        # prepared while triggers are off, as on the apply connection.
-        self._writer_unique = UniqueResolver(writer, cache_statements=False)
-
-        applier = self._connect()
-        applier.execute("PRAGMA synchronous=NORMAL")
-        applier.execute("PRAGMA foreign_keys=OFF")
-        applier.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
-        self._apply_conn = applier
-        self._apply_tables = TableCache(applier)
-        self._applier = RowApplier(applier, self._apply_tables)
-        self._reader = self._connect(readonly=True)
-        self._schema_hash = schema_hash(writer, self.config.local_tables)
-
-    def _close_connections(self) -> None:
-        for conn in (self._reader, self._apply_conn, self._writer):
-            conn.close()
-
-    @staticmethod
-    def _read_vclock(conn: apsw.Connection) -> VClock:
-        return VClock(dict(conn.execute("SELECT origin, lsn FROM _rs_vclock").fetchall()))
-
-    def _meta(self, name: str, default: Any) -> Any:
-        row = self._writer.execute("SELECT value FROM _rs_meta WHERE name = ?", (name,)).fetchone()
-        return msgpack.unpackb(row[0]) if row else default
-
-    def _rebuild(self, sqlite_vclock: VClock, wal_vclock: VClock) -> None:
-        """SQLite is ahead of the WAL (an OS crash under wal_mode=write): start again from
-        the newest checkpoint the WAL continues, and log what SQLite held that is lost."""
-        self._log(
-            "sqlite_ahead_of_wal",
-            sqlite_vclock=sqlite_vclock.to_dict(),
-            wal_vclock=wal_vclock.to_dict(),
-            dropped={o: lsn - wal_vclock.get(o) for o, lsn in sqlite_vclock.items() if lsn > wal_vclock.get(o)},
-        )
-        self._close_connections()
-        wal_start = self.log_start()
-        usable = checkpoints.newest_usable(self.config.snap_dir, wal_start, wal_vclock)
-        base = usable[0] if usable else None
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(self.config.db_path) + suffix).unlink(missing_ok=True)
-        if base is not None:
-            shutil.copyfile(base, self.config.db_path)
-        elif wal_start.signature != 0:
-            raise EngineFatal(
-                "SQLite is ahead of the WAL and no checkpoint lies between the WAL start "
-                f"{wal_start.to_dict()} and its end {wal_vclock.to_dict()}: restore or re-join"
-            )
-        self._log("rebuild_from_checkpoint", checkpoint=str(base) if base else None)
-        self._open_connections()
-
-    def _replay(self, start: VClock) -> None:
-        replayed = 0
-        for record in self._wal.read_from(start):
-            self._apply_record(record, log_records=False, own_allowed=True)
-            replayed += 1
-            if replayed % REPLAY_BATCH_ROWS == 0:
-                self.flush()
-        self.flush()
-        if replayed:
-            self._log("wal_replayed", rows=replayed, vclock=self.vclock.to_dict())
 
     # ------------------------------------------------------------------ properties
 
     @property
     def instance_id(self) -> int:
-        return self._id
+        return self.config.instance_id
 
     @property
     def wal(self) -> Wal:
         return self._wal
 
     @property
+    def connections(self) -> Connections:
+        """The SQLite connections, for what the engine offers no method for (the reader
+        for schema introspection, tests that make a commit fail); writing through them
+        bypasses the WAL."""
+        return self._connections
+
+    @property
+    def schema_id(self) -> tuple[int, int]:
+        """The last replicated DDL row held here, which the data rows written now name."""
+        return self._schema.schema_id
+
+    @property
+    def vclock(self) -> VClock:
+        """What SQLite has committed; the live clock, which a caller copies to keep."""
+        return self._batches.vclock
+
+    @property
+    def pending_vclock(self) -> VClock:
+        """`vclock` and what the open batch queued: what is applied or about to be."""
+        return self._batches.pending
+
+    @property
+    def batch(self) -> Batch | None:
+        """The open batch, None when none is open."""
+        return self._batches.current
+
+    @property
     def batch_records(self) -> int:
-        return len(self._batch.records) if self._batch else 0
+        batch = self._batches.current
+        return len(batch.records) if batch else 0
 
     @property
     def batch_kind(self) -> BatchKind | None:
         """The kind of the open batch, None when none is open: a caller that will open the
         other kind flushes first (through the writer, which relays and answers)."""
-        return self._batch.kind if self._batch else None
+        batch = self._batches.current
+        return batch.kind if batch else None
 
     # ------------------------------------------------------------------ client writes
 
-    def _authorize(self, op: int, p1: str | None, p2: str | None, db: str | None, trigger: str | None) -> int:
-        if not self._client_sql:
-            return apsw.SQLITE_OK
-        reason = None
-        if op in (apsw.SQLITE_TRANSACTION, apsw.SQLITE_SAVEPOINT):
-            reason = "transaction control is not allowed in a statement: use BEGIN/COMMIT/ROLLBACK on an iproto stream"
-        elif op in (apsw.SQLITE_ATTACH, apsw.SQLITE_DETACH):
-            reason = "ATTACH and DETACH are not allowed"
-        elif op == apsw.SQLITE_PRAGMA and p2 is not None and (p1 or "").lower() not in _INTROSPECTION_PRAGMAS:
-            reason = f"PRAGMA {p1} cannot be set by a client"
-        elif op in _TABLE_WRITE_OPS:
-            table = p2 if op in _TABLE_IN_P2 else p1
-            if table and (table.startswith(INTERNAL_PREFIX) or table in SYSTEM_TABLES):
-                reason = f"system table {table} cannot be changed by a client"
-        if reason is None:
-            return apsw.SQLITE_OK
-        self._deny_reason = reason
-        return apsw.SQLITE_DENY
-
-    def _internal(self, sql: str, binds: Sequence[Any] = ()) -> None:
-        self._writer.execute(sql, binds, can_cache=False)
-
-    def _open_batch(self, kind: BatchKind, *, log_records: bool = True) -> _Batch:
-        if self._batch is not None and self._batch.kind is not kind:
-            raise BatchKindError(f"a {self._batch.kind.value} batch is open: flush it before a {kind.value} one")
-        if self._batch is None:
-            conn = self._writer if kind is BatchKind.LOCAL else self._apply_conn
-            conn.execute("BEGIN IMMEDIATE", can_cache=False)
-            self._batch = _Batch(kind=kind, conn=conn, log_records=log_records)
-        return self._batch
-
     def begin(self, *, explicit: bool = False) -> LocalTxn:
         """Open a client transaction in the current local batch."""
-        self._open_batch(BatchKind.LOCAL)
-        self._txn_seq += 1
-        txn = LocalTxn(savepoint=f"rs_txn_{self._txn_seq}", capture_mark=self._capture.mark(), explicit=explicit)
-        self._internal(f"SAVEPOINT {txn.savepoint}")
-        return txn
+        return self._transactions.begin(explicit=explicit)
 
     def execute(
         self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any] = (), *, trusted: bool = False
     ) -> StatementResult:
         """Run one client statement in its own savepoint; a failure leaves nothing behind.
         `trusted` statements come from the node itself (system tables) and skip the authorizer."""
-        if txn.done:
-            raise SqlError("the transaction is already finished")
-        if txn.ddl is not None:
-            raise SqlError("a DDL statement must be alone in its transaction")
-        if not txn.explicit and txn.statements:
-            raise SqlError("an autocommit transaction runs one statement: use a stream transaction for more")
-        if _VACUUM.match(sql):
-            raise SqlError("VACUUM is not allowed: checkpoints compact the database (box.snapshot())")
-        if refused_alter(sql):
-            raise SqlError("ALTER TABLE ... RENAME and DROP COLUMN are refused: captured rows name columns and tables")
-        mark = self._capture.mark()
-        version_before = self._schema_version()
-        # An autocommit transaction has one statement: its savepoint is the statement's.
-        savepoint = "rs_stmt" if txn.explicit else txn.savepoint
-        if txn.explicit:
-            self._internal("SAVEPOINT rs_stmt")
-        self._auto_ids.clear()
-        self._capture.error = None
-        self._deny_reason = None
-        cursor = self._writer.cursor()
-        try:
-            self._client_sql = not trusted
-            try:
-                columns, rows = _run(cursor, sql, binds)
-                changes = self._writer.changes()
-            finally:
-                self._client_sql = False
-        except SqlError:
-            self._undo_statement(savepoint, mark)
-            raise
-        except apsw.Error as exc:
-            self._undo_statement(savepoint, mark)
-            raise SqlError(self._deny_reason or _sql_message(exc)) from exc
-        except (TypeError, ValueError, OverflowError) as exc:
-            self._undo_statement(savepoint, mark)
-            raise SqlError(f"bad bind value: {exc}") from exc
-        if self._capture.error:
-            self._undo_statement(savepoint, mark)
-            raise SqlError(self._capture.error)
-        if self._schema_version() != version_before:
-            self._ddl_statement(txn, sql, savepoint, mark, trusted=trusted)
-        if txn.explicit:
-            self._internal("RELEASE rs_stmt")
-        txn.statements += 1
-        auto_ids = list(self._auto_ids)
-        return StatementResult(
-            columns=columns, rows=rows, row_count=changes + len(auto_ids), autoincrement_ids=auto_ids
-        )
-
-    def _undo_statement(self, savepoint: str, mark: int) -> None:
-        self._internal(f"ROLLBACK TO {savepoint}")
-        if savepoint == "rs_stmt":
-            self._internal("RELEASE rs_stmt")
-        self._capture.truncate(mark)
-        self._writer_tables.invalidate()
-
-    def _schema_version(self) -> int:
-        return self._writer.execute("PRAGMA main.schema_version", can_cache=False).fetchone()[0]
-
-    def _ddl_statement(self, txn: LocalTxn, sql: str, savepoint: str, mark: int, *, trusted: bool = False) -> None:
-        """Validate a schema change and turn it into the transaction's DDL payload."""
-        self._writer_tables.invalidate()
-        self._apply_tables.invalidate()
-        error = None
-        if txn.explicit:
-            error = "a DDL statement must run alone, outside a stream transaction"
-        touched = self._touched_tables()
-        local = bool(touched) and all(t in self.config.local_tables for t in touched)
-        if error is None and not local and self.config.ddl_refusal and not trusted:
-            error = self.config.ddl_refusal
-        tables_now = {n for (n,) in self._writer.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        if error is None and any(row.table in tables_now for row in self._capture.rows[mark:]):
-            error = (
-                "a DDL statement that also changes rows (a cascade, or other statements in the same "
-                "request) is refused: change the rows first, in a statement of their own"
-            )
-        if error is None:
-            for table in touched & tables_now:
-                info = self._writer_tables.get(table)
-                if info is not None and info.virtual_columns:
-                    error = (
-                        f"table {table!r} has VIRTUAL generated columns ({', '.join(info.virtual_columns)}), "
-                        "which SQLite does not show to change capture: declare them STORED"
-                    )
-                elif info is not None and not info.pk_columns and table not in self.config.local_tables:
-                    error = (
-                        f"table {table!r} has no PRIMARY KEY: replicated tables need one "
-                        "(rowids differ between members); list it in local_tables to keep it local"
-                    )
-        if error:
-            self._undo_statement(savepoint, mark)
-            raise SqlError(error)
-        self._capture.truncate(mark)
-        after = schema_hash(self._writer, self.config.local_tables)
-        txn.ddl = DdlPayload(hlc=0, sql=sql, hash_before=self._schema_hash, hash_after=after)
-        txn.ddl_local = local
-        self._schema_hash = after
-
-    def _touched_tables(self) -> set[str]:
-        """Tables whose schema objects differ from those the apply connection still caches."""
-        now = {(k, n, t, s) for k, n, t, s in user_objects(self._writer)}
-        return {t for _, _, t, _ in now ^ self._known_objects}
+        return self._transactions.execute(txn, sql, binds, trusted=trusted)
 
     def commit(self, txn: LocalTxn) -> Committed | None:
         """Finish a transaction: stamp it and queue its WAL records (durable after flush)."""
-        if txn.done:
-            raise SqlError("the transaction is already finished")
-        rows = self._capture.take(txn.capture_mark)
-        stamp = self.hlc.now(self._clock_ms())
-        shared = [r for r in rows if r.table not in self.config.local_tables]
-        parts: list[tuple[RecordType, int, bytes]] = []
-        if txn.ddl is not None:
-            payload = DdlPayload(
-                hlc=stamp, sql=txn.ddl.sql, hash_before=txn.ddl.hash_before, hash_after=txn.ddl.hash_after
-            )
-            parts.append((RecordType.DDL, LOCAL_ORIGIN if txn.ddl_local else self._id, payload.pack()))
-        else:
-            local = [r for r in rows if r.table in self.config.local_tables]
-            for origin, part in ((self._id, shared), (LOCAL_ORIGIN, local)):
-                if part:
-                    dml = DmlPayload(hlc=stamp, schema_id=self.schema_id, rows=part)
-                    parts.append((RecordType.DML, origin, dml.pack()))
-        size = sum(len(payload) for _, _, payload in parts)
-        if size > self.config.max_txn_bytes:
-            self.rollback(txn)
-            raise SqlError(f"transaction of {size} bytes exceeds max_txn_bytes = {self.config.max_txn_bytes}")
-        self._internal(f"RELEASE {txn.savepoint}")
-        txn.done = True
-        records = []
-        for kind, origin, payload in parts:
-            lsn = self.pending_vclock.get(origin) + 1
-            records.append(Record(type=kind, origin=origin, lsn=lsn, txn_id=stamp, payload=payload))
-            self.pending_vclock.follow(origin, lsn)
-        if txn.ddl is not None:
-            self._after_ddl(records[0])
-            self._install_auto_id_triggers()
-        else:
-            for row in shared:
-                set_version(self._writer, row.table, row.key, (stamp, self._id), row.op is Op.DELETE)
-            self._resolve_unique_locally(shared)
-        assert self._batch is not None
-        self._batch.records.extend(records)
-        return Committed(records=tuple(records), txn_id=stamp) if records else None
-
-    def _resolve_unique_locally(self, rows: list[CapturedRow]) -> None:
-        """Settle latent rows as appliers will (DESIGN 4.2): not captured, no triggers."""
-        self._capture.paused = True
-        self._writer.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
-        try:
-            resolve_after_local_write(self._writer_unique, self._writer_tables, rows)
-        finally:
-            self._writer.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 1)
-            self._capture.paused = False
+        return self._transactions.commit(txn)
 
     def rollback(self, txn: LocalTxn) -> None:
-        if txn.done:
-            return
-        self._internal(f"ROLLBACK TO {txn.savepoint}")
-        self._internal(f"RELEASE {txn.savepoint}")
-        self._capture.truncate(txn.capture_mark)
-        if txn.ddl is not None:
-            self._writer_tables.invalidate()
-            self._apply_tables.invalidate()
-            self._schema_hash = schema_hash(self._writer, self.config.local_tables)
-        txn.done = True
-
-    def _after_ddl(self, record: Record) -> None:
-        conn = self._batch.conn if self._batch else self._writer
-        if record.origin != LOCAL_ORIGIN:
-            self.schema_id = (record.origin, record.lsn)
-            conn.execute(
-                "INSERT OR REPLACE INTO _rs_meta(name, value) VALUES ('schema_id', ?)",
-                (msgpack.packb(list(self.schema_id)),),
-            )
-        for internal in ("_rs_version", "_rs_latent"):
-            conn.execute(
-                f"DELETE FROM {internal} WHERE tbl NOT IN (SELECT name FROM sqlite_schema WHERE type = 'table')"
-            )
-        self._writer_tables.invalidate()
-        self._apply_tables.invalidate()
-        self._known_objects = set(user_objects(conn))
-        self._auto_ids_stale = True
+        self._transactions.rollback(txn)
 
     # ------------------------------------------------------------------ durability
 
     def flush(self) -> list[Record]:
         """Make the batch durable: the WAL first, then one SQLite commit."""
-        batch, self._batch = self._batch, None
-        if batch is None:
+        if self._batches.current is None:
             return []
-        records = batch.records
-        if records:
-            touched = VClock({r.origin: r.lsn for r in records})
-            for origin, lsn in touched.items():
-                batch.conn.execute(
-                    "INSERT OR REPLACE INTO _rs_vclock(origin, lsn) VALUES (?, ?)", (origin, lsn)
-                )
-            if batch.log_records:
-                try:
-                    self._wal.append(records)
-                except Exception:
-                    batch.conn.execute("ROLLBACK", can_cache=False)
-                    self.pending_vclock = self.vclock.copy()
-                    self._restore_after_rollback()
-                    raise
-        try:
-            batch.conn.execute("COMMIT", can_cache=False)
-        except apsw.Error as exc:
-            raise EngineFatal(f"SQLite commit failed after the WAL append: {exc}") from exc
-        for record in records:
-            self.vclock.reset(record.origin, record.lsn)
-        if self._auto_ids_stale:
-            self._install_auto_id_triggers()
+        records = self._batches.flush()
+        if self._auto_ids.stale:
+            self._auto_ids.install()
         return records
-
-    def _restore_after_rollback(self) -> None:
-        self._writer_tables.invalidate()
-        self._apply_tables.invalidate()
-        self._schema_hash = schema_hash(self._writer, self.config.local_tables)
-        self.schema_id = tuple(self._meta("schema_id", [0, 0]))  # type: ignore[assignment]
-        self._known_objects = set(user_objects(self._writer))
 
     # ------------------------------------------------------------------ apply
 
@@ -591,80 +200,12 @@ class Engine:
         """Apply a row of another origin once; False when it is a copy already held.
         `own_allowed` admits rows of our own origin: only the start-up fetch of rows we
         lost (DESIGN 4.4) may use it."""
-        return self._apply_record(record, log_records=True, own_allowed=own_allowed)
+        return self._records.apply(record, log_records=True, own_allowed=own_allowed)
 
     def skip(self, record: Record) -> bool:
         """`replication_skip_conflict`: hold the row (log it, count it, relay it) without
         applying its changes, as Tarantool does, so the stream can go on."""
-        return self._apply_record(record, log_records=True, own_allowed=False, skip=True)
-
-    def _apply_record(self, record: Record, *, log_records: bool, own_allowed: bool, skip: bool = False) -> bool:
-        origin, lsn = record.origin, record.lsn
-        if origin == self._id and not own_allowed:
-            return False
-        expected = self.pending_vclock.get(origin) + 1
-        if lsn < expected:
-            return False
-        if lsn > expected:
-            raise GapError(f"row {origin}:{lsn} arrived but {origin}:{expected} is the next expected")
-        try:
-            payload = DmlPayload.unpack(record.payload) if record.type == RecordType.DML and not skip else None
-        except ValueError as exc:
-            raise ApplyError(f"row {origin}:{lsn} has a bad payload: {exc}") from exc
-        if payload is not None:
-            schema_origin, schema_lsn = payload.schema_id
-            if schema_origin != origin and self.pending_vclock.get(schema_origin) < schema_lsn:
-                raise SchemaPending(
-                    f"row {origin}:{lsn} needs schema {schema_origin}:{schema_lsn}, not applied here yet",
-                    payload.schema_id,
-                )
-        batch = self._open_batch(BatchKind.APPLY, log_records=log_records)
-        conn = batch.conn
-        conn.execute("SAVEPOINT rs_apply", can_cache=False)
-        try:
-            if skip:
-                pass
-            elif record.type == RecordType.DDL:
-                self._apply_ddl(record)
-            elif payload is not None:
-                self.hlc.receive(payload.hlc, self._clock_ms())
-                self._applier.apply_rows(
-                    payload.rows, (payload.hlc, origin), versioned=origin != LOCAL_ORIGIN
-                )
-            else:
-                raise ApplyError(f"row {origin}:{lsn} has unknown type {record.type}")
-        except (ApplyError, ValueError, apsw.Error) as exc:
-            conn.execute("ROLLBACK TO rs_apply", can_cache=False)
-            conn.execute("RELEASE rs_apply", can_cache=False)
-            if isinstance(exc, ApplyError):
-                raise
-            raise ApplyError(f"row {origin}:{lsn} cannot be applied: {exc}") from exc
-        conn.execute("RELEASE rs_apply", can_cache=False)
-        self.pending_vclock.follow(origin, lsn)
-        batch.records.append(record)
-        if record.type == RecordType.DDL and not skip:
-            self._after_ddl(record)
-        return True
-
-    def _apply_ddl(self, record: Record) -> None:
-        payload = DdlPayload.unpack(record.payload)
-        self.hlc.receive(payload.hlc, self._clock_ms())
-        local = record.origin == LOCAL_ORIGIN
-        if not local and payload.hash_before != self._schema_hash:
-            raise SchemaDivergence(
-                f"DDL row {record.origin}:{record.lsn} was written against schema hash "
-                f"{payload.hash_before:016x} but this member has {self._schema_hash:016x}"
-            )
-        self._drop_auto_id_triggers()
-        self._auto_ids_stale = True
-        self._apply_conn.execute(payload.sql)
-        after = schema_hash(self._apply_conn, self.config.local_tables)
-        if not local and after != payload.hash_after:
-            raise SchemaDivergence(
-                f"DDL row {record.origin}:{record.lsn} gave schema hash {after:016x}, "
-                f"its origin had {payload.hash_after:016x}"
-            )
-        self._schema_hash = after
+        return self._records.apply(record, log_records=True, own_allowed=False, skip=True)
 
     def txn_at(self, origin: int, lsn: int) -> int | None:
         """The txn id of row `origin:lsn` in our log, None when we do not hold it; the
@@ -691,67 +232,20 @@ class Engine:
     @staticmethod
     def is_read(sql: str) -> bool:
         """Statements worth trying on a reader first; a reader refuses any write anyway."""
-        return _first_keyword(sql).startswith(_READ_KEYWORDS)
+        return is_read(sql)
 
     def query(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult | None:
         """Run a statement on the reader connection; None when it turns out to write."""
-        cursor = self._reader.cursor()
+        cursor = self._connections.reader.cursor()
         try:
-            columns, rows = _run(cursor, sql, binds)
+            columns, rows = run_statement(cursor, sql, binds)
         except apsw.ReadOnlyError:
             return None
         except apsw.Error as exc:
-            raise SqlError(_sql_message(exc)) from exc
+            raise SqlError(sql_message(exc)) from exc
         except (TypeError, ValueError, OverflowError) as exc:
             raise SqlError(f"bad bind value: {exc}") from exc
         return StatementResult(columns=columns, rows=rows, row_count=None, autoincrement_ids=[])
-
-    # ------------------------------------------------------------------ auto ids
-
-    def _next_auto_id(self, table: str) -> int:
-        """An id no other member can produce: above every id in the table, in our residue."""
-        top = self._writer.execute(f"SELECT max(rowid) FROM {quote(table)}", can_cache=True).fetchone()[0] or 0
-        value = (((max(top, 0) >> AUTO_ID_NODE_BITS) + 1) << AUTO_ID_NODE_BITS) | self._id
-        if value > AUTO_ID_MAX[self.config.auto_id_mode]:
-            raise SqlError(f"auto ids of table {table!r} are exhausted under auto_id_mode = {self.config.auto_id_mode}")
-        self._auto_ids[value] = None
-        return value
-
-    def _drop_auto_id_triggers(self) -> None:
-        """Before a DDL row from a peer runs on the apply connection: a table it drops
-        would leave the writer's trigger on it orphaned and impossible to drop by name."""
-        conn = self._writer
-        for (name,) in conn.execute(
-            "SELECT name FROM temp.sqlite_master WHERE type = 'trigger' AND name LIKE 'rs\\_auto\\_%' ESCAPE '\\'"
-        ).fetchall():
-            conn.execute(f"DROP TRIGGER IF EXISTS temp.{quote(name)}", can_cache=False)
-
-    def _install_auto_id_triggers(self) -> None:
-        """Temp triggers that hand INSERTs leaving an INTEGER PRIMARY KEY to the database
-        an id from `rs_next_id`; they exist on the writer connection only."""
-        self._auto_ids_stale = False
-        conn = self._writer
-        self._known_objects = set(user_objects(conn))
-        self._drop_auto_id_triggers()
-        self._writer_tables.invalidate()
-        tables = [n for (n,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
-        for i, table in enumerate(tables):
-            if is_internal(table):
-                continue
-            info = self._writer_tables.get(table)
-            if info is None or info.rowid_alias is None:
-                continue
-            pk = quote(info.rowid_alias)
-            others = [c for c in info.columns if c != info.rowid_alias]
-            cols = ", ".join([pk, *map(quote, others)])
-            values = ", ".join(["rs_next_id(" + _sql_text(table) + ")", *(f"new.{quote(c)}" for c in others)])
-            conn.execute(
-                f"CREATE TEMP TRIGGER rs_auto_{i} BEFORE INSERT ON main.{quote(table)}"
-                f" WHEN new.{pk} IS NULL OR new.{pk} = -1 BEGIN"
-                f" INSERT INTO main.{quote(table)}({cols}) VALUES ({values});"
-                " SELECT RAISE(IGNORE); END",
-                can_cache=False,
-            )
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -761,7 +255,7 @@ class Engine:
         `sync_wal` replaces `Wal.sync` for a caller that runs this off the thread that
         appends, since a sync must not race an append."""
         return checkpoints.make(
-            self._connect(readonly=True),
+            connect(self.config.db_path, readonly=True),
             self.config.snap_dir,
             keep=self.config.checkpoint_count,
             sync_wal=sync_wal or self._wal.sync,
@@ -779,8 +273,7 @@ class Engine:
 
     def log_start(self) -> VClock:
         """Where the WAL starts: a relay cannot serve a subscriber that lacks rows before it."""
-        segments = self._wal.segments()
-        return segments[0][1] if segments else VClock()
+        return checkpoints.log_start(self._wal)
 
     @property
     def durable_vclock(self) -> VClock:
@@ -793,43 +286,31 @@ class Engine:
         """Every key's version `(hlc, origin, deleted)` in a table, as committed."""
         return {
             key: (hlc + HLC_SQL_OFFSET, origin, bool(deleted))
-            for key, hlc, origin, deleted in self._reader.execute(
+            for key, hlc, origin, deleted in self._connections.reader.execute(
                 "SELECT key, hlc, origin, deleted FROM _rs_version WHERE tbl = ?", (table,)
             )
         }
 
     def table_digest(self) -> dict[str, int]:
         """Per-table digest of contents and versions, to compare members."""
-        return checkpoints.digest(self._reader, self.config.local_tables)
+        return checkpoints.digest(self._connections.reader, self.config.local_tables)
+
+    # ------------------------------------------------------------------ invariants
+
+    def check_invariants(self) -> None:
+        """Assert what must hold between any two calls on an open engine, so that a test or
+        the simulator stops at the step that broke it (docs/storage.md, "Invariants")."""
+        batches = self._batches
+        batches.check_invariants()
+        committed = read_vclock(self._connections.reader)
+        assert committed == batches.vclock, "the vclock is the one SQLite committed with the rows"
+        if batches.fatal is None:
+            batch = batches.current
+            conn = batch.conn if batch is not None else self._connections.writer
+            assert self._schema.hash == self._schema.hash_of(conn), "the schema hash is that of the schema in force"
 
     def close(self) -> None:
-        if self._batch is not None:
-            self._batch.conn.execute("ROLLBACK", can_cache=False)
-            self._batch = None
-        self._close_connections()
+        self._batches.close()
+        self._connections.close()
         self._wal.close()
-
-
-def _run(cursor: apsw.Cursor, sql: str, binds: Sequence[Any] | dict[str, Any]) -> tuple[list[tuple[str, str | None]], list[list[Any]]]:
-    """Execute and fetch; the columns are read before stepping, while SQLite still has
-    them even for a query that returns no rows."""
-    columns: list[tuple[str, str | None]] = []
-
-    def trace(cur: apsw.Cursor, _sql: str, _binds: Any) -> bool:
-        columns[:] = [(d[0], d[1]) for d in cur.description]
-        return True
-
-    cursor.exec_trace = trace
-    cursor.execute(sql, binds)
-    return columns, [list(row) for row in cursor]
-
-
-def _sql_text(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _sql_message(exc: apsw.Error) -> str:
-    message = str(exc)
-    kind, sep, rest = message.partition(": ")
-    return rest if sep and kind.endswith("Error") else message
 

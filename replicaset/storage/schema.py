@@ -7,10 +7,15 @@ version and the applied vclock always change in one transaction.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import apsw
+import msgpack
 import xxhash
+
+from replicaset.storage.rows import LOCAL_ORIGIN
+from wal import VClock
 
 INTERNAL_PREFIX = "_rs_"
 
@@ -23,6 +28,12 @@ INTERNAL_DDL = (
     "CREATE TABLE IF NOT EXISTS _rs_latent(tbl TEXT NOT NULL, key TEXT NOT NULL, image BLOB NOT NULL,"
     " PRIMARY KEY (tbl, key)) WITHOUT ROWID",
 )
+
+
+def read_vclock(conn: apsw.Connection) -> VClock:
+    """The vclock committed with the rows, as `conn` sees the database."""
+    return VClock(dict(conn.execute("SELECT origin, lsn FROM _rs_vclock").fetchall()))
+
 
 _NOISE = r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
 _IDENTIFIER = r'(?:"(?:[^"]|"")*"|`[^`]*`|\[[^\]]*\]|[^\s.("`\[]+)'
@@ -148,3 +159,63 @@ class TableCache:
         if table not in self._tables:
             self._tables[table] = load_table(self._conn, table)
         return self._tables[table]
+
+
+SchemaObject = tuple[str, str, str, str]
+
+
+class SchemaState:
+    """The schema this member has settled on, which the write and apply paths hold changes
+    against: its hash (a DDL row carries the hash it was written against), its id (the last
+    replicated DDL row, which data rows name and wait for) and the client objects it holds
+    (to tell which tables a DDL statement touched). The table descriptions cached for each
+    connection are stale whenever it moves, so it drops them."""
+
+    def __init__(self, writer: apsw.Connection, caches: Sequence[TableCache], local_tables: frozenset[str]) -> None:
+        self._writer = writer
+        self._caches = tuple(caches)
+        self._local_tables = local_tables
+        self.hash = 0
+        self.schema_id: tuple[int, int] = (0, 0)
+        self.known_objects: set[SchemaObject] = set()
+        self.reload()
+
+    def reload(self) -> None:
+        """Read it all again from what the writer sees: after a batch was rolled back, the
+        schema is older than what the batch had settled."""
+        self.invalidate()
+        self.hash = self.hash_of(self._writer)
+        row = self._writer.execute("SELECT value FROM _rs_meta WHERE name = 'schema_id'").fetchone()
+        origin, lsn = msgpack.unpackb(row[0]) if row else (0, 0)
+        self.schema_id = (origin, lsn)
+        self.known_objects = set(user_objects(self._writer))
+
+    def invalidate(self) -> None:
+        for cache in self._caches:
+            cache.invalidate()
+
+    def hash_of(self, conn: apsw.Connection) -> int:
+        """The replicated schema as `conn` sees it, which may hold a change not settled yet."""
+        return schema_hash(conn, self._local_tables)
+
+    def touched_tables(self) -> set[str]:
+        """Tables whose schema objects on the writer differ from the settled ones."""
+        now = set(user_objects(self._writer))
+        return {table for _, _, table, _ in now ^ self.known_objects}
+
+    def ddl_applied(self, conn: apsw.Connection, origin: int, lsn: int) -> None:
+        """Settle the DDL row `origin:lsn` that `conn` just ran in its batch: a replicated
+        one becomes the schema id, kept in the same transaction, and versions of tables it
+        dropped go with them."""
+        if origin != LOCAL_ORIGIN:
+            self.schema_id = (origin, lsn)
+            conn.execute(
+                "INSERT OR REPLACE INTO _rs_meta(name, value) VALUES ('schema_id', ?)",
+                (msgpack.packb(list(self.schema_id)),),
+            )
+        for internal in ("_rs_version", "_rs_latent"):
+            conn.execute(
+                f"DELETE FROM {internal} WHERE tbl NOT IN (SELECT name FROM sqlite_schema WHERE type = 'table')"
+            )
+        self.invalidate()
+        self.known_objects = set(user_objects(conn))

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from replicaset.config import load
 from replicaset.testing.processes import free_port
 from replicaset.identity import Identity
-from replicaset.iproto.codec import FrameDecoder, encode_error, encode_greeting
-from replicaset.iproto.constants import ErrorCode
+from replicaset.iproto.codec import Frame, FrameDecoder, encode_error, encode_greeting, encode_ok
+from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.core.replicaset import MEMBERS_MAX, REGISTRAR_ID
+from replicaset.core.replication import SILENCE_TIMEOUTS
 from replicaset.runtime.applier import Upstream
 from replicaset.runtime.node import CLUSTER_DDL, Node
 from replicaset.runtime.applier import run_applier
@@ -27,6 +29,11 @@ from tests.pagecache import PageCache
 from wal import GroupCommitPolicy
 
 JOINER = str(uuid.uuid4())
+REPLICATION_TIMEOUT_S = 30.0  # as in production: its timeouts and backoffs pass in virtual time only
+WAIT_S = 600.0  # virtual seconds
+# The fake members talk over 127.0.0.1: the clock jumps once the loop sat idle this long in
+# real time, not at once, so that bytes still in the kernel are not taken for silence.
+SOCKET_AUTOJUMP_S = 0.01
 
 
 def make_node(data_dir: Path, instance_id: int = REGISTRAR_ID, **overrides: object) -> Node:
@@ -49,6 +56,25 @@ async def opened(node: Node) -> AsyncIterator[Node]:
             nursery.cancel_scope.cancel()
     finally:
         node.engine.close()
+
+
+async def serve_fake_member(nursery: trio.Nursery, handler: Callable[[trio.SocketStream], Awaitable[None]]) -> str:
+    """A member played by `handler`, one call per connection; its address."""
+    listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+    return f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+
+
+async def next_request(stream: trio.SocketStream, decoder: FrameDecoder) -> Frame | None:
+    """The next frame a fake member receives, or None once the other end hung up."""
+    while (frame := decoder.next_frame()) is None:
+        try:
+            data = await stream.receive_some(4096)
+        except trio.BrokenResourceError:
+            return None
+        if not data:
+            return None
+        decoder.feed(data)
+    return frame
 
 
 def test_a_registration_under_wal_mode_write_survives_an_os_crash_of_the_registrar(
@@ -148,30 +174,69 @@ def test_a_member_that_does_not_know_us_yet_is_asked_again(tmp_path: Path) -> No
     `_cluster` row yet refuses with UNKNOWN_REPLICA, and soon will have it: that refusal must
     not stop the upstream for good, as a split brain does."""
     subscribes: list[int] = []
+    asked_again = trio.Event()
 
     async def member_without_our_row(stream: trio.SocketStream) -> None:
         await stream.send_all(encode_greeting(version="2.10.0", instance_uuid=str(uuid.uuid4()), salt=os.urandom(32)))
-        decoder = FrameDecoder(1 << 20)
-        while (frame := decoder.next_frame()) is None:
-            data = await stream.receive_some(4096)
-            if not data:
-                return
-            decoder.feed(data)
+        frame = await next_request(stream, FrameDecoder(1 << 20))
+        if frame is None:
+            return
         subscribes.append(frame.request_type)
+        if len(subscribes) == 2:
+            asked_again.set()
         await stream.send_all(encode_error(sync=frame.sync, schema_version=1, code=ErrorCode.UNKNOWN_REPLICA,
                                            message="not registered here: join first"))
 
     async def follow_it() -> None:
-        async with opened(make_node(tmp_path, replication_timeout=0.1)) as node, trio.open_nursery() as nursery:
-            listeners = await nursery.start(partial(trio.serve_tcp, member_without_our_row, 0, host="127.0.0.1"))
-            address = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        async with opened(make_node(tmp_path, replication_timeout=REPLICATION_TIMEOUT_S)) as node, trio.open_nursery() as nursery:
+            address = await serve_fake_member(nursery, member_without_our_row)
             nursery.start_soon(run_applier, node, Upstream(key=address, address=address, uuid=None))
-            with trio.fail_after(10):
-                while len(subscribes) < 2:
-                    await trio.sleep(0.01)
+            with trio.fail_after(WAIT_S):
+                await asked_again.wait()
             nursery.cancel_scope.cancel()
 
-    trio.run(follow_it)
+    trio.run(follow_it, clock=trio.testing.MockClock(autojump_threshold=SOCKET_AUTOJUMP_S))
+    assert subscribes == [RequestType.SUBSCRIBE] * 2
+
+
+def test_a_silent_upstream_is_left_after_four_timeouts_and_asked_again_after_the_backoff(tmp_path: Path) -> None:
+    """Tarantool's applier: an upstream that sends nothing (not even heartbeats) for
+    4 * replication_timeout is taken for gone, and the next connect waits for the backoff
+    (replication_timeout at the first failure). At 30 s these are minutes of real time."""
+    member_uuid = str(uuid.uuid4())
+    connected_at: list[float] = []
+    subscribed_at: list[float] = []
+    hung_up_at: list[float] = []
+    reconnected = trio.Event()
+
+    async def silent_member(stream: trio.SocketStream) -> None:
+        connected_at.append(trio.current_time())
+        if len(connected_at) == 2:
+            reconnected.set()
+        await stream.send_all(encode_greeting(version="2.10.0", instance_uuid=member_uuid, salt=os.urandom(32)))
+        decoder = FrameDecoder(1 << 20)
+        frame = await next_request(stream, decoder)
+        assert frame is not None and frame.request_type == RequestType.SUBSCRIBE
+        await stream.send_all(encode_ok(sync=frame.sync, schema_version=1, body={Key.INSTANCE_UUID: member_uuid, Key.VCLOCK: {}}))
+        subscribed_at.append(trio.current_time())
+        assert await next_request(stream, decoder) is None, "no row, no heartbeat: nothing for the applier to acknowledge"
+        hung_up_at.append(trio.current_time())
+
+    async def follow_it() -> str | None:
+        async with opened(make_node(tmp_path, replication_timeout=REPLICATION_TIMEOUT_S)) as node, trio.open_nursery() as nursery:
+            address = await serve_fake_member(nursery, silent_member)
+            nursery.start_soon(run_applier, node, Upstream(key=address, address=address, uuid=None))
+            with trio.fail_after(WAIT_S):
+                await reconnected.wait()
+            nursery.cancel_scope.cancel()
+            return node.appliers[address].message
+
+    reason = trio.run(follow_it, clock=trio.testing.MockClock(autojump_threshold=SOCKET_AUTOJUMP_S))
+    assert reason is not None and reason.startswith("no message from"), reason
+    silence_s = hung_up_at[0] - subscribed_at[0]
+    assert SILENCE_TIMEOUTS * REPLICATION_TIMEOUT_S < silence_s <= (SILENCE_TIMEOUTS + 1) * REPLICATION_TIMEOUT_S, silence_s
+    backoff_s = connected_at[1] - hung_up_at[0]
+    assert REPLICATION_TIMEOUT_S <= backoff_s <= 2 * REPLICATION_TIMEOUT_S, backoff_s
 
 
 def test_a_failing_read_of_the_members_propagates_and_keeps_a_pending_registration(

@@ -42,12 +42,14 @@ class SubscriberEnd:
     """The subscriber's end of the relay's connection (a `Session` as `run_relay` uses it):
     decodes each frame sent and, at that moment, takes what an OS crash would leave."""
 
-    def __init__(self, cache: PageCache, wal_dir: Path, images: Path) -> None:
+    def __init__(self, cache: PageCache, wal_dir: Path, images: Path, own_rows_expected: int) -> None:
         self._cache = cache
         self._wal_dir = wal_dir
         self._images = images
         self._decoder = FrameDecoder(FRAME_BYTES_MAX)
+        self._own_rows_expected = own_rows_expected
         self.shipped: list[tuple[list[Record], Path]] = []  # each ROWS frame, and its crash image
+        self.all_shipped = trio.Event()
 
     def send_frame(self, data: bytes) -> None:
         self._decoder.feed(data)
@@ -56,6 +58,8 @@ class SubscriberEnd:
                 image = self._images / str(len(self.shipped))
                 self._cache.crash_image(self._wal_dir, image)
                 self.shipped.append(([decode_record(raw)[0] for raw in frame.body[PeerKey.RECORDS]], image))
+                if len(self.own_rows()) >= self._own_rows_expected:
+                    self.all_shipped.set()
 
     async def flush_outbox(self) -> None:
         await trio.lowlevel.checkpoint()
@@ -89,7 +93,7 @@ def test_a_relay_ships_no_row_of_ours_an_os_crash_could_still_take(tmp_path: Pat
                          on_flush=node._on_flush, on_synced=node.relays.on_synced)  # as Node.run wires them
     images = tmp_path / "images"
     images.mkdir()
-    wire = SubscriberEnd(cache, tmp_path / "data" / "wal", images)
+    wire = SubscriberEnd(cache, tmp_path / "data" / "wal", images, own_rows_expected=1 + ROWS_BEFORE + ROWS_AFTER)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -107,11 +111,11 @@ def test_a_relay_ships_no_row_of_ours_an_os_crash_could_still_take(tmp_path: Pat
             for n in range(ROWS_BEFORE, ROWS_BEFORE + ROWS_AFTER):
                 await node.writer.execute("INSERT INTO t VALUES (?)", [n])
             with trio.fail_after(WAIT_S):
-                while len(wire.own_rows()) < 1 + ROWS_BEFORE + ROWS_AFTER:
-                    await trio.sleep(0.01)
+                await wire.all_shipped.wait()
             nursery.cancel_scope.cancel()
 
     try:
+        # Real time: the slowed fsyncs run in threads, and a MockClock would pass the deadlines meanwhile.
         trio.run(main)
     finally:
         node.engine.close()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from replicaset.runtime.writer import Writer
 from replicaset.storage.checkpoint import vclock_of
@@ -43,7 +44,13 @@ def test_under_wal_mode_write_a_sync_is_made_when_a_relay_asks_and_only_then(
     cache = PageCache(monkeypatch)
     engine = open_engine(tmp_path, 1, FakeClock(), wal_mode=WalMode.WRITE)
     synced: list[VClock] = []
-    writer = Writer(engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False, on_synced=synced.append)
+    synced_once = trio.Event()
+
+    def on_synced(vclock: VClock) -> None:
+        synced.append(vclock)
+        synced_once.set()
+
+    writer = Writer(engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False, on_synced=on_synced)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -53,9 +60,10 @@ def test_under_wal_mode_write_a_sync_is_made_when_a_relay_asks_and_only_then(
             if asked:
                 writer.request_sync()
                 writer.request_sync()  # one fsync for the requests made meanwhile
-            with trio.fail_after(10):
-                while asked and not synced:
-                    await trio.sleep(0.01)
+                # Real time: the fsync runs in a worker thread, and a MockClock would jump to this deadline meanwhile.
+                with trio.fail_after(10):
+                    await synced_once.wait()
+                    await trio.testing.wait_all_tasks_blocked()  # a second sync would have begun by now
             nursery.cancel_scope.cancel()
 
     trio.run(main)

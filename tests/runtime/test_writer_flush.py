@@ -21,7 +21,7 @@ CLIENTS = 16
 CREATE = "CREATE TABLE t(id INTEGER PRIMARY KEY)"
 INSERT = "INSERT INTO t VALUES (?)"
 UNBOUNDED_BYTES = 1 << 20
-HANG_S = 60
+HANG_S = 60  # virtual seconds: a writer that never answers fails the run at once
 
 
 @dataclass
@@ -57,11 +57,13 @@ class Appends:
         }
 
 
-def run_clients(
-    writer: Writer, client: Callable[[int], Awaitable[None]], *, clock: trio.abc.Clock | None = None
-) -> None:
+def run_clients(writer: Writer, client: Callable[[int], Awaitable[None]]) -> None:
     """Beside the flusher, create the table, then start every client at once; stop the
-    flusher once the clients are done. A writer that never answers fails the run."""
+    flusher once the clients are done. A writer that never answers fails the run.
+
+    Virtual time: a group-commit delay passes as soon as every task waits, and so does the
+    hang guard. With `fsync=False` the writer runs no thread, so the clock never jumps while
+    work is still under way."""
 
     async def main() -> None:
         with trio.fail_after(HANG_S):
@@ -73,7 +75,7 @@ def run_clients(
                         clients.start_soon(client, i)
                 nursery.cancel_scope.cancel()
 
-    trio.run(main, clock=clock)
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 @pytest.mark.parametrize(
@@ -105,8 +107,7 @@ def test_concurrent_transactions_share_wal_appends_and_are_answered_once_in_the_
         await writer.execute(INSERT, [i])
         in_wal_when_answered[i] = i in appends.ids()
 
-    # Virtual time: the delay passes as soon as every task waits, with no real sleep.
-    run_clients(writer, client, clock=trio.testing.MockClock(autojump_threshold=0))
+    run_clients(writer, client)
     assert in_wal_when_answered == {i: True for i in range(CLIENTS)}
     sizes = appends.sizes[1:]  # after the CREATE TABLE's own append
     assert sum(sizes) == CLIENTS
@@ -124,7 +125,7 @@ def test_a_failed_sqlite_commit_stops_the_writer_and_answers_no_client(
     async def client(i: int) -> None:
         # Once any client started, every COMMIT of the writer's connection fails inside
         # SQLite: the hook vetoes it, SQLite rolls back and the statement raises.
-        engine._writer.set_commit_hook(lambda: True)
+        engine.connections.writer.set_commit_hook(lambda: True)
         try:
             await writer.execute(INSERT, [i])
         except EngineFatal:

@@ -32,6 +32,13 @@ def small_trace() -> Trace:
     return check_trace.simulate(0, wal_mode="write", faults="none", writes=10)
 
 
+@pytest.fixture(scope="module")
+def recovery_trace() -> Trace:
+    """A short run under wal_mode=write with crashes: a member restarts, recovers its own
+    rows (answers, then RecoveryFinish) and writes again."""
+    return check_trace.simulate(11, wal_mode="write", faults="all", writes=12)
+
+
 def index_of(trace: Trace, event: str, *, after: int = 0, **fields: Any) -> int:
     for i, line in enumerate(trace):
         if i > after and line["event"] == event and all(line.get(k) == v for k, v in fields.items()):
@@ -62,6 +69,7 @@ def rejected_at(trace: Trace, edited: int) -> check_trace.Verdict:
         (0, "write", "none"),
         (2, "write", "links"),
         (3, "write", "all"),
+        (7, "write", "all"),  # a recovering member gives up on a peer that never answered
         (1, "fsync", "all"),
         (4, "fsync", "all"),
     ],
@@ -75,6 +83,8 @@ def test_simulated_traces_are_behaviours_of_the_spec(seed: int, wal_mode: str, f
         assert {"Crash", "Restart"} <= events, "the seed was meant to crash a member"
     if faults == "all" and wal_mode == "write":
         assert {"RecoveryAnswer", "RecoveryFinish"} <= events, "the seed was meant to recover own rows"
+    if seed == 7:
+        assert "RecoveryGiveUp" in events, "the seed was meant to give up on a peer"
     assert_accepted(trace)
 
 
@@ -178,6 +188,55 @@ def test_a_vclock_counting_a_row_not_held_is_rejected(small_trace: Trace) -> Non
     trace[flush]["vclock"] = {**trace[flush]["vclock"], 2: trace[flush]["vclock"][2] + 1}
     verdict = rejected_at(trace, flush)
     assert f"line {flush} of" in verdict.reason and "WalFlush" in verdict.reason
+
+
+def last_answer_before_finish(trace: Trace) -> tuple[int, int]:
+    """The first RecoveryFinish followed by a write of its member, and the line of the
+    last RecoveryAnswer to that member before it."""
+    for finish, line in enumerate(trace):
+        member = line.get("member")
+        if line["event"] == "RecoveryFinish" and any(
+            later["event"] == "LocalWrite" and later["member"] == member for later in trace[finish:]
+        ):
+            answers = [i for i in range(finish) if trace[i]["event"] == "RecoveryAnswer"
+                       and trace[i]["member"] == member]
+            assert answers, "the seed was meant to answer a recovery fetch"
+            return answers[-1], finish
+    raise AssertionError("the seed was meant to finish a recovery, then write")
+
+
+@needs_tlc
+def test_a_recovery_that_gave_up_on_a_peer_that_never_answered_is_accepted(recovery_trace: Trace) -> None:
+    """Under ShipDurableOnly a recovering member may stop waiting for a peer whose link
+    failed before it answered (the replica-set core's upstream_failed), then finish and
+    take writes: the last answer before the finish becomes a give-up on that peer."""
+    trace = copy.deepcopy(recovery_trace)
+    answer, finish = last_answer_before_finish(trace)
+    peer, member = trace[answer]["peer"], trace[answer]["member"]
+    trace[answer] = {"event": "RecoveryGiveUp", "peer": peer, "member": member, "t": trace[answer]["t"]}
+    assert trace[finish] == {"event": "RecoveryFinish", "member": member, "t": trace[finish]["t"]}
+    assert_accepted(trace)
+
+
+@needs_tlc
+def test_a_recovery_finished_with_a_peer_neither_answered_nor_given_up_on_is_rejected(
+    recovery_trace: Trace,
+) -> None:
+    trace = copy.deepcopy(recovery_trace)
+    answer, finish = last_answer_before_finish(trace)
+    del trace[answer]
+    verdict = rejected_at(recount(trace), finish - 1)
+    assert f"line {finish - 1} of" in verdict.reason and "RecoveryFinish" in verdict.reason
+
+
+@needs_tlc
+def test_giving_up_on_a_peer_that_already_answered_is_rejected(recovery_trace: Trace) -> None:
+    trace = copy.deepcopy(recovery_trace)
+    answer, finish = last_answer_before_finish(trace)
+    give_up = {"event": "RecoveryGiveUp", "peer": trace[answer]["peer"], "member": trace[answer]["member"]}
+    trace.insert(answer + 1, give_up)
+    verdict = rejected_at(recount(trace), answer + 1)
+    assert "RecoveryGiveUp" in verdict.reason
 
 
 def test_the_trace_becomes_a_sequence_literal() -> None:

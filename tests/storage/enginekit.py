@@ -4,6 +4,7 @@ rows between members, and readable views of WAL payloads."""
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import msgpack
 from replicaset.storage import Engine, EngineConfig
 from replicaset.storage.engine import Committed
 from replicaset.storage.rows import DdlPayload, DmlPayload, Op
-from wal import Record, RecordType, VClock
+from wal import HEADER_SIZE, Record, RecordType, VClock
 
 START_MS = 1_700_000_000_000
 
@@ -123,6 +124,14 @@ def apply_all(target: Engine, records: Iterable[Record]) -> int:
     applied = sum(target.apply(record) for record in records)
     target.flush()
     return applied
+
+
+def cut_last_records(engine_dir: Path, records: list[Record], count: int) -> None:
+    """Drop the last `count` records from the end of the live segment, as an OS crash
+    under wal_mode = write loses the tail the page cache still held."""
+    segment = sorted((engine_dir / "wal").glob("*.wal"))[-1]
+    size = sum(HEADER_SIZE + len(r.payload) for r in records[-count:])
+    os.truncate(segment, segment.stat().st_size - size)
 
 
 def versions(engine: Engine, table: str) -> dict[str, tuple[int, int, int]]:

@@ -19,10 +19,9 @@ INSERT = "INSERT INTO t VALUES (1, 'one')"
 def veto_the_batch_commit(engine: Engine) -> None:
     """Make the open batch's COMMIT fail inside SQLite: a commit hook that vetoes it turns
     the COMMIT into a rollback and the statement into an error, the path a commit that
-    cannot write its pages takes too. The engine names no public handle on the batch's
-    connection, hence the private attribute."""
-    assert engine._batch is not None
-    engine._batch.conn.set_commit_hook(lambda: True)
+    cannot write its pages takes too."""
+    assert engine.batch is not None
+    engine.batch.conn.set_commit_hook(lambda: True)
 
 
 def open_local_batch(tmp_path: Path, engine: Engine) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import apsw
@@ -15,6 +14,7 @@ from tests.storage.enginekit import (
     START_MS,
     EventLog,
     FakeClock,
+    cut_last_records,
     open_engine,
     run,
     select,
@@ -22,21 +22,13 @@ from tests.storage.enginekit import (
     versions,
     wal_records,
 )
-from wal import HEADER_SIZE, VClock, Wal, WalMode, WalWriteError
+from wal import VClock, Wal, WalMode, WalWriteError
 
 T = "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)"
 
 
 def insert(i: int) -> str:
     return f"INSERT INTO t VALUES ({i}, 'v{i}')"
-
-
-def cut_last_records(engine_dir: Path, records: list, count: int) -> None:
-    """Drop the last `count` records from the end of the live segment, as an OS crash
-    under wal_mode = write loses the tail the page cache still held."""
-    segment = sorted((engine_dir / "wal").glob("*.wal"))[-1]
-    size = sum(HEADER_SIZE + len(r.payload) for r in records[-count:])
-    os.truncate(segment, segment.stat().st_size - size)
 
 
 def twin_digest(tmp_path: Path, statements: list[str]) -> dict[str, int]:

@@ -1,0 +1,163 @@
+"""Client SQL at the engine's edge: which statements are admitted, and how one runs.
+
+Clients reach SQLite through the writer connection, whose authorizer refuses what would
+escape the engine's bookkeeping: transaction control (a client's COMMIT inside a group
+commit would commit other clients' work), ATTACH and DETACH, PRAGMAs that set state, and
+writes to internal and system tables. Two refusals need the text (VACUUM; ALTER TABLE ...
+RENAME or DROP COLUMN), and a schema change is judged after SQLite ran it, once the tables
+it touched are known; the caller then undoes it. Reads are told by their first keyword
+only, to be tried on a reader first: the reader refuses any write anyway.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import apsw
+
+from replicaset.storage.config import EngineConfig
+from replicaset.storage.schema import INTERNAL_PREFIX, TableCache, refused_alter
+
+# Replicated tables that only the node itself writes (membership, Tarantool's _cluster).
+SYSTEM_TABLES = frozenset({"_cluster"})
+_READ_KEYWORDS = ("SELECT", "VALUES", "WITH", "EXPLAIN")
+_LEADING_NOISE = re.compile(r"^(\s+|--[^\n]*\n?|/\*.*?\*/)+", re.DOTALL)
+_VACUUM = re.compile(r"^\s*VACUUM\b", re.IGNORECASE)
+_TABLE_IN_P2 = (
+    apsw.SQLITE_ALTER_TABLE,
+    apsw.SQLITE_CREATE_INDEX,
+    apsw.SQLITE_CREATE_TRIGGER,
+    apsw.SQLITE_DROP_INDEX,
+    apsw.SQLITE_DROP_TRIGGER,
+)
+# PRAGMAs that take an argument but only describe the schema; the capture hook itself
+# runs `table_xinfo` inside client statements.
+_INTROSPECTION_PRAGMAS = frozenset(
+    {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
+)
+_TABLE_WRITE_OPS = (apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE, apsw.SQLITE_DROP_TABLE, *_TABLE_IN_P2)
+
+Columns = list[tuple[str, str | None]]
+
+
+def is_read(sql: str) -> bool:
+    """Statements worth trying on a reader first; a reader refuses any write anyway."""
+    return _first_keyword(sql).startswith(_READ_KEYWORDS)
+
+
+def _first_keyword(sql: str) -> str:
+    return _LEADING_NOISE.sub("", sql, count=1)[:8].upper()
+
+
+def text_refusal(sql: str) -> str | None:
+    """Why a statement is refused before it runs, None when it may run: these two are not
+    seen by the authorizer in a form that tells them apart from allowed statements."""
+    if _VACUUM.match(sql):
+        return "VACUUM is not allowed: checkpoints compact the database (box.snapshot())"
+    if refused_alter(sql):
+        return "ALTER TABLE ... RENAME and DROP COLUMN are refused: captured rows name columns and tables"
+    return None
+
+
+class Authorizer:
+    """The writer connection's authorizer. It refuses only while a client statement runs,
+    so that the engine's own statements on that connection (savepoints, versions, temp
+    triggers) pass, and it keeps the reason, which SQLite's error does not carry."""
+
+    def __init__(self) -> None:
+        self._client_sql = False
+        self.deny_reason: str | None = None
+
+    @contextmanager
+    def statement(self, *, trusted: bool) -> Iterator[None]:
+        """Check what runs inside unless it is `trusted` (the node's own statements)."""
+        self.deny_reason = None
+        self._client_sql = not trusted
+        try:
+            yield
+        finally:
+            self._client_sql = False
+
+    def __call__(self, op: int, p1: str | None, p2: str | None, db: str | None, trigger: str | None) -> int:
+        if not self._client_sql:
+            return apsw.SQLITE_OK
+        reason = None
+        if op in (apsw.SQLITE_TRANSACTION, apsw.SQLITE_SAVEPOINT):
+            reason = "transaction control is not allowed in a statement: use BEGIN/COMMIT/ROLLBACK on an iproto stream"
+        elif op in (apsw.SQLITE_ATTACH, apsw.SQLITE_DETACH):
+            reason = "ATTACH and DETACH are not allowed"
+        elif op == apsw.SQLITE_PRAGMA and p2 is not None and (p1 or "").lower() not in _INTROSPECTION_PRAGMAS:
+            reason = f"PRAGMA {p1} cannot be set by a client"
+        elif op in _TABLE_WRITE_OPS:
+            table = p2 if op in _TABLE_IN_P2 else p1
+            if table and (table.startswith(INTERNAL_PREFIX) or table in SYSTEM_TABLES):
+                reason = f"system table {table} cannot be changed by a client"
+        if reason is None:
+            return apsw.SQLITE_OK
+        self.deny_reason = reason
+        return apsw.SQLITE_DENY
+
+
+def schema_change_refusal(
+    conn: apsw.Connection,
+    tables: TableCache,
+    *,
+    touched: set[str],
+    local: bool,
+    changed_tables: Iterable[str],
+    explicit: bool,
+    trusted: bool,
+    config: EngineConfig,
+) -> str | None:
+    """Why a schema change SQLite just ran must be undone, None when it may stay. `touched`
+    are the tables whose schema objects it changed, `local` whether they are all local,
+    `changed_tables` the tables whose rows the same statement changed."""
+    if explicit:
+        return "a DDL statement must run alone, outside a stream transaction"
+    if not local and config.ddl_refusal and not trusted:
+        return config.ddl_refusal
+    tables_now = {n for (n,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    if any(table in tables_now for table in changed_tables):
+        return (
+            "a DDL statement that also changes rows (a cascade, or other statements in the same "
+            "request) is refused: change the rows first, in a statement of their own"
+        )
+    for table in touched & tables_now:
+        info = tables.get(table)
+        if info is not None and info.virtual_columns:
+            return (
+                f"table {table!r} has VIRTUAL generated columns ({', '.join(info.virtual_columns)}), "
+                "which SQLite does not show to change capture: declare them STORED"
+            )
+        if info is not None and not info.pk_columns and table not in config.local_tables:
+            return (
+                f"table {table!r} has no PRIMARY KEY: replicated tables need one "
+                "(rowids differ between members); list it in local_tables to keep it local"
+            )
+    return None
+
+
+def run_statement(
+    cursor: apsw.Cursor, sql: str, binds: Sequence[Any] | dict[str, Any]
+) -> tuple[Columns, list[list[Any]]]:
+    """Execute and fetch; the columns are read before stepping, while SQLite still has
+    them even for a query that returns no rows."""
+    columns: Columns = []
+
+    def trace(cur: apsw.Cursor, _sql: str, _binds: Any) -> bool:
+        columns[:] = [(d[0], d[1]) for d in cur.description]
+        return True
+
+    cursor.exec_trace = trace
+    cursor.execute(sql, binds)
+    return columns, [list(row) for row in cursor]
+
+
+def sql_message(exc: apsw.Error) -> str:
+    """SQLite's message without apsw's class-name prefix, as a client expects it."""
+    message = str(exc)
+    kind, sep, rest = message.partition(": ")
+    return rest if sep and kind.endswith("Error") else message

@@ -1,0 +1,255 @@
+"""Client transactions on the writer connection, from BEGIN to their queued WAL records.
+
+Theory of operation (DESIGN 4.1, 4.2). A transaction is a SAVEPOINT inside the open local
+batch's SQLite transaction, and each statement of a stream transaction a SAVEPOINT inside
+that: a failed statement is rolled back alone, with the rows the preupdate hook captured
+for it, and leaves its transaction as it was. A statement that changed the schema is
+judged once it ran (`statements.schema_change_refusal`) and becomes the transaction's DDL
+payload, alone in it. `commit` gives the transaction its HLC stamp and, per origin, the
+next LSN of the pending vclock (its rows of local tables go to origin 0), writes the row
+versions, settles latent unique rows as an applier will, and queues the records in the
+batch; they are durable, and the client may be answered, only after the batch's flush.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from replicaset.core.hlc import HLC
+from replicaset.storage.apply import UniqueResolver, resolve_after_local_write, set_version
+from replicaset.storage.auto_ids import AutoIds
+from replicaset.storage.batch import Batches, BatchKind
+from replicaset.storage.capture import Capture
+from replicaset.storage.config import EngineConfig
+from replicaset.storage.errors import SqlError
+from replicaset.storage.rows import LOCAL_ORIGIN, CapturedRow, DdlPayload, DmlPayload, Op
+from replicaset.storage.schema import SchemaState, TableCache
+from replicaset.storage.statements import (
+    Authorizer,
+    run_statement,
+    schema_change_refusal,
+    sql_message,
+    text_refusal,
+)
+from wal import Record, RecordType
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StatementResult:
+    columns: list[tuple[str, str | None]]
+    rows: list[list[Any]]
+    row_count: int | None
+    autoincrement_ids: list[int]
+
+
+@dataclass(kw_only=True)
+class LocalTxn:
+    savepoint: str
+    capture_mark: int
+    explicit: bool
+    statements: int = 0
+    ddl: DdlPayload | None = None
+    ddl_local: bool = False
+    done: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Committed:
+    """What a client's transaction became: its WAL records, durable after `flush`."""
+
+    records: tuple[Record, ...]
+    txn_id: int
+
+
+class Transactions:
+    def __init__(
+        self,
+        *,
+        config: EngineConfig,
+        conn: apsw.Connection,
+        tables: TableCache,
+        schema: SchemaState,
+        auto_ids: AutoIds,
+        batches: Batches,
+        hlc: HLC,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self._config = config
+        self._id = config.instance_id
+        self._conn = conn
+        self._tables = tables
+        self._schema = schema
+        self._auto_ids = auto_ids
+        self._batches = batches
+        self._hlc = hlc
+        self._clock_ms = clock_ms
+        self._txn_seq = 0
+        self._capture = Capture(conn, tables)
+        self._authorizer = Authorizer()
+        conn.authorizer = self._authorizer
+        # Statements of the writer's own resolution are never cached: they must be
+        # prepared while triggers are off, as on the apply connection.
+        self._unique = UniqueResolver(conn, cache_statements=False)
+
+    def begin(self, *, explicit: bool = False) -> LocalTxn:
+        """Open a client transaction in the current local batch."""
+        self._batches.open(BatchKind.LOCAL)
+        self._txn_seq += 1
+        txn = LocalTxn(savepoint=f"rs_txn_{self._txn_seq}", capture_mark=self._capture.mark(), explicit=explicit)
+        self._internal(f"SAVEPOINT {txn.savepoint}")
+        return txn
+
+    def execute(
+        self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any] = (), *, trusted: bool = False
+    ) -> StatementResult:
+        """Run one client statement in its own savepoint; a failure leaves nothing behind.
+        `trusted` statements come from the node itself (system tables) and skip the authorizer."""
+        if txn.done:
+            raise SqlError("the transaction is already finished")
+        if txn.ddl is not None:
+            raise SqlError("a DDL statement must be alone in its transaction")
+        if not txn.explicit and txn.statements:
+            raise SqlError("an autocommit transaction runs one statement: use a stream transaction for more")
+        refusal = text_refusal(sql)
+        if refusal:
+            raise SqlError(refusal)
+        mark = self._capture.mark()
+        version_before = self._schema_version()
+        # An autocommit transaction has one statement: its savepoint is the statement's.
+        savepoint = "rs_stmt" if txn.explicit else txn.savepoint
+        if txn.explicit:
+            self._internal("SAVEPOINT rs_stmt")
+        self._auto_ids.issued.clear()
+        self._capture.error = None
+        cursor = self._conn.cursor()
+        try:
+            with self._authorizer.statement(trusted=trusted):
+                columns, rows = run_statement(cursor, sql, binds)
+                changes = self._conn.changes()
+        except SqlError:
+            self._undo_statement(savepoint, mark)
+            raise
+        except apsw.Error as exc:
+            self._undo_statement(savepoint, mark)
+            raise SqlError(self._authorizer.deny_reason or sql_message(exc)) from exc
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._undo_statement(savepoint, mark)
+            raise SqlError(f"bad bind value: {exc}") from exc
+        if self._capture.error:
+            self._undo_statement(savepoint, mark)
+            raise SqlError(self._capture.error)
+        if self._schema_version() != version_before:
+            self._ddl_statement(txn, sql, savepoint, mark, trusted=trusted)
+        if txn.explicit:
+            self._internal("RELEASE rs_stmt")
+        txn.statements += 1
+        auto_ids = list(self._auto_ids.issued)
+        return StatementResult(
+            columns=columns, rows=rows, row_count=changes + len(auto_ids), autoincrement_ids=auto_ids
+        )
+
+    def _undo_statement(self, savepoint: str, mark: int) -> None:
+        self._internal(f"ROLLBACK TO {savepoint}")
+        if savepoint == "rs_stmt":
+            self._internal("RELEASE rs_stmt")
+        self._capture.truncate(mark)
+        self._tables.invalidate()
+
+    def _schema_version(self) -> int:
+        return self._conn.execute("PRAGMA main.schema_version", can_cache=False).fetchone()[0]
+
+    def _ddl_statement(self, txn: LocalTxn, sql: str, savepoint: str, mark: int, *, trusted: bool = False) -> None:
+        """Validate a schema change and turn it into the transaction's DDL payload."""
+        self._schema.invalidate()
+        touched = self._schema.touched_tables()
+        local = bool(touched) and all(t in self._config.local_tables for t in touched)
+        error = schema_change_refusal(
+            self._conn,
+            self._tables,
+            touched=touched,
+            local=local,
+            changed_tables=(row.table for row in self._capture.rows[mark:]),
+            explicit=txn.explicit,
+            trusted=trusted,
+            config=self._config,
+        )
+        if error:
+            self._undo_statement(savepoint, mark)
+            raise SqlError(error)
+        self._capture.truncate(mark)
+        after = self._schema.hash_of(self._conn)
+        txn.ddl = DdlPayload(hlc=0, sql=sql, hash_before=self._schema.hash, hash_after=after)
+        txn.ddl_local = local
+        self._schema.hash = after
+
+    def commit(self, txn: LocalTxn) -> Committed | None:
+        """Finish a transaction: stamp it and queue its WAL records (durable after flush)."""
+        if txn.done:
+            raise SqlError("the transaction is already finished")
+        rows = self._capture.take(txn.capture_mark)
+        stamp = self._hlc.now(self._clock_ms())
+        shared = [r for r in rows if r.table not in self._config.local_tables]
+        parts: list[tuple[RecordType, int, bytes]] = []
+        if txn.ddl is not None:
+            payload = DdlPayload(
+                hlc=stamp, sql=txn.ddl.sql, hash_before=txn.ddl.hash_before, hash_after=txn.ddl.hash_after
+            )
+            parts.append((RecordType.DDL, LOCAL_ORIGIN if txn.ddl_local else self._id, payload.pack()))
+        else:
+            local = [r for r in rows if r.table in self._config.local_tables]
+            for origin, part in ((self._id, shared), (LOCAL_ORIGIN, local)):
+                if part:
+                    dml = DmlPayload(hlc=stamp, schema_id=self._schema.schema_id, rows=part)
+                    parts.append((RecordType.DML, origin, dml.pack()))
+        size = sum(len(payload) for _, _, payload in parts)
+        if size > self._config.max_txn_bytes:
+            self.rollback(txn)
+            raise SqlError(f"transaction of {size} bytes exceeds max_txn_bytes = {self._config.max_txn_bytes}")
+        self._internal(f"RELEASE {txn.savepoint}")
+        txn.done = True
+        records = []
+        for kind, origin, payload in parts:
+            lsn = self._batches.pending.get(origin) + 1
+            records.append(Record(type=kind, origin=origin, lsn=lsn, txn_id=stamp, payload=payload))
+            self._batches.pending.follow(origin, lsn)
+        if txn.ddl is not None:
+            self._schema.ddl_applied(self._conn, records[0].origin, records[0].lsn)
+            self._auto_ids.install()
+        else:
+            for row in shared:
+                set_version(self._conn, row.table, row.key, (stamp, self._id), row.op is Op.DELETE)
+            self._resolve_unique_locally(shared)
+        batch = self._batches.current
+        assert batch is not None
+        batch.records.extend(records)
+        return Committed(records=tuple(records), txn_id=stamp) if records else None
+
+    def _resolve_unique_locally(self, rows: list[CapturedRow]) -> None:
+        """Settle latent rows as appliers will (DESIGN 4.2): not captured, no triggers."""
+        self._capture.paused = True
+        self._conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
+        try:
+            resolve_after_local_write(self._unique, self._tables, rows)
+        finally:
+            self._conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 1)
+            self._capture.paused = False
+
+    def rollback(self, txn: LocalTxn) -> None:
+        """Undo a transaction not finished yet; a finished one is queued in the batch, which
+        only a failed flush takes back."""
+        if txn.done:
+            return
+        self._internal(f"ROLLBACK TO {txn.savepoint}")
+        self._internal(f"RELEASE {txn.savepoint}")
+        self._capture.truncate(txn.capture_mark)
+        if txn.ddl is not None:
+            self._schema.invalidate()
+            self._schema.hash = self._schema.hash_of(self._conn)
+        txn.done = True
+
+    def _internal(self, sql: str) -> None:
+        self._conn.execute(sql, can_cache=False)
