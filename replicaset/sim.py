@@ -187,6 +187,7 @@ class Simulation:
         for peer in self.members:
             if peer != member.id:
                 self._do(member, member.driver.applier_start(str(peer), self.now_s, peer=str(peer)))
+        self._do(member, member.driver.members_changed(self.now_s))  # as the runtime does once its appliers start
 
     # ---------------------------------------------------------------- the run
 

@@ -182,6 +182,7 @@ class ReplicaSet:
     rejoin: RejoinState = RejoinState.IDLE
     rejoin_deadline_s: float = 0.0
     view: View = field(default_factory=lambda: View(members=0, upstreams=frozenset(), following=frozenset()))
+    looked: bool = False  # a view was observed: until then the upstreams are unknown, not none
 
     def __post_init__(self) -> None:
         self.phase = Phase.RECOVERING if self.recovering else Phase.CONNECTING
@@ -190,7 +191,7 @@ class ReplicaSet:
 
     def observe(self, now_s: float, view: View) -> list[Action]:
         """The set as the member sees it now; moves the phase as far as it goes."""
-        self.view = view
+        self.view, self.looked = view, True
         self.answered |= view.following & view.upstreams
         actions: list[Action] = []
         if self.phase is Phase.RECOVERING and (self.answered | self.gave_up) >= view.upstreams:
@@ -211,7 +212,7 @@ class ReplicaSet:
         answered is not waited for."""
         if self.phase is Phase.RECOVERING and upstream not in self.answered | self.gave_up:
             self.gave_up.add(upstream)
-            return [RecoveryGaveUp(upstream=upstream)] + self.observe(now_s, self.view)
+            return [RecoveryGaveUp(upstream=upstream)] + (self.observe(now_s, self.view) if self.looked else [])
         return []
 
     def upstream_refused(self, now_s: float, upstream: str, refusal: Refusal) -> list[Action]:

@@ -52,6 +52,17 @@ def test_recovery_waits_for_every_peer_to_answer_or_to_fail_before_answering():
     assert member.phase is Phase.RUNNING
 
 
+def test_a_recovery_given_up_on_one_peer_before_any_view_does_not_finish():
+    """Found by the trace check once one driver ran the simulator: a restarted member's
+    link failed before its driver had shown the core the set, and the recovery finished
+    without the other peer's answer, as if the member had no peer at all."""
+    member = core(recovering=True)
+    assert member.upstream_failed(1.0, "b") == [rs.RecoveryGaveUp(upstream="b")]
+    assert member.phase is Phase.RECOVERING
+    assert member.observe(1.1, view()) == [] and member.phase is Phase.RECOVERING, "a still has to answer"
+    assert rs.RecoveryDone(not_answered=("b",)) in member.observe(1.2, view(frozenset({"a"})))
+
+
 def test_a_peer_that_answered_and_then_failed_is_not_given_up_on():
     member = core(recovering=True)
     member.observe(0.0, view(frozenset({"a"})))
