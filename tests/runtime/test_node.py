@@ -229,7 +229,7 @@ def test_a_silent_upstream_is_left_after_four_timeouts_and_asked_again_after_the
             with trio.fail_after(WAIT_S):
                 await reconnected.wait()
             nursery.cancel_scope.cancel()
-            return node.appliers[address].message
+            return node.driver.appliers[address].message
 
     reason = trio.run(follow_it, clock=trio.testing.MockClock(autojump_threshold=SOCKET_AUTOJUMP_S))
     assert reason is not None and reason.startswith("no message from"), reason
