@@ -22,10 +22,10 @@ the rows of its own origin from every peer (DESIGN 4.4).
 The run can write a trace: one dict per step, named and parameterised as the actions of
 `specs/VClockReplication.tla`, which `specs/check_trace.py` checks against the spec. The
 first dict (`"event": "Init"`) gives the constants, the last (`"event": "End"`, written once
-the run converged) the number of steps between them. The members' drivers trace the
-replication actions (`RelaySend`, `ApplierReceive`, `RecoveryAnswer`, `RecoveryGiveUp`,
-`RecoveryFinish`, `WalSync`); the simulator traces the environment (`Crash`, `Restart`)
-and what the engine does (`LocalWrite`, `WalFlush`). A row's changes are traced as
+the run converged) the number of steps between them. The members' drivers trace every
+action of a member (`LocalWrite`, `WalFlush`, `WalSync`, `RelaySend`, `ApplierReceive`,
+`RecoveryAnswer`, `RecoveryGiveUp`, `RecoveryFinish`); the simulator traces only the
+environment (`Crash`, `Restart`). A row's changes are traced as
 `[key, value id]` (`replicaset.member.trace`), with its HLC stamp at `LocalWrite`, and after
 every flush and restart the member's table is traced as `{key: [value id, stamp, origin]}`
 as it holds it, so TLC compares the values and versions it holds with the spec's
@@ -45,7 +45,7 @@ from typing import Any
 from replicaset.core import replication as repl
 from replicaset.core.replicaset import Refusal, ReplicaSet, must_recover
 from replicaset.member import Accepted, Action, ApplierAction, MemberDriver, Membership, RelayAction
-from replicaset.member.trace import stamp, traced_ops, value_id
+from replicaset.member.trace import value_id
 from replicaset.storage import ApplyError, Engine, EngineConfig, GapError
 from replicaset.storage.engine import Committed
 from replicaset.testing import lww
@@ -183,6 +183,7 @@ class Simulation:
             timeout_s=TIMEOUT_S,
             backoff_max_s=0.4,
             trace=self.trace if self._trace_out is not None else None,
+            traced_table=lambda: self._traced_table(member),
         )
         for peer in self.members:
             if peer != member.id:
@@ -459,17 +460,19 @@ class Simulation:
             self._do(member, driver.applier_applied(key, self.now_s))
 
     def _flushed(self, member: Member, records: list[Record]) -> None:
+        """The driver hears of the flush first (it traces WalFlush), then a sync may
+        follow, then the relays' actions are carried out, with the rows they withheld for
+        want of that sync already sent."""
         if not records:
             return
-        self.trace({"event": "WalFlush", "member": member.id, "vclock": self._clock_of(member),
-                    "table": self._traced_table(member), "t": self.now_s})
+        assert member.driver is not None
         member.unsynced = True
         if self.wal_mode is WalMode.FSYNC:
             self._mark_durable(member)  # every flush is an fsync
-        elif self.rng.random() < self.faults.sync_p:
+        actions = member.driver.flushed(self.now_s, records)
+        if self.wal_mode is WalMode.WRITE and self.rng.random() < self.faults.sync_p:
             self._sync(member)
-        assert member.driver is not None
-        self._do(member, member.driver.flushed(self.now_s, records))
+        self._do(member, actions)
 
     # ---------------------------------------------------------------- client writes
 
@@ -510,8 +513,8 @@ class Simulation:
         for record in committed.records:
             self.acked.append((record.origin, record.lsn, record.payload))
             self._last_ack[(record.origin, record.lsn)] = record.payload
-            self.trace({"event": "LocalWrite", "member": member.id, "lsn": record.lsn, "hlc": stamp(record),
-                        "ops": traced_ops(record), "t": self.now_s})
+        assert member.driver is not None
+        member.driver.committed(self.now_s, committed.records)
         return True
 
     # ---------------------------------------------------------------- checks

@@ -19,7 +19,9 @@ Theory of operation (etcd raft's RawNode; DESIGN section 3):
   registration, the invariants and the trace.
 
 Trace lines are named and parameterised as the actions of `specs/VClockReplication.tla`:
-`RelaySend` then `ApplierReceive` when a row from a peer is taken (links are FIFO and a
+`LocalWrite` when the host tells of a local commit (`committed`), `WalFlush` at `flushed`
+with the member's table as the host's `traced_table` gives it, `RelaySend` then
+`ApplierReceive` when a row from a peer is taken (links are FIFO and a
 crash cuts them, so a row taken is a row its sender still holds), `RecoveryAnswer` when a
 peer answered the recovery fetch (its first row of ours, or synced with it),
 `RecoveryGiveUp` and `RecoveryFinish` as the replica-set core decides, `WalSync` when a
@@ -47,7 +49,7 @@ from replicaset.core.replicaset import (
 )
 from replicaset.member.actions import Accepted, Action, ApplierAction, RelayAction, SetAction
 from replicaset.member.store import MemberStore, Membership
-from replicaset.member.trace import traced_ops
+from replicaset.member.trace import stamp, traced_ops
 from wal import Record, VClock
 
 RECEIVING = frozenset({repl.ApplierState.SYNC, repl.ApplierState.FOLLOW})
@@ -84,11 +86,14 @@ class MemberDriver:
         backoff_max_s: float,
         skip_conflict: bool = False,
         trace: Callable[[dict[str, Any]], None] | None = None,
+        traced_table: Callable[[], dict[str, list[Any]]] | None = None,
         check_invariants: bool = True,
         check_store: Callable[[], None] | None = None,
     ) -> None:
         """`timeout_s` is `replication_timeout`, of every applier and relay; `trace`, when
-        given, takes one dict per spec action; `check_invariants` asserts every core's
+        given, takes one dict per spec action, and `traced_table` gives the member's table as
+        a WalFlush line shows it (`key: [value id, stamp, origin]`; only a test kit computes
+        it, so without it the line shows none); `check_invariants` asserts every core's
         invariants after every event, and the store's through `check_store` (the host knows
         when its store is between two states, as while a flush runs in a thread)."""
         self.instance_id = instance_id
@@ -102,6 +107,7 @@ class MemberDriver:
         self._backoff_max_s = backoff_max_s
         self._skip_conflict = skip_conflict
         self._trace = trace
+        self._traced_table = traced_table
         self._check_store = check_store
         self._answered: set[int | None] = set()  # peers whose answer (or give-up) is traced
 
@@ -307,9 +313,24 @@ class MemberDriver:
 
     # ---------------------------------------------------------------- member events
 
+    def committed(self, now_s: float, records: Sequence[Record]) -> None:
+        """A local transaction committed these rows, queued for the next flush (the spec's
+        LocalWrite). Only the trace hears of it: call it only when `tracing`."""
+        if self._trace is None:
+            return
+        for record in records:
+            self._trace({"event": "LocalWrite", "member": self.instance_id, "lsn": record.lsn, "hlc": stamp(record),
+                         "ops": traced_ops(record), "t": now_s})
+
     @_event
     def flushed(self, now_s: float, records: Sequence[Record]) -> list[Action]:
-        """The WAL took these rows: every relay hears of them, in log order."""
+        """The WAL took these rows (the spec's WalFlush, applied rows and local ones
+        alike): every relay hears of them, in log order."""
+        if self._trace is not None and records:
+            vclock = self._store.vclock
+            members = sorted(set(self._membership().ids.values()) | {self.instance_id})
+            self._trace({"event": "WalFlush", "member": self.instance_id, "vclock": {m: vclock.get(m) for m in members},
+                         "table": self._traced_table() if self._traced_table is not None else {}, "t": now_s})
         durable = self._store.durable_vclock
         actions: list[Action] = []
         for conn, relay in list(self.relays.items()):

@@ -204,7 +204,33 @@ def test_own_rows_wait_for_the_sync_the_relay_asks_for_and_a_sync_that_made_rows
     synced = driver.synced(0.2, advanced=True)
     assert of_relay(synced, 1) == [repl.SendRows(subscriber=SUBSCRIBER, records=(row(OWN, 1), row(1, 2)))]
     assert driver.synced(0.3, advanced=False) == []
-    assert lines == [{"event": "WalSync", "member": OWN, "t": 0.2}], "a sync that made nothing durable is no step"
+    assert [line["event"] for line in lines] == ["WalFlush", "WalSync"], "a sync that made nothing durable is no step"
+    assert lines[1] == {"event": "WalSync", "member": OWN, "t": 0.2}
+
+
+def test_a_local_commit_and_a_flush_are_traced_with_the_table_the_host_gives() -> None:
+    """LocalWrite and WalFlush are the driver's lines too, whichever host runs it; the
+    table a WalFlush shows is the host's to compute (only a test kit reads it)."""
+    store = Store()
+    lines: list[dict[str, Any]] = []
+    table = {"kv:1": ["v000001", 1, OWN]}
+    driver = MemberDriver(
+        instance_id=OWN, store=store,
+        replicaset=ReplicaSet(instance_id=OWN, configured_quorum=None, connect_deadline_s=10.0),
+        membership=lambda: membership(OWN, MEMBERS), timeout_s=1.0, backoff_max_s=4.0,
+        trace=lines.append, traced_table=lambda: table,
+    )
+    written = store.write(row(OWN, 1))
+    driver.committed(0.1, written)
+    assert driver.flushed(0.2, written) == [], "no relay to tell"
+    assert driver.flushed(0.3, []) == [] and len(lines) == 2, "an empty flush is no step"
+    assert lines == [
+        {"event": "LocalWrite", "member": OWN, "lsn": 1, "hlc": 1, "ops": [], "t": 0.1},
+        {"event": "WalFlush", "member": OWN, "vclock": {1: 0, 2: 1, 3: 0}, "table": table, "t": 0.2},
+    ]
+    quiet = driver_for(Store())
+    quiet.committed(0.1, written)
+    quiet.flushed(0.2, written)
 
 
 def test_time_passes_for_every_applier_and_relay() -> None:
