@@ -10,8 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.audit.conftest import ROOT, generate, member_dirs
 
 BIN = Path(sys.executable).parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import apsw
 import pytest
 
-from replicaset.sim import NO_FAULTS, Faults, Simulation
+from replicaset.sim import NO_FAULTS, Simulation
 
 SEEDS = range(8)
 FSYNC_SEEDS = range(8, 16)
@@ -51,7 +51,7 @@ def test_a_reused_lsn_would_be_caught(tmp_path):
         sim.run()
         sim.check()
         victim = sim.members[2].engine
-        from wal import Record, RecordType, VClock
+        from wal import Record, RecordType
         from replicaset.storage.rows import DmlPayload
         forged = DmlPayload(hlc=1, schema_id=(1, 1), rows=[]).pack()
         victim.wal.append([Record(type=RecordType.DML, origin=2, lsn=victim.wal.vclock.get(2) + 1, txn_id=1, payload=forged)])
