@@ -20,13 +20,14 @@ from wal.group_commit import GroupCommitPolicy
 from wal.log import Wal, WalMode, fsync_path
 from wal.record import HEADER_SIZE, Record, RecordType, decode_record, encode_record
 from wal.segment import read_segment_records
-from wal.vclock import Order, VClock
+from wal.vclock import LOCAL_ORIGIN, Order, VClock
 
 __all__ = [
     "HEADER_SIZE",
     "CorruptRecord",
     "GroupCommitPolicy",
     "InvalidRecord",
+    "LOCAL_ORIGIN",
     "LsnOrderError",
     "Order",
     "Record",

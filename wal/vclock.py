@@ -12,6 +12,10 @@ import msgpack
 VCLOCK_MAX = 32
 """Origins are 0..31 as in Tarantool; 0 marks rows that are never replicated."""
 
+LOCAL_ORIGIN = 0
+"""Rows of local tables (Tarantool's convention): logged and recovered, never replicated,
+so they do not count in the replicated vclock."""
+
 LSN_MAX = 2**64 - 1
 """LSNs are stored as u64 in record headers."""
 

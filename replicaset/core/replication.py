@@ -30,9 +30,8 @@ from enum import Enum
 
 from replicaset.core.admission import Admission, admit
 from replicaset.core.replicaset import Refusal
-from wal import Record, VClock
+from wal import LOCAL_ORIGIN, Record, VClock
 
-LOCAL_ORIGIN = 0
 SILENCE_TIMEOUTS = 4
 APPLY_FAILURES_MAX = 5
 # Rows a relay keeps while they wait for the sync that makes them durable; past it, it

@@ -23,9 +23,9 @@ from replicaset.storage.apply import RowApplier
 from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batches, BatchKind
 from replicaset.storage.errors import ApplyError, GapError, SchemaDivergence, SchemaPending
-from replicaset.storage.rows import LOCAL_ORIGIN, DdlPayload, DmlPayload
+from replicaset.storage.rows import DdlPayload, DmlPayload
 from replicaset.storage.schema import SchemaState
-from wal import Record, RecordType
+from wal import LOCAL_ORIGIN, Record, RecordType
 
 
 class RecordApplier:

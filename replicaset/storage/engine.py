@@ -40,11 +40,10 @@ from replicaset.storage.batch import Batch, Batches, BatchKind
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.connections import Connections, connect
 from replicaset.storage.errors import SqlError
-from replicaset.storage.rows import LOCAL_ORIGIN
 from replicaset.storage.schema import SchemaState, TableCache, read_vclock
 from replicaset.storage.statements import is_read, run_statement, sql_message
 from replicaset.storage.transactions import Committed, LocalTxn, StatementResult, Transactions
-from wal import Record, RowsUnavailable, VClock, Wal
+from wal import LOCAL_ORIGIN, Record, RowsUnavailable, VClock, Wal
 
 Logger = Callable[..., None]
 

@@ -15,9 +15,6 @@ from typing import Any
 
 import msgpack
 
-# Rows of local tables get origin 0 (Tarantool's convention): they are logged and
-# recovered but never replicated, so they do not count in the replicated vclock.
-LOCAL_ORIGIN = 0
 
 
 class Op(IntEnum):

@@ -14,8 +14,7 @@ import apsw
 import msgpack
 import xxhash
 
-from replicaset.storage.rows import LOCAL_ORIGIN
-from wal import VClock
+from wal import LOCAL_ORIGIN, VClock
 
 INTERNAL_PREFIX = "_rs_"
 

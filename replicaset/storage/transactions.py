@@ -26,7 +26,7 @@ from replicaset.storage.batch import Batches, BatchKind
 from replicaset.storage.capture import Capture
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.errors import SqlError
-from replicaset.storage.rows import LOCAL_ORIGIN, CapturedRow, DdlPayload, DmlPayload, Op
+from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import SchemaState, TableCache
 from replicaset.storage.statements import (
     Authorizer,
@@ -35,7 +35,7 @@ from replicaset.storage.statements import (
     sql_message,
     text_refusal,
 )
-from wal import Record, RecordType
+from wal import LOCAL_ORIGIN, Record, RecordType
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
