@@ -93,7 +93,8 @@ class MemberDriver:
         """`timeout_s` is `replication_timeout`, of every applier and relay; `trace`, when
         given, takes one dict per spec action, and `traced_table` gives the member's table as
         a WalFlush line shows it (`key: [value id, stamp, origin]`; only a test kit computes
-        it, so without it the line shows none); `check_invariants` asserts every core's
+        it: without it the line carries an empty table, which the trace check takes for a
+        member holding no row); `check_invariants` asserts every core's
         invariants after every event, and the store's through `check_store` (the host knows
         when its store is between two states, as while a flush runs in a thread)."""
         self.instance_id = instance_id
