@@ -427,7 +427,8 @@ class Simulation:
         elif isinstance(action, repl.SendHeartbeat):
             self._send(conn, member.id, action.subscriber, "heartbeat", action.vclock)
         elif isinstance(action, repl.SyncWal):
-            self._sync(member)
+            if member.unsynced:  # else a sync since the relay asked (`_flushed`) made its rows durable
+                self._sync(member)
         elif isinstance(action, repl.ReadLog):
             assert member.engine is not None and member.driver is not None
             rows = list(member.engine.wal.read_from(VClock(action.after)))
