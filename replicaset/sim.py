@@ -46,7 +46,7 @@ from replicaset.core import replication as repl
 from replicaset.core.replicaset import Refusal, ReplicaSet, must_recover
 from replicaset.member import Accepted, Action, ApplierAction, MemberDriver, Membership, RelayAction
 from replicaset.member.trace import value_id
-from replicaset.storage import ApplyError, Engine, EngineConfig, GapError
+from replicaset.storage import ApplyError, Engine, EngineConfig, GapError, SchemaPending
 from replicaset.storage.engine import Committed
 from replicaset.testing import lww
 from wal import Record, VClock, WalMode
@@ -438,7 +438,8 @@ class Simulation:
 
     def _apply(self, member: Member, peer: int, action: repl.ApplyRows) -> None:
         """Apply rows as the writer does: each once, then one flush; then acknowledge, or
-        leave the link (a gap: the row that broke it counts) or stop (a row refused)."""
+        leave the link (a gap: the row that broke it counts), or let the rest wait for
+        their schema in the applier, or stop (a row refused)."""
         engine, driver = member.engine, member.driver
         assert engine is not None and driver is not None
         key = str(peer)
@@ -452,7 +453,10 @@ class Simulation:
             failure = exc
         driver.applier_took(key, self.now_s, taken)
         self._flushed(member, engine.flush())
-        if isinstance(failure, GapError):
+        if isinstance(failure, SchemaPending):
+            self._do(member, driver.applier_schema_pending(key, self.now_s, failure.schema_id, action.records,
+                                                           own_allowed=action.own_allowed))
+        elif isinstance(failure, GapError):
             if peer in member.links:
                 self._cut(member.links[peer], str(failure), action.records)
         elif failure is not None:
@@ -474,6 +478,8 @@ class Simulation:
         if self.wal_mode is WalMode.WRITE and self.rng.random() < self.faults.sync_p:
             self._sync(member)
         self._do(member, actions)
+        for key in [k for k, applier in member.driver.appliers.items() if applier.waiting is not None]:
+            self._do(member, member.driver.applier_schema_check(key, self.now_s))  # the schema may be here now
 
     # ---------------------------------------------------------------- client writes
 

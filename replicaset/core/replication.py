@@ -12,6 +12,13 @@ Theory of operation (DESIGN 4.3, Tarantool's relay/applier):
   unless conflicts may be skipped; a row whose apply breaks the link
   `APPLY_FAILURES_MAX` times in a row (a gap, a schema that never comes, a bug) stops it
   too, naming the row: retrying a deterministic failure forever helps no one.
+- A data row whose schema (a DDL row of another origin) the member does not hold yet
+  waits for it (DESIGN 4.6): the writer says so (`schema_pending`), the applier keeps that
+  row and every row after it, and hands them back (`ApplyRows`) once the member holds the
+  schema, which another upstream brings. A wait longer than the silence timeout breaks the
+  link, and counts against the row. While it waits the applier reads nothing from its
+  link, so no silence timeout runs; rows still received (a host that keeps reading) queue
+  behind the waiting ones.
 - A relay serves one subscriber. At SUBSCRIBE it refuses a split brain (the subscriber
   holds, at some LSN of an origin, a row with another txn id than ours) and a request for
   rows its log no longer has (never streams a hole). Then it sends, in log order, every
@@ -25,7 +32,7 @@ Action and method names are those of `specs/VClockReplication.tla`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from replicaset.core.admission import Admission, admit
@@ -121,6 +128,16 @@ Action = Connect | SendSubscribe | ApplyRows | SendAck | Disconnect | SendRows |
 # ---------------------------------------------------------------- applier
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchemaWait:
+    """Rows kept while the first waits for the DDL row `schema_id`, until `deadline_s`."""
+
+    schema_id: tuple[int, int]
+    records: tuple[Record, ...]
+    own_allowed: bool
+    deadline_s: float
+
+
 class ApplierState(Enum):
     CONNECT = "connect"
     AUTH = "auth"
@@ -136,8 +153,10 @@ APPLIER_TRANSITIONS: dict[ApplierState, frozenset[str]] = {
     S.DISCONNECTED: frozenset({"start", "tick", "disconnected"}),
     S.CONNECT: frozenset({"connected", "disconnected", "tick"}),
     S.AUTH: frozenset({"subscribed", "refused", "disconnected", "tick"}),
-    S.SYNC: frozenset({"rows_received", "rows_applied", "apply_failed", "heartbeat", "disconnected", "tick"}),
-    S.FOLLOW: frozenset({"rows_received", "rows_applied", "apply_failed", "heartbeat", "disconnected", "tick"}),
+    S.SYNC: frozenset({"rows_received", "rows_applied", "apply_failed", "schema_pending", "schema_check", "heartbeat",
+                       "disconnected", "tick"}),
+    S.FOLLOW: frozenset({"rows_received", "rows_applied", "apply_failed", "schema_pending", "schema_check", "heartbeat",
+                         "disconnected", "tick"}),
     S.STOPPED: frozenset({"tick", "disconnected", "rows_applied"}),
 }
 
@@ -158,6 +177,7 @@ class Applier:
     lag_s: float = 0.0
     failed_row: tuple[int, int] | None = None
     failures: int = 0
+    waiting: SchemaWait | None = None
 
     def _event(self, name: str) -> None:
         if name not in APPLIER_TRANSITIONS[self.state]:
@@ -203,6 +223,9 @@ class Applier:
         for record in records:
             if record.lsn > self.upstream_vclock.get(record.origin):
                 self.upstream_vclock.reset(record.origin, record.lsn)
+        if self.waiting is not None:
+            self.waiting = replace(self.waiting, records=self.waiting.records + tuple(records))
+            return []
         if not records:
             return []
         return [ApplyRows(peer=self.peer, records=tuple(records), own_allowed=own_allowed,
@@ -233,8 +256,45 @@ class Applier:
         self._event("apply_failed")
         if self.skip_conflict:
             return []
-        self.state, self.message = S.STOPPED, error
+        self.state, self.message, self.waiting = S.STOPPED, error, None
         return [Disconnect(peer=self.peer, reason=error)]
+
+    def schema_pending(self, now_s: float, schema_id: tuple[int, int], records: Sequence[Record],
+                       pending: VClock, *, own_allowed: bool = False) -> list[Action]:
+        """The writer took the rows of `records` before the first whose schema it lacks
+        (`pending`: what it holds, flushed or not); the rest wait for that schema."""
+        self._event("schema_pending")
+        if self.waiting is not None:
+            raise LocalProtocolError(f"applier for {self.peer}: schema_pending while it waits already")
+        self.waiting = SchemaWait(
+            schema_id=schema_id, records=tuple(r for r in records if r.lsn > pending.get(r.origin)),
+            own_allowed=own_allowed, deadline_s=now_s + SILENCE_TIMEOUTS * self.timeout_s)
+        return []
+
+    def schema_check(self, now_s: float, pending: VClock) -> list[Action]:
+        """The host looks again while rows wait: once the member holds their schema they go
+        to the writer, past the deadline the link breaks."""
+        self._event("schema_check")
+        waiting = self.waiting
+        if waiting is None:
+            return []
+        origin, lsn = waiting.schema_id
+        if pending.get(origin) >= lsn:
+            self.waiting, self.last_heard_s = None, now_s
+            records = tuple(r for r in waiting.records if r.lsn > pending.get(r.origin))
+            if not records:
+                return []
+            return [ApplyRows(peer=self.peer, records=records, own_allowed=waiting.own_allowed,
+                              skip_conflicts=self.skip_conflict)]
+        return self._wait_expired(now_s, waiting)
+
+    def _wait_expired(self, now_s: float, waiting: SchemaWait) -> list[Action]:
+        if now_s < waiting.deadline_s:
+            return []
+        first, (origin, lsn) = waiting.records[0], waiting.schema_id
+        reason = f"row {first.origin}:{first.lsn} waited too long for its schema {origin}:{lsn}"
+        stopped = self.disconnected(now_s, reason, failed_row=(first.origin, first.lsn))
+        return stopped or [Disconnect(peer=self.peer, reason=reason)]
 
     def heartbeat(self, now_s: float, relay_vclock: VClock, durable_vclock: VClock) -> list[Action]:
         """The relay is alive; answer with what we hold so it knows we are too. Rows
@@ -249,7 +309,7 @@ class Applier:
 
     def ignore(self, now_s: float, message: str) -> list[Action]:
         """The upstream is this instance itself, or a member followed by its UUID already."""
-        self.state, self.message = S.STOPPED, message
+        self.state, self.message, self.waiting = S.STOPPED, message, None
         return [Disconnect(peer=self.peer, reason=message)]
 
     def disconnected(self, now_s: float, reason: str, *, failed_row: tuple[int, int] | None = None) -> list[Action]:
@@ -257,6 +317,7 @@ class Applier:
         the row whose apply broke it, if one did: the same row failing again and again
         stops the applier."""
         self._event("disconnected")
+        self.waiting = None
         if self.state is S.STOPPED:
             return []
         if failed_row is not None:
@@ -277,6 +338,8 @@ class Applier:
         if self.state is S.DISCONNECTED and now_s >= self.retry_at_s:
             self.state, self.last_heard_s = S.CONNECT, now_s
             return [Connect(peer=self.peer)]
+        if self.waiting is not None:
+            return self._wait_expired(now_s, self.waiting)
         if self.state in (S.CONNECT, S.AUTH, S.SYNC, S.FOLLOW) and now_s - self.last_heard_s > SILENCE_TIMEOUTS * self.timeout_s:
             reason = f"no message from {self.peer} for {now_s - self.last_heard_s:.1f} s"
             self.disconnected(now_s, reason)
@@ -287,6 +350,8 @@ class Applier:
         assert self.state in APPLIER_TRANSITIONS
         assert self.state is not S.STOPPED or self.message, "a stopped applier says why"
         assert self.attempts >= 0
+        assert self.waiting is None or (self.state in (S.SYNC, S.FOLLOW) and self.waiting.records), (
+            "rows wait for a schema only on a link that receives, and only while there are rows")
 
 
 # ---------------------------------------------------------------- relay

@@ -218,6 +218,23 @@ class MemberDriver:
         return self._of_applier(key, self.appliers[key].apply_failed(now_s, error))
 
     @_event
+    def applier_schema_pending(self, key: str, now_s: float, schema_id: tuple[int, int], records: Sequence[Record],
+                               *, own_allowed: bool) -> list[Action]:
+        """The store took the rows of an ApplyRows up to one whose schema it lacks: the rest
+        wait in the applier. The host calls `applier_schema_check` until they go."""
+        return self._of_applier(key, self.appliers[key].schema_pending(
+            now_s, schema_id, records, self._store.pending_vclock, own_allowed=own_allowed))
+
+    @_event
+    def applier_schema_check(self, key: str, now_s: float) -> list[Action]:
+        """Rows of upstream `key` wait for a schema: an ApplyRows once the store holds it, a
+        Disconnect past the wait's deadline, else nothing yet."""
+        applier = self.appliers[key]
+        if applier.waiting is None:
+            return []
+        return self._of_applier(key, applier.schema_check(now_s, self._store.pending_vclock))
+
+    @_event
     def applier_heartbeat(self, key: str, now_s: float, relay_vclock: VClock) -> list[Action]:
         applier = self.appliers[key]
         if applier.state not in RECEIVING:

@@ -23,6 +23,12 @@ class MemberStore(Protocol):
         ...
 
     @property
+    def pending_vclock(self) -> VClock:
+        """What the member holds, flushed or not: a row waiting for its schema goes once
+        the schema is here."""
+        ...
+
+    @property
     def durable_vclock(self) -> VClock:
         """What an OS crash cannot take: relays ship the member's own rows up to it."""
         ...

@@ -190,35 +190,50 @@ def _is_known(node: ApplierHost, key: str, uuid: str, address: str) -> bool:
 
 
 async def _apply(node: ApplierHost, key: str, action: repl.ApplyRows) -> list[Action]:
+    """Rows to the writer; a row whose schema is not here yet waits in the applier core,
+    which hands the rows back once it is (or breaks the link): this task looks every
+    `SCHEMA_WAIT_POLL_S` meanwhile, reading nothing more from its link."""
     driver = node.driver
-    records = list(action.records)
+    records = action.records
     took = partial(driver.applier_took, key, trio.current_time()) if driver.tracing else None
-    try:
-        with trio.fail_after(repl.SILENCE_TIMEOUTS * driver.appliers[key].timeout_s):
-            while True:
-                try:
-                    await node.writer.apply(records, own_allowed=action.own_allowed, skip_conflicts=action.skip_conflicts,
-                                            log=node.log, took=took)
-                    break
-                except SchemaPending as pending:
-                    # DESIGN 4.6: a data row waits for its schema, which another path brings.
-                    origin, lsn = pending.schema_id
-                    records = [r for r in records if r.lsn > node.engine.pending_vclock.get(r.origin)]
-                    while node.engine.pending_vclock.get(origin) < lsn:
-                        await trio.sleep(SCHEMA_WAIT_POLL_S)
-    except trio.TooSlowError as exc:
-        raise ApplyBroke("a row waited too long for its schema", records) from exc
-    except GapError as exc:
-        raise ApplyBroke(str(exc), records) from exc
-    except ApplyError as exc:
-        node.log.error("apply_failed", peer=action.peer, error=str(exc))
-        return driver.applier_apply_failed(key, trio.current_time(), str(exc))
-    except (EngineFatal, WriteFailed):
-        raise
-    except Exception as exc:  # a bug in the apply path: this link pays, counted against the row
-        node.log.error("applier_failed", peer=action.peer, error=repr(exc), exc_info=exc)
-        raise ApplyBroke(repr(exc), records) from exc
-    return driver.applier_applied(key, trio.current_time())
+    while True:
+        try:
+            await node.writer.apply(records, own_allowed=action.own_allowed, skip_conflicts=action.skip_conflicts,
+                                    log=node.log, took=took)
+            return driver.applier_applied(key, trio.current_time())
+        except SchemaPending as pending:
+            node.log.info("apply_waits_for_schema", peer=action.peer, schema=list(pending.schema_id))
+            driver.applier_schema_pending(key, trio.current_time(), pending.schema_id, records,
+                                          own_allowed=action.own_allowed)
+            released = await _schema_wait(node, key)
+            if released is None:
+                return driver.applier_applied(key, trio.current_time())
+            records = released.records
+        except GapError as exc:
+            raise ApplyBroke(str(exc), records) from exc
+        except ApplyError as exc:
+            node.log.error("apply_failed", peer=action.peer, error=str(exc))
+            return driver.applier_apply_failed(key, trio.current_time(), str(exc))
+        except (EngineFatal, WriteFailed):
+            raise
+        except Exception as exc:  # a bug in the apply path: this link pays, counted against the row
+            node.log.error("applier_failed", peer=action.peer, error=repr(exc), exc_info=exc)
+            raise ApplyBroke(repr(exc), records) from exc
+
+
+async def _schema_wait(node: ApplierHost, key: str) -> repl.ApplyRows | None:
+    """Until the applier core lets its waiting rows go (None: they all came another way)
+    or breaks the link."""
+    driver = node.driver
+    while driver.appliers[key].waiting is not None:
+        await trio.sleep(SCHEMA_WAIT_POLL_S)
+        for tagged in driver.applier_schema_check(key, trio.current_time()):
+            assert isinstance(tagged, ApplierAction)
+            if isinstance(tagged.action, repl.Disconnect):
+                raise PeerError(ErrorCode.TIMEOUT, tagged.action.reason)
+            assert isinstance(tagged.action, repl.ApplyRows)
+            return tagged.action
+    return None
 
 
 def now_ms() -> int:

@@ -176,6 +176,61 @@ def test_applier_disconnects_a_silent_peer_and_stops_on_a_conflict():
         applier.rows_received(1.0, [row(1, 1)])
 
 
+def test_rows_wait_for_their_schema_then_go_with_every_row_received_meanwhile():
+    """DESIGN 4.6: a data row waits for the DDL row it was written under, which another
+    upstream brings; nothing is lost, nothing reconnects, and no silence timeout runs
+    while the applier reads nothing."""
+    applier = subscribed_applier(VClock(), VClock({3: 3}))
+    (apply,) = applier.rows_received(0.1, [row(3, 1), row(3, 2)])
+    assert applier.schema_pending(0.2, (2, 7), apply.records, VClock({3: 1})) == []
+    assert applier.rows_received(0.3, [row(3, 3)]) == [], "rows received meanwhile queue behind"
+    assert applier.tick(3.0) == [], "waiting is not silence"
+    assert applier.schema_check(3.1, VClock({3: 1, 2: 6})) == []
+    (again,) = applier.schema_check(3.2, VClock({3: 1, 2: 7}))
+    assert isinstance(again, repl.ApplyRows) and [(r.origin, r.lsn) for r in again.records] == [(3, 2), (3, 3)]
+    assert applier.waiting is None and applier.state is repl.ApplierState.SYNC
+    applier.check_invariants()
+
+
+def test_rows_whose_schema_never_comes_break_the_link_and_then_stop_the_applier():
+    applier = subscribed_applier(VClock(), VClock({3: 1}))
+    (apply,) = applier.rows_received(0.0, [row(3, 1)])
+    applier.schema_pending(0.0, (2, 7), apply.records, VClock())
+    assert applier.schema_check(3.9, VClock()) == []
+    (drop,) = applier.tick(4.0)
+    assert isinstance(drop, repl.Disconnect) and "3:1 waited too long for its schema 2:7" in drop.reason
+    assert applier.state is repl.ApplierState.DISCONNECTED and applier.waiting is None
+    assert applier.failed_row == (3, 1)
+    for _ in range(repl.APPLY_FAILURES_MAX - 1):
+        now = applier.retry_at_s
+        applier.tick(now)
+        applier.connected(now, VClock(), {})
+        applier.subscribed(now, VClock({3: 1}), VClock())
+        (apply,) = applier.rows_received(now, [row(3, 1)])
+        applier.schema_pending(now, (2, 7), apply.records, VClock())
+        (drop,) = applier.schema_check(now + 4.0, VClock())
+        assert isinstance(drop, repl.Disconnect)
+    assert applier.state is repl.ApplierState.STOPPED
+    assert applier.message.startswith(f"row 3:1 failed {repl.APPLY_FAILURES_MAX} times in a row")
+
+
+def test_rows_that_came_another_way_while_they_waited_are_not_applied_again():
+    applier = subscribed_applier(VClock(), VClock({3: 2}))
+    (apply,) = applier.rows_received(0.0, [row(3, 1), row(3, 2)])
+    applier.schema_pending(0.0, (2, 7), apply.records, VClock())
+    assert applier.schema_check(0.5, VClock({2: 7, 3: 2})) == [] and applier.waiting is None
+
+
+def test_a_lost_link_drops_the_rows_that_waited():
+    """The next subscribe asks for them again: the rows kept belong to that link."""
+    applier = subscribed_applier(VClock(), VClock({3: 1}))
+    (apply,) = applier.rows_received(0.0, [row(3, 1)])
+    applier.schema_pending(0.0, (2, 7), apply.records, VClock())
+    applier.disconnected(0.6, "cut")
+    assert applier.waiting is None and applier.failed_row is None
+    applier.check_invariants()
+
+
 def _reconnect_and_fail(applier: repl.Applier, *, failed_row: tuple[int, int] | None) -> float:
     """Reconnect when the backoff allows, subscribe, and break again; returns that time."""
     now = applier.retry_at_s

@@ -32,6 +32,10 @@ class Store:
         return clock
 
     @property
+    def pending_vclock(self) -> VClock:
+        return self.vclock
+
+    @property
     def durable_vclock(self) -> VClock:
         return self.durable.copy()
 

@@ -143,6 +143,22 @@ def test_a_lost_link_is_reported_once_and_a_row_that_keeps_breaking_it_stops_the
     assert applier.message is not None and applier.message.startswith(f"row 1:3 failed {repl.APPLY_FAILURES_MAX} times")
 
 
+def test_rows_waiting_for_their_schema_go_once_the_store_holds_it() -> None:
+    """The store took 3:1 and lacks the schema of 3:2; the driver hands the applier what the
+    store holds, and the applier gives the rows back once the schema is there."""
+    store = Store()
+    driver = driver_for(store)
+    follow(driver, "3", VClock({3: 2}))
+    (apply,) = of_applier(driver.applier_rows("3", 0.1, [row(3, 1), row(3, 2)]), "3")
+    store.log.append(row(3, 1))
+    assert driver.applier_schema_pending("3", 0.2, (1, 4), apply.records, own_allowed=False) == []
+    assert driver.applier_schema_check("3", 0.3) == []
+    store.log.extend(row(1, lsn) for lsn in range(1, 5))  # the schema, through another upstream
+    (again,) = of_applier(driver.applier_schema_check("3", 0.4), "3")
+    assert isinstance(again, repl.ApplyRows) and [(r.origin, r.lsn) for r in again.records] == [(3, 2)]
+    assert driver.applier_schema_check("3", 0.5) == [], "nothing waits any more"
+
+
 def test_a_final_refusal_stops_the_applier_and_rows_unavailable_everywhere_ask_for_a_rejoin() -> None:
     store = Store()
     store.write(row(OWN, 4))
