@@ -71,6 +71,7 @@ OPTIONS: dict[str, Option] = {
     "auth.users": Option({}, dict, lambda v: all(isinstance(p, str) for p in v.values()), "a table of user = password"),
     "auth.guest": Option(True, bool),
     "debug.check_invariants": Option(False, bool),
+    "debug.trace_file": Option("", str),
 }
 
 

@@ -19,13 +19,14 @@ Theory of operation (etcd raft's RawNode; DESIGN section 3):
   registration, the invariants and the trace.
 
 Trace lines are named and parameterised as the actions of `specs/VClockReplication.tla`:
-`LocalWrite` when the host tells of a local commit (`committed`), `WalFlush` at `flushed`
-with the member's table as the host's `traced_table` gives it, `RelaySend` then
+`LocalWrite` when the host tells of a local commit (`committed`), `WalFlush` at
+`wal_flushed` (which `flushed` calls) with the member's table as the host's
+`traced_table` gives it, `RelaySend` then
 `ApplierReceive` when a row from a peer is taken (links are FIFO and a
 crash cuts them, so a row taken is a row its sender still holds), `RecoveryAnswer` when a
 peer answered the recovery fetch (its first row of ours, or synced with it),
 `RecoveryGiveUp` and `RecoveryFinish` as the replica-set core decides, `WalSync` when a
-sync made new rows durable.
+sync made new rows durable (`wal_synced`, which `synced` calls).
 """
 
 from __future__ import annotations
@@ -340,27 +341,40 @@ class MemberDriver:
             self._trace({"event": "LocalWrite", "member": self.instance_id, "lsn": record.lsn, "hlc": stamp(record),
                          "ops": traced_ops(record), "t": now_s})
 
+    def wal_flushed(self, now_s: float) -> None:
+        """The WAL took rows (the spec's WalFlush, applied rows and local ones alike). Only
+        the trace hears of it: a host whose relays follow the flushes on their own (the
+        server's relay tasks) calls it, one that steps them all here calls `flushed`."""
+        if self._trace is None:
+            return
+        vclock = self._store.vclock
+        members = sorted(set(self._membership().ids.values()) | {self.instance_id})
+        self._trace({"event": "WalFlush", "member": self.instance_id, "vclock": {m: vclock.get(m) for m in members},
+                     "table": self._traced_table() if self._traced_table is not None else {}, "t": now_s})
+
     @_event
     def flushed(self, now_s: float, records: Sequence[Record]) -> list[Action]:
-        """The WAL took these rows (the spec's WalFlush, applied rows and local ones
-        alike): every relay hears of them, in log order."""
-        if self._trace is not None and records:
-            vclock = self._store.vclock
-            members = sorted(set(self._membership().ids.values()) | {self.instance_id})
-            self._trace({"event": "WalFlush", "member": self.instance_id, "vclock": {m: vclock.get(m) for m in members},
-                         "table": self._traced_table() if self._traced_table is not None else {}, "t": now_s})
+        """The WAL took these rows: traced (`wal_flushed`), and every relay hears of them,
+        in log order."""
+        if records:
+            self.wal_flushed(now_s)
         durable = self._store.durable_vclock
         actions: list[Action] = []
         for conn, relay in list(self.relays.items()):
             actions += self._of_relay(conn, relay.rows(now_s, records, durable))
         return actions
 
-    @_event
-    def synced(self, now_s: float, *, advanced: bool) -> list[Action]:
-        """The WAL was fsynced; `advanced` when the sync made rows durable that were not
-        (the spec's WalSync): relays may send rows they withheld for it."""
+    def wal_synced(self, now_s: float, *, advanced: bool) -> None:
+        """The WAL was fsynced; `advanced` when that made rows durable that were not (the
+        spec's WalSync). Only the trace hears of it, as for `wal_flushed`."""
         if advanced and self._trace is not None:
             self._trace({"event": "WalSync", "member": self.instance_id, "t": now_s})
+
+    @_event
+    def synced(self, now_s: float, *, advanced: bool) -> list[Action]:
+        """The WAL was fsynced: traced (`wal_synced`), and relays may send rows they
+        withheld for it."""
+        self.wal_synced(now_s, advanced=advanced)
         durable = self._store.durable_vclock
         actions: list[Action] = []
         for conn, relay in list(self.relays.items()):

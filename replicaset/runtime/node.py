@@ -38,6 +38,7 @@ from replicaset.runtime.applier import Upstream, run_applier
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import PeerError
 from replicaset.runtime.relay import Relays
+from replicaset.runtime.trace_file import TraceFile
 from replicaset.runtime.transfer import Registration, register_with
 from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import Engine, EngineConfig, SqlError
@@ -94,6 +95,7 @@ class Node:
         self.schema_version = 1
         self._system_views: dict[SystemView, list[list[Any]]] | None = None
         self.listen_address = config.listen
+        self.trace_file: TraceFile | None = None
 
     @property
     def guest_allowed(self) -> bool:
@@ -147,7 +149,17 @@ class Node:
             skip_conflict=cfg.replication_skip_conflict,
             check_invariants=cfg["debug.check_invariants"],
             check_store=self._check_engine,
+            trace=self._open_trace(),
         )
+
+    def _open_trace(self) -> TraceFile | None:
+        """`[debug] trace_file`, relative to the data directory: where the driver traces."""
+        name = self.config["debug.trace_file"]
+        if not name or self.trace_file is not None:
+            return self.trace_file
+        self.trace_file = TraceFile(self.data_dir / name)
+        self.log.info("tracing", path=str(self.trace_file.path))
+        return self.trace_file
 
     def _check_engine(self) -> None:
         if not self.writer.in_thread:  # a flush or a checkpoint in a thread is mid-way
@@ -188,8 +200,9 @@ class Node:
                 max_delay_ms=self.config["wal.group_commit_delay_ms"],
             ),
             fsync=self.config.wal_mode == "fsync",
+            on_commit=self._on_commit,
             on_flush=self._on_flush,
-            on_synced=self.relays.on_synced,
+            on_synced=self._on_synced,
         )
         host, port = parse_address(self.config.listen)
         try:
@@ -229,6 +242,8 @@ class Node:
             async with self.writer.token:
                 await self.writer._flush_now()
         self.engine.close()
+        if self.trace_file is not None:
+            self.trace_file.close()
         if self.writer.fatal is None:
             (self.data_dir / CLEAN_STOP_FILE).touch()
         self.log.info("stopped")
@@ -415,11 +430,19 @@ class Node:
             await trio.sleep(self.config.checkpoint_interval)
             await self.writer.checkpoint()
 
+    def _on_commit(self, records: list[Any]) -> None:
+        self.driver.committed(trio.current_time(), records)
+
     def _on_flush(self, records: list[Any]) -> None:
         if any(r.type == RecordType.DDL for r in records):
             self.schema_version += 1
             self._system_views = None
+        self.driver.wal_flushed(trio.current_time())
         self.relays.on_flush(records)
+
+    def _on_synced(self, advanced: bool) -> None:
+        self.driver.wal_synced(trio.current_time(), advanced=advanced)
+        self.relays.on_synced()
 
     # ---------------------------------------------------------------- views
 

@@ -75,8 +75,8 @@ class Relays:
         for feed in self._feeds:
             feed.push(records)
 
-    def on_synced(self, vclock: VClock) -> None:
-        """The writer's sync reached `vclock`; the relays read the cut from the store."""
+    def on_synced(self) -> None:
+        """The writer synced the WAL; the relays read the cut from the store."""
         for feed in self._feeds:
             feed.push(Synced())
 

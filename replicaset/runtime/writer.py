@@ -46,14 +46,18 @@ class Writer:
         *,
         group_commit: GroupCommitPolicy,
         fsync: bool,
+        on_commit: Callable[[list[Record]], None] = lambda records: None,
         on_flush: Callable[[list[Record]], None] = lambda records: None,
-        on_synced: Callable[[VClock], None] = lambda vclock: None,
+        on_synced: Callable[[bool], None] = lambda advanced: None,
     ) -> None:
-        """`on_flush` sees every batch, in log order, as it is flushed; `on_synced` every
-        vclock up to which the WAL was fsynced (the relays' durable cut)."""
+        """`on_commit` sees the rows of every local commit, before the flush that makes
+        them durable; `on_flush` every batch, in log order, as it is flushed; `on_synced`
+        every fsync of the WAL (the relays' durable cut moved), `advanced` when it made
+        rows durable that were not."""
         self.engine = engine
         self._policy = group_commit
         self._fsync = fsync
+        self._on_commit = on_commit
         self._on_flush = on_flush
         self._on_synced = on_synced
         self.token = trio.Semaphore(1)
@@ -138,6 +142,8 @@ class Writer:
 
     async def _commit(self, txn: LocalTxn) -> Ticket:
         committed = self.engine.commit(txn)
+        if committed is not None:
+            self._on_commit(list(committed.records))
         ticket = Ticket()
         self._tickets.append(ticket)
         bound_reached = self._policy.add(sum(len(r.payload) for r in committed.records) if committed else 0)
@@ -228,7 +234,7 @@ class Writer:
         if point is not None:
             await trio.to_thread.run_sync(wal.fsync_point, point)
             wal.synced(point)
-        self._on_synced(wal.synced_vclock)
+        self._on_synced(point is not None)
 
     async def _flush_now(self) -> None:
         tickets, self._tickets = self._tickets, []

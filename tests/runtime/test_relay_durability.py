@@ -90,7 +90,7 @@ def test_a_relay_ships_no_row_of_ours_an_os_crash_could_still_take(tmp_path: Pat
     node.engine = node.open_engine()
     node.driver = node.open_member()
     node.writer = Writer(node.engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False,
-                         on_flush=node._on_flush, on_synced=node.relays.on_synced)  # as Node.run wires them
+                         on_commit=node._on_commit, on_flush=node._on_flush, on_synced=node._on_synced)  # as Node.run wires them
     images = tmp_path / "images"
     images.mkdir()
     wire = SubscriberEnd(cache, tmp_path / "data" / "wal", images, own_rows_expected=1 + ROWS_BEFORE + ROWS_AFTER)
