@@ -1,19 +1,25 @@
-"""Deterministic simulation of a replica set: real engines, the replication cores, a fake
-network and crashes, all driven from one seed in virtual time (TigerBeetle's VOPR).
+"""Deterministic simulation of a replica set: real engines and writers, the replication
+cores, a fake network and crashes, all driven from one seed in virtual time (TigerBeetle's
+VOPR).
 
-Each member has a real `Engine` in its own directory and a `MemberDriver`, the one the
-server runs, with its `Applier` per peer and `Relay` per subscriber connection; the
-simulator is the host that carries out the driver's actions. Links are FIFO connections, as TCP is; the seed decides
-delays (so rows from different peers interleave in every order), cut connections, whole
-partitions, duplicated and reordered deliveries (which the apply-once check must absorb
-and a gap must turn into a resubscribe), process crashes and OS crashes that lose the
-WAL bytes written since the member's last sync point. Relays ship only rows behind the sync
-point when they are of the relaying member's own origin, as the runtime does (FINDINGS
-F1): a member syncs before it relays its own rows and before a relay reads its log. After the fault phase the network
-heals, crashed members restart, and the run must converge: equal vclocks, one payload per
-`(origin, lsn)` everywhere and each one a client was acknowledged for, every acknowledged
-durable write held byte-for-byte, and on every member the tables, versions and latent
-images that the reference model of last-writer-wins (`replicaset.testing.lww`) computes.
+Each member has a real `Engine` in its own directory, the server's `Writer` over it and a
+`MemberDriver`, the one the server runs, with its `Applier` per peer and `Relay` per
+subscriber connection; the simulator is the host that carries out the driver's actions.
+It runs inside trio as one task, so every call of a writer runs to its end before the
+next event (no flusher task: with no group-commit delay and nobody else waiting, a commit
+is flushed at once; `wal_mode = fsync` flushes, and every fsync, run in a worker thread
+that the task awaits). The writer's hooks tell the driver of commits, flushes and syncs;
+their actions are carried out once the writer's call returns (`_settle`). Links are FIFO
+connections, as TCP is; the seed decides delays (so rows from different peers interleave
+in every order), cut connections, whole partitions, duplicated and reordered deliveries
+(which the apply-once check must absorb and a gap must turn into a resubscribe), process
+crashes and OS crashes that lose the WAL bytes written since the member's last sync
+point. Relays ship only rows behind the sync point when they are of the relaying
+member's own origin (FINDINGS F1). After the fault phase the network heals, crashed
+members restart, and the run must converge: equal vclocks, one payload per `(origin,
+lsn)` everywhere and each one a client was acknowledged for, every acknowledged durable
+write held byte-for-byte, and on every member the tables, versions and latent images that
+the reference model of last-writer-wins (`replicaset.testing.lww`) computes.
 
 Under `wal_mode = "fsync"` every flush is durable: an OS crash loses nothing and a
 restarted member takes writes at once. Under `"write"` a restarted member first fetches
@@ -39,17 +45,20 @@ import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from replicaset.core import replication as repl
 from replicaset.core.replicaset import Refusal, ReplicaSet, must_recover
 from replicaset.member import Accepted, Action, ApplierAction, MemberDriver, Membership, RelayAction
 from replicaset.member.trace import value_id
-from replicaset.storage import ApplyError, Engine, EngineConfig, GapError, SchemaPending
-from replicaset.storage.engine import Committed
+from replicaset.runtime.writer import Writer
+from replicaset.storage import ApplyError, Engine, EngineConfig, GapError, SchemaPending, SqlError
 from replicaset.testing import lww
-from wal import Record, VClock, WalMode
+from wal import GroupCommitPolicy, Record, VClock, WalMode
 from wal.segment import list_segments
 
 TIMEOUT_S = 0.1
@@ -99,11 +108,16 @@ class Member:
     id: int
     data_dir: Path
     engine: Engine | None = None
+    writer: Writer | None = None
     driver: MemberDriver | None = None
     links: dict[int, int] = field(default_factory=dict)  # peer -> conn of our applier
     sync_point: dict[str, int] = field(default_factory=dict)
     unsynced: bool = False  # rows written since the last sync point
     vclock_at_crash: VClock | None = None
+    # What the writer's hooks produced during its last call, carried out once it returns.
+    outbox: list[Action] = field(default_factory=list)
+    sync_wanted: bool = False  # the seed wants an fsync after the last flush
+    flushed_since: bool = False  # rows waiting for their schema may go
 
 
 class Simulation:
@@ -167,10 +181,16 @@ class Simulation:
     def _clock_ms(self) -> int:
         return 1_700_000_000_000 + int(self.now_s * 1000)
 
-    def _open(self, member: Member, *, recovering: bool = False) -> None:
+    async def _open(self, member: Member, *, recovering: bool = False) -> None:
         member.engine = Engine.open(
             EngineConfig(data_dir=member.data_dir, instance_id=member.id, wal_mode=self.wal_mode),
             clock_ms=self._clock_ms,
+        )
+        # No flusher task: with no delay and one task, every commit is flushed at once.
+        member.writer = Writer(
+            member.engine, group_commit=GroupCommitPolicy(1 << 22, 1024, 0), fsync=self.wal_mode is WalMode.FSYNC,
+            on_commit=partial(self._on_commit, member), on_flush=partial(self._on_flush, member),
+            on_synced=partial(self._on_synced, member),
         )
         membership = Membership(members=len(self.members), upstreams=frozenset(str(p) for p in self.members if p != member.id),
                                 ids={str(p): p for p in self.members})
@@ -187,25 +207,25 @@ class Simulation:
         )
         for peer in self.members:
             if peer != member.id:
-                self._do(member, member.driver.applier_start(str(peer), self.now_s, peer=str(peer)))
-        self._do(member, member.driver.members_changed(self.now_s))  # as the runtime does once its appliers start
+                await self._do(member, member.driver.applier_start(str(peer), self.now_s, peer=str(peer)))
+        await self._do(member, member.driver.members_changed(self.now_s))  # as the runtime does once its appliers start
 
     # ---------------------------------------------------------------- the run
 
     def run(self, max_events: int = 200_000) -> None:
+        trio.run(self._run, max_events)
+
+    async def _run(self, max_events: int) -> None:
         self.trace({"event": "Init", "members": sorted(self.members), "wal_mode": self.wal_mode.value,
                     "seed": self.seed})
         first = self.members[1]
-        self._open(first)
-        engine = first.engine
-        assert engine is not None
-        txn = engine.begin()
-        engine.execute(txn, "CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, u INTEGER UNIQUE)")
-        self._committed(first, engine.commit(txn))
-        self._flushed(first, engine.flush())
+        await self._open(first)
+        assert first.writer is not None
+        await first.writer.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, u INTEGER UNIQUE)")
+        await self._settle(first)
         for member in self.members.values():
             if member.engine is None:
-                self._open(member)
+                await self._open(member)
             self._at(TICK_S, "tick", member.id)
         self._at(0.01, "write")
         self._at(self.fault_phase_s, "heal")
@@ -213,53 +233,53 @@ class Simulation:
             if not self._queue:
                 break
             self.now_s, _, kind, args = heapq.heappop(self._queue)
-            getattr(self, f"_on_{kind}")(*args)
+            await getattr(self, f"_on_{kind}")(*args)
             self.check_invariants()
             if self.healed and self.writes_left == 0 and self._converged():
                 self.trace({"event": "End", "steps": self.traced_steps})
                 return
         raise AssertionError(f"seed {self.seed}: no convergence after {max_events} events: {self.vclocks()}")
 
-    def _on_heal(self) -> None:
+    async def _on_heal(self) -> None:
         self.healed = True
         self.partitioned.clear()
         for member in self.members.values():
             if member.engine is None:
-                self._on_restart(member.id)
+                await self._on_restart(member.id)
 
-    def _on_tick(self, member_id: int) -> None:
+    async def _on_tick(self, member_id: int) -> None:
         self._at(TICK_S, "tick", member_id)
         member = self.members[member_id]
         if member.driver is None:
             return
-        self._do(member, member.driver.tick(self.now_s))
+        await self._do(member, member.driver.tick(self.now_s))
         if not self.healed:
-            self._maybe_fault(member)
+            await self._maybe_fault(member)
 
-    def _maybe_fault(self, member: Member) -> None:
+    async def _maybe_fault(self, member: Member) -> None:
         f, rng = self.faults, self.rng
         if rng.random() < f.cut_per_s * TICK_S and member.links:
-            self._cut(rng.choice(sorted(member.links.values())), "cut by the simulator")
+            await self._cut(rng.choice(sorted(member.links.values())), "cut by the simulator")
         if rng.random() < f.partition_per_s * TICK_S:
             other = rng.choice([m for m in self.members if m != member.id])
             pair = frozenset({member.id, other})
             self.partitioned.add(pair)
             for link in list(self.links.values()):
                 if {link.applier_of, link.relay_on} == set(pair):
-                    self._cut(link.conn, "partition")
+                    await self._cut(link.conn, "partition")
             self._at(rng.uniform(*f.partition_s), "unpartition", pair)
         crash_rate = f.crash_per_s * (f.registrar_crash_share if member.id == 1 else 1.0)
         if rng.random() < crash_rate * TICK_S:
-            self._crash(member, os_crash=rng.random() < f.os_crash_share)
+            await self._crash(member, os_crash=rng.random() < f.os_crash_share)
 
-    def _on_unpartition(self, pair: frozenset[int]) -> None:
+    async def _on_unpartition(self, pair: frozenset[int]) -> None:
         self.partitioned.discard(pair)
 
-    def _on_restart(self, member_id: int) -> None:
+    async def _on_restart(self, member_id: int) -> None:
         member = self.members[member_id]
         if member.engine is not None:
             return
-        self._open(member, recovering=must_recover(
+        await self._open(member, recovering=must_recover(
             unclean=True, wal_mode_write=self.wal_mode is WalMode.WRITE, has_peers=True, force_recovery=False))
         assert member.engine is not None
         if member.vclock_at_crash is not None and not member.vclock_at_crash <= member.engine.vclock:
@@ -269,37 +289,27 @@ class Simulation:
         self.trace({"event": "Restart", "member": member_id, "vclock": self._clock_of(member),
                     "table": self._traced_table(member), "t": self.now_s})
 
-    def _crash(self, member: Member, *, os_crash: bool) -> None:
+    async def _crash(self, member: Member, *, os_crash: bool) -> None:
         """A process crash loses nothing the WAL holds; an OS crash under wal_mode=write
         also loses the WAL bytes written since the member's last sync point."""
         assert member.engine is not None
         self.trace({"event": "Crash", "member": member.id, "os": os_crash, "t": self.now_s})
         member.vclock_at_crash = member.engine.wal.vclock
         member.engine.close()
-        member.engine = None
+        member.engine = member.writer = None
         assert member.driver is not None
         for conn in list(member.links.values()) + list(member.driver.relays):
-            self._cut(conn, "crash")
+            await self._cut(conn, "crash")
         member.driver = None
         if os_crash and self.wal_mode is WalMode.WRITE:
             self._lose_unsynced_tail(member)
         self._at(self.faults.restart_after_s, "restart", member.id)
 
-    def _sync(self, member: Member) -> None:
-        """What the member wrote so far survives an OS crash from now on (an fsync); its
-        relays may send the rows they withheld for it."""
-        advanced = member.unsynced and self.wal_mode is WalMode.WRITE
-        self._mark_durable(member)
-        assert member.driver is not None
-        self._do(member, member.driver.synced(self.now_s, advanced=advanced))
-
     def _mark_durable(self, member: Member) -> None:
+        """What the member wrote so far survives an OS crash from now on."""
         member.unsynced = False
         member.sync_point = {p.name: p.stat().st_size for p in list_segments(member.data_dir / "wal")}
         assert member.engine is not None
-        point = member.engine.wal.sync_point()
-        if point is not None:
-            member.engine.wal.synced(point)
         own_lsn = member.engine.vclock.get(member.id)
         # An LSN acknowledged twice was lost in an OS crash the first time: the later write holds it.
         self.durable.update((o, lsn, payload) for (o, lsn), payload in self._last_ack.items()
@@ -314,15 +324,59 @@ class Simulation:
                 with open(path, "r+b") as f:
                     f.truncate(self.rng.randint(size, path.stat().st_size))
 
+    # ---------------------------------------------------------------- the writer's hooks
+
+    def _on_commit(self, member: Member, records: list[Record]) -> None:
+        """A local commit, queued: its client is acknowledged after the flush that follows."""
+        for record in records:
+            self.acked.append((record.origin, record.lsn, record.payload))
+            self._last_ack[(record.origin, record.lsn)] = record.payload
+        assert member.driver is not None
+        member.driver.committed(self.now_s, records)
+
+    def _on_flush(self, member: Member, records: list[Record]) -> None:
+        """The driver hears of the flush at once (it traces WalFlush); the seed may want an
+        fsync before the relays' actions are carried out."""
+        assert member.driver is not None
+        member.unsynced = member.flushed_since = True
+        if self.wal_mode is WalMode.FSYNC:
+            self._mark_durable(member)  # every flush is an fsync
+        member.outbox += member.driver.flushed(self.now_s, records)
+        if self.wal_mode is WalMode.WRITE and self.rng.random() < self.faults.sync_p:
+            member.sync_wanted = True
+
+    def _on_synced(self, member: Member, advanced: bool) -> None:
+        assert member.driver is not None
+        self._mark_durable(member)
+        member.outbox += member.driver.synced(self.now_s, advanced=advanced)
+
+    async def _settle(self, member: Member) -> None:
+        """After a call of the member's writer: the fsync the seed wanted, then the actions
+        its hooks produced, in order; then rows waiting for their schema look again."""
+        while member.writer is not None:
+            if member.sync_wanted:
+                member.sync_wanted = False
+                await member.writer.sync_wal()
+            elif member.outbox:
+                actions, member.outbox = member.outbox, []
+                await self._do(member, actions)
+            elif member.flushed_since:
+                member.flushed_since = False
+                assert member.driver is not None
+                for key in [k for k, applier in member.driver.appliers.items() if applier.waiting is not None]:
+                    member.outbox += member.driver.applier_schema_check(key, self.now_s)
+            else:
+                return
+
     # ---------------------------------------------------------------- network
 
-    def _connect(self, member: Member, peer: int) -> None:
+    async def _connect(self, member: Member, peer: int) -> None:
         conn = next(self._conns)
         self.links[conn] = Link(conn, member.id, peer)
         member.links[peer] = conn
-        self._send(conn, member.id, peer, "hello")
+        await self._send(conn, member.id, peer, "hello")
 
-    def _cut(self, conn: int, reason: str, unapplied: tuple[Record, ...] = ()) -> None:
+    async def _cut(self, conn: int, reason: str, unapplied: tuple[Record, ...] = ()) -> None:
         link = self.links.get(conn)
         if link is None or not link.open:
             return
@@ -333,15 +387,15 @@ class Simulation:
         if applier_side.links.get(link.relay_on) == conn:
             del applier_side.links[link.relay_on]
             if applier_side.engine is not None and applier_side.driver is not None:
-                self._do(applier_side, applier_side.driver.applier_link_lost(
+                await self._do(applier_side, applier_side.driver.applier_link_lost(
                     str(link.relay_on), self.now_s, reason, unapplied=unapplied))
 
-    def _send(self, conn: int, src: int, dst: int, kind: str, *payload: Any) -> None:
+    async def _send(self, conn: int, src: int, dst: int, kind: str, *payload: Any) -> None:
         link = self.links[conn]
         if not link.open:
             return
         if frozenset({src, dst}) in self.partitioned:
-            self._cut(conn, "partition")
+            await self._cut(conn, "partition")
             return
         deliver = max(self.now_s + self.rng.uniform(self.faults.delay_min_s, self.faults.delay_max_s), link.last_delivery_s)
         # TCP neither duplicates nor reorders; row frames still get both, to prove that
@@ -355,135 +409,119 @@ class Simulation:
         if garble and self.rng.random() < self.faults.duplicate_p:
             heapq.heappush(self._queue, (deliver + 0.001, next(self._seq), "deliver", (conn, dst, kind, payload)))
 
-    def _on_deliver(self, conn: int, dst: int, kind: str, payload: tuple[Any, ...]) -> None:
+    async def _on_deliver(self, conn: int, dst: int, kind: str, payload: tuple[Any, ...]) -> None:
         link = self.links[conn]
         member = self.members[dst]
         if not link.open or member.driver is None:
             return
-        getattr(self, f"_recv_{kind}")(member, member.driver, conn, link, *payload)
+        await getattr(self, f"_recv_{kind}")(member, member.driver, conn, link, *payload)
 
     # ---------------------------------------------------------------- messages
 
-    def _recv_hello(self, relay_side: Member, driver: MemberDriver, conn: int, link: Link) -> None:
-        self._send(conn, relay_side.id, link.applier_of, "welcome")
+    async def _recv_hello(self, relay_side: Member, driver: MemberDriver, conn: int, link: Link) -> None:
+        await self._send(conn, relay_side.id, link.applier_of, "welcome")
 
-    def _recv_welcome(self, member: Member, driver: MemberDriver, conn: int, link: Link) -> None:
-        self._do(member, driver.applier_connected(str(link.relay_on), self.now_s))
+    async def _recv_welcome(self, member: Member, driver: MemberDriver, conn: int, link: Link) -> None:
+        await self._do(member, driver.applier_connected(str(link.relay_on), self.now_s))
 
-    def _recv_subscribe(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict,
-                        last_txn: dict, include_own: bool) -> None:
+    async def _recv_subscribe(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict,
+                              last_txn: dict, include_own: bool) -> None:
         accepted = driver.relay_subscribe(conn, self.now_s, subscriber=link.applier_of, vclock=VClock(vclock),
                                           last_txn=last_txn, include_own=include_own)
         if isinstance(accepted, repl.Refuse):
-            self._send(conn, member.id, link.applier_of, "refused", accepted.refusal, accepted.message)
+            await self._send(conn, member.id, link.applier_of, "refused", accepted.refusal, accepted.message)
             return
         assert isinstance(accepted, Accepted)
-        self._send(conn, member.id, link.applier_of, "subscribed", accepted.vclock)
-        self._do(member, accepted.actions)
+        await self._send(conn, member.id, link.applier_of, "subscribed", accepted.vclock)
+        await self._do(member, accepted.actions)
 
-    def _recv_subscribed(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict) -> None:
-        self._do(member, driver.applier_subscribed(str(link.relay_on), self.now_s, VClock(vclock)))
+    async def _recv_subscribed(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict) -> None:
+        await self._do(member, driver.applier_subscribed(str(link.relay_on), self.now_s, VClock(vclock)))
 
-    def _recv_refused(self, member: Member, driver: MemberDriver, conn: int, link: Link, refusal: Refusal,
-                      message: str) -> None:
-        self._do(member, driver.applier_refused(str(link.relay_on), self.now_s, refusal, message))
+    async def _recv_refused(self, member: Member, driver: MemberDriver, conn: int, link: Link, refusal: Refusal,
+                            message: str) -> None:
+        await self._do(member, driver.applier_refused(str(link.relay_on), self.now_s, refusal, message))
 
-    def _recv_rows(self, member: Member, driver: MemberDriver, conn: int, link: Link, records: tuple[Record, ...]) -> None:
-        self._do(member, driver.applier_rows(str(link.relay_on), self.now_s, records))
+    async def _recv_rows(self, member: Member, driver: MemberDriver, conn: int, link: Link,
+                         records: tuple[Record, ...]) -> None:
+        await self._do(member, driver.applier_rows(str(link.relay_on), self.now_s, records))
 
-    def _recv_heartbeat(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict) -> None:
-        self._do(member, driver.applier_heartbeat(str(link.relay_on), self.now_s, VClock(vclock)))
+    async def _recv_heartbeat(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict) -> None:
+        await self._do(member, driver.applier_heartbeat(str(link.relay_on), self.now_s, VClock(vclock)))
 
-    def _recv_ack(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict) -> None:
+    async def _recv_ack(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict) -> None:
         driver.relay_ack(conn, self.now_s, VClock(vclock))
 
     # ---------------------------------------------------------------- actions
 
-    def _do(self, member: Member, actions: list[Action]) -> None:
+    async def _do(self, member: Member, actions: list[Action]) -> None:
         """Carry out the driver's actions in its order; the replica set's are traced by it."""
         for tagged in actions:
             if isinstance(tagged, ApplierAction):
-                self._applier_act(member, int(tagged.key), tagged.action)
+                await self._applier_act(member, int(tagged.key), tagged.action)
             elif isinstance(tagged, RelayAction):
-                self._relay_act(member, tagged.conn, tagged.action)
+                await self._relay_act(member, tagged.conn, tagged.action)
 
-    def _applier_act(self, member: Member, peer: int, action: repl.Action) -> None:
+    async def _applier_act(self, member: Member, peer: int, action: repl.Action) -> None:
         if isinstance(action, repl.Connect):
-            self._connect(member, peer)
+            await self._connect(member, peer)
         elif isinstance(action, repl.SendSubscribe):
-            self._send(member.links[peer], member.id, peer, "subscribe", action.vclock, action.last_txn, action.include_own)
+            await self._send(member.links[peer], member.id, peer, "subscribe", action.vclock, action.last_txn,
+                             action.include_own)
         elif isinstance(action, repl.ApplyRows):
-            self._apply(member, peer, action)
+            await self._apply(member, peer, action)
         elif isinstance(action, repl.SendAck):
             if peer in member.links:
-                self._send(member.links[peer], member.id, peer, "ack", action.vclock)
+                await self._send(member.links[peer], member.id, peer, "ack", action.vclock)
         elif isinstance(action, repl.Disconnect):
             if peer in member.links:
-                self._cut(member.links[peer], action.reason)
+                await self._cut(member.links[peer], action.reason)
 
-    def _relay_act(self, member: Member, conn: int, action: repl.Action) -> None:
+    async def _relay_act(self, member: Member, conn: int, action: repl.Action) -> None:
         if isinstance(action, repl.SendRows):
-            self._send(conn, member.id, action.subscriber, "rows", action.records)
+            await self._send(conn, member.id, action.subscriber, "rows", action.records)
         elif isinstance(action, repl.SendHeartbeat):
-            self._send(conn, member.id, action.subscriber, "heartbeat", action.vclock)
+            await self._send(conn, member.id, action.subscriber, "heartbeat", action.vclock)
         elif isinstance(action, repl.SyncWal):
-            if member.unsynced:  # else a sync since the relay asked (`_flushed`) made its rows durable
-                self._sync(member)
+            if member.unsynced:  # else a sync since the relay asked made its rows durable
+                assert member.writer is not None
+                await member.writer.sync_wal()
+                await self._settle(member)
         elif isinstance(action, repl.ReadLog):
             assert member.engine is not None and member.driver is not None
             rows = list(member.engine.wal.read_from(VClock(action.after)))
-            self._do(member, member.driver.relay_rows(conn, self.now_s, rows))
+            await self._do(member, member.driver.relay_rows(conn, self.now_s, rows))
         elif isinstance(action, repl.Disconnect):
-            self._cut(conn, action.reason)
+            await self._cut(conn, action.reason)
 
-    def _apply(self, member: Member, peer: int, action: repl.ApplyRows) -> None:
-        """Apply rows as the writer does: each once, then one flush; then acknowledge, or
+    async def _apply(self, member: Member, peer: int, action: repl.ApplyRows) -> None:
+        """The writer applies the rows (each once, then one flush); then acknowledge, or
         leave the link (a gap: the row that broke it counts), or let the rest wait for
         their schema in the applier, or stop (a row refused)."""
-        engine, driver = member.engine, member.driver
-        assert engine is not None and driver is not None
+        writer, driver = member.writer, member.driver
+        assert writer is not None and driver is not None
         key = str(peer)
-        taken: list[Record] = []
         failure: ApplyError | None = None
         try:
-            for record in action.records:
-                if engine.apply(record, own_allowed=action.own_allowed):
-                    taken.append(record)
+            await writer.apply(action.records, own_allowed=action.own_allowed, skip_conflicts=action.skip_conflicts,
+                               took=partial(driver.applier_took, key, self.now_s) if driver.tracing else None)
         except ApplyError as exc:
             failure = exc
-        driver.applier_took(key, self.now_s, taken)
-        self._flushed(member, engine.flush())
+        await self._settle(member)
         if isinstance(failure, SchemaPending):
-            self._do(member, driver.applier_schema_pending(key, self.now_s, failure.schema_id, action.records,
-                                                           own_allowed=action.own_allowed))
+            await self._do(member, driver.applier_schema_pending(key, self.now_s, failure.schema_id, action.records,
+                                                                 own_allowed=action.own_allowed))
         elif isinstance(failure, GapError):
             if peer in member.links:
-                self._cut(member.links[peer], str(failure), action.records)
+                await self._cut(member.links[peer], str(failure), action.records)
         elif failure is not None:
-            self._do(member, driver.applier_apply_failed(key, self.now_s, str(failure)))
+            await self._do(member, driver.applier_apply_failed(key, self.now_s, str(failure)))
         else:
-            self._do(member, driver.applier_applied(key, self.now_s))
-
-    def _flushed(self, member: Member, records: list[Record]) -> None:
-        """The driver hears of the flush first (it traces WalFlush), then a sync may
-        follow, then the relays' actions are carried out, with the rows they withheld for
-        want of that sync already sent."""
-        if not records:
-            return
-        assert member.driver is not None
-        member.unsynced = True
-        if self.wal_mode is WalMode.FSYNC:
-            self._mark_durable(member)  # every flush is an fsync
-        actions = member.driver.flushed(self.now_s, records)
-        if self.wal_mode is WalMode.WRITE and self.rng.random() < self.faults.sync_p:
-            self._sync(member)
-        self._do(member, actions)
-        for key in [k for k, applier in member.driver.appliers.items() if applier.waiting is not None]:
-            self._do(member, member.driver.applier_schema_check(key, self.now_s))  # the schema may be here now
+            await self._do(member, driver.applier_applied(key, self.now_s))
 
     # ---------------------------------------------------------------- client writes
 
-    def _on_write(self) -> None:
+    async def _on_write(self) -> None:
         if self.writes_left <= 0:
             return
         self._at(self.rng.uniform(0.005, 0.05), "write")
@@ -492,8 +530,7 @@ class Simulation:
         if not candidates:
             return
         member = self.rng.choice(candidates)
-        engine = member.engine
-        assert engine is not None
+        assert member.writer is not None
         key, rng = self.rng.randrange(self.keys), self.rng
         statement = rng.choice([
             ("INSERT INTO kv(k, v, u) VALUES (?, ?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v, u = excluded.u",
@@ -502,27 +539,14 @@ class Simulation:
             ("DELETE FROM kv WHERE k = ?", (key,)),
             ("UPDATE kv SET k = ? WHERE k = ?", (rng.randrange(self.keys), key)),
         ])
-        txn = engine.begin()
+        acked = len(self.acked)
         try:
-            engine.execute(txn, *statement)
-        except Exception:
-            engine.rollback(txn)
-            self._flushed(member, engine.flush())
-            return
-        if self._committed(member, engine.commit(txn)):
+            await member.writer.execute(*statement)
+        except SqlError:
+            pass  # the writer rolled it back: a client would see the error
+        if len(self.acked) > acked:
             self.writes_left -= 1
-        self._flushed(member, engine.flush())
-
-    def _committed(self, member: Member, committed: Committed | None) -> bool:
-        """Trace a local commit (queued, acknowledged after the flush that follows)."""
-        if committed is None:
-            return False
-        for record in committed.records:
-            self.acked.append((record.origin, record.lsn, record.payload))
-            self._last_ack[(record.origin, record.lsn)] = record.payload
-        assert member.driver is not None
-        member.driver.committed(self.now_s, committed.records)
-        return True
+        await self._settle(member)
 
     # ---------------------------------------------------------------- checks
 
@@ -605,4 +629,4 @@ class Simulation:
         for member in self.members.values():
             if member.engine is not None:
                 member.engine.close()
-                member.engine = None
+                member.engine = member.writer = None
