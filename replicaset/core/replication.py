@@ -31,9 +31,11 @@ Action and method names are those of `specs/VClockReplication.tla`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any, TypeVar
 
 from replicaset.core.admission import Admission, admit
 from replicaset.core.replicaset import Refusal
@@ -148,17 +150,51 @@ class ApplierState(Enum):
 
 
 S = ApplierState
-# state -> events allowed in it; anything else is a LocalProtocolError.
-APPLIER_TRANSITIONS: dict[ApplierState, frozenset[str]] = {
-    S.DISCONNECTED: frozenset({"start", "tick", "disconnected"}),
-    S.CONNECT: frozenset({"connected", "disconnected", "tick"}),
-    S.AUTH: frozenset({"subscribed", "refused", "disconnected", "tick"}),
-    S.SYNC: frozenset({"rows_received", "rows_applied", "apply_failed", "schema_pending", "schema_check", "heartbeat",
-                       "disconnected", "tick"}),
-    S.FOLLOW: frozenset({"rows_received", "rows_applied", "apply_failed", "schema_pending", "schema_check", "heartbeat",
-                         "disconnected", "tick"}),
-    S.STOPPED: frozenset({"tick", "disconnected", "rows_applied"}),
+_GONE = frozenset({S.DISCONNECTED, S.STOPPED})
+# h11's transition table: state -> event -> the states the event may leave the applier in.
+# An event missing from its state's row is a LocalProtocolError; a method that leaves the
+# applier in a state its row does not list fails an assertion.
+APPLIER_TRANSITIONS: dict[ApplierState, dict[str, frozenset[ApplierState]]] = {
+    S.DISCONNECTED: {"start": frozenset({S.CONNECT}), "tick": frozenset({S.DISCONNECTED, S.CONNECT}),
+                     "disconnected": _GONE},
+    S.CONNECT: {"connected": frozenset({S.AUTH}), "ignore": frozenset({S.STOPPED}), "disconnected": _GONE,
+                "tick": frozenset({S.CONNECT, S.DISCONNECTED})},
+    S.AUTH: {"subscribed": frozenset({S.SYNC, S.FOLLOW}), "refused": _GONE, "disconnected": _GONE,
+             "tick": frozenset({S.AUTH, S.DISCONNECTED})},
+    S.SYNC: {"rows_received": frozenset({S.SYNC}), "rows_applied": frozenset({S.SYNC, S.FOLLOW}),
+             "apply_failed": frozenset({S.SYNC, S.STOPPED}), "schema_pending": frozenset({S.SYNC}),
+             "schema_check": frozenset({S.SYNC}) | _GONE, "heartbeat": frozenset({S.SYNC, S.FOLLOW}),
+             "disconnected": _GONE, "tick": frozenset({S.SYNC}) | _GONE},
+    S.FOLLOW: {"rows_received": frozenset({S.FOLLOW}), "rows_applied": frozenset({S.FOLLOW}),
+               "apply_failed": frozenset({S.FOLLOW, S.STOPPED}), "schema_pending": frozenset({S.FOLLOW}),
+               "schema_check": frozenset({S.FOLLOW}) | _GONE, "heartbeat": frozenset({S.FOLLOW}),
+               "disconnected": _GONE, "tick": frozenset({S.FOLLOW}) | _GONE},
+    S.STOPPED: {"tick": frozenset({S.STOPPED}), "disconnected": frozenset({S.STOPPED}),
+                "rows_applied": frozenset({S.STOPPED})},
 }
+
+M = TypeVar("M", bound=Callable[..., Any])
+
+
+def _transition(table: Mapping[Any, Mapping[str, frozenset[Any]]]) -> Callable[[M], M]:
+    """Check an event method of a core against its transition table, before and after."""
+
+    def check(method: M) -> M:
+        name = method.__name__
+
+        @functools.wraps(method)
+        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            before = self.state
+            allowed = table[before].get(name)
+            if allowed is None:
+                raise LocalProtocolError(f"{self}: {name} in state {before.value}")
+            result = method(self, *args, **kwargs)
+            assert self.state in allowed, f"{self}: {name} took state {before.value} to {self.state.value}"
+            return result
+
+        return step  # type: ignore[return-value]
+
+    return check
 
 
 @dataclass
@@ -179,17 +215,16 @@ class Applier:
     failures: int = 0
     waiting: SchemaWait | None = None
 
-    def _event(self, name: str) -> None:
-        if name not in APPLIER_TRANSITIONS[self.state]:
-            raise LocalProtocolError(f"applier for {self.peer}: {name} in state {self.state.value}")
+    def __str__(self) -> str:
+        return f"applier for {self.peer}"
 
+    @_transition(APPLIER_TRANSITIONS)
     def start(self, now_s: float) -> list[Action]:
-        self._event("start")
         self.state, self.last_heard_s = S.CONNECT, now_s
         return [Connect(peer=self.peer)]
 
+    @_transition(APPLIER_TRANSITIONS)
     def connected(self, now_s: float, vclock: VClock, last_txn: Mapping[int, tuple[int, int]], *, include_own: bool = False) -> list[Action]:
-        self._event("connected")
         self.state, self.last_heard_s = S.AUTH, now_s
         return [
             SendSubscribe(
@@ -197,28 +232,28 @@ class Applier:
             )
         ]
 
+    @_transition(APPLIER_TRANSITIONS)
     def subscribed(self, now_s: float, relay_vclock: VClock, local_vclock: VClock) -> list[Action]:
-        self._event("subscribed")
         self.message, self.last_heard_s = None, now_s
         self.sync_target = relay_vclock.copy()
         self.upstream_vclock = relay_vclock.copy()
         self.state = S.FOLLOW if _covers(local_vclock, relay_vclock) else S.SYNC
         return []
 
+    @_transition(APPLIER_TRANSITIONS)
     def refused(self, now_s: float, refusal: Refusal, message: str) -> list[Action]:
         """The peer refused SUBSCRIBE. A final refusal (split brain, rows gone, another
         replica set) stops the applier: the operator decides. A peer that does not know us
         yet is tried again after the backoff."""
-        self._event("refused")
         if refusal.final:
             self.state, self.message = S.STOPPED, message
             return [Disconnect(peer=self.peer, reason=message)]
         return self.disconnected(now_s, message) + [Disconnect(peer=self.peer, reason=message)]
 
+    @_transition(APPLIER_TRANSITIONS)
     def rows_received(self, now_s: float, records: Sequence[Record], *, own_allowed: bool = False) -> list[Action]:
         """Rows from the relay go to the writer; `own_allowed` while the member recovers
         rows of its own origin (it subscribed with `include_own`)."""
-        self._event("rows_received")
         self.last_heard_s = now_s
         for record in records:
             if record.lsn > self.upstream_vclock.get(record.origin):
@@ -231,9 +266,9 @@ class Applier:
         return [ApplyRows(peer=self.peer, records=tuple(records), own_allowed=own_allowed,
                           skip_conflicts=self.skip_conflict)]
 
+    @_transition(APPLIER_TRANSITIONS)
     def rows_applied(self, now_s: float, durable_vclock: VClock) -> list[Action]:
         """The writer made rows durable: acknowledge, and leave SYNC once caught up."""
-        self._event("rows_applied")
         if self.state is S.STOPPED:
             return []
         self._progressed(durable_vclock)
@@ -251,19 +286,19 @@ class Applier:
         if self.state is S.SYNC and _covers(durable_vclock, self.sync_target):
             self.state = S.FOLLOW
 
+    @_transition(APPLIER_TRANSITIONS)
     def apply_failed(self, now_s: float, error: str) -> list[Action]:
         """A row could not be applied; with skip_conflict the runtime skipped it already."""
-        self._event("apply_failed")
         if self.skip_conflict:
             return []
         self.state, self.message, self.waiting = S.STOPPED, error, None
         return [Disconnect(peer=self.peer, reason=error)]
 
+    @_transition(APPLIER_TRANSITIONS)
     def schema_pending(self, now_s: float, schema_id: tuple[int, int], records: Sequence[Record],
                        pending: VClock, *, own_allowed: bool = False) -> list[Action]:
         """The writer took the rows of `records` before the first whose schema it lacks
         (`pending`: what it holds, flushed or not); the rest wait for that schema."""
-        self._event("schema_pending")
         if self.waiting is not None:
             raise LocalProtocolError(f"applier for {self.peer}: schema_pending while it waits already")
         self.waiting = SchemaWait(
@@ -271,10 +306,10 @@ class Applier:
             own_allowed=own_allowed, deadline_s=now_s + SILENCE_TIMEOUTS * self.timeout_s)
         return []
 
+    @_transition(APPLIER_TRANSITIONS)
     def schema_check(self, now_s: float, pending: VClock) -> list[Action]:
         """The host looks again while rows wait: once the member holds their schema they go
         to the writer, past the deadline the link breaks."""
-        self._event("schema_check")
         waiting = self.waiting
         if waiting is None:
             return []
@@ -296,27 +331,28 @@ class Applier:
         stopped = self.disconnected(now_s, reason, failed_row=(first.origin, first.lsn))
         return stopped or [Disconnect(peer=self.peer, reason=reason)]
 
+    @_transition(APPLIER_TRANSITIONS)
     def heartbeat(self, now_s: float, relay_vclock: VClock, durable_vclock: VClock) -> list[Action]:
         """The relay is alive; answer with what we hold so it knows we are too. Rows
         that reached us through other peers may have synced us with this one: a recovering
         member must not wait for rows this relay will never send."""
-        self._event("heartbeat")
         self.last_heard_s = now_s
         self.upstream_vclock = self.upstream_vclock.merge(relay_vclock)
         self._progressed(durable_vclock)
         self._leave_sync(durable_vclock)
         return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
 
+    @_transition(APPLIER_TRANSITIONS)
     def ignore(self, now_s: float, message: str) -> list[Action]:
         """The upstream is this instance itself, or a member followed by its UUID already."""
         self.state, self.message, self.waiting = S.STOPPED, message, None
         return [Disconnect(peer=self.peer, reason=message)]
 
+    @_transition(APPLIER_TRANSITIONS)
     def disconnected(self, now_s: float, reason: str, *, failed_row: tuple[int, int] | None = None) -> list[Action]:
         """The link broke; try again after a capped exponential backoff. `failed_row` is
         the row whose apply broke it, if one did: the same row failing again and again
         stops the applier."""
-        self._event("disconnected")
         self.waiting = None
         if self.state is S.STOPPED:
             return []
@@ -333,8 +369,8 @@ class Applier:
         self.retry_at_s = now_s + min(self.backoff_max_s, self.timeout_s * 2 ** min(self.attempts - 1, 16))
         return []
 
+    @_transition(APPLIER_TRANSITIONS)
     def tick(self, now_s: float) -> list[Action]:
-        self._event("tick")
         if self.state is S.DISCONNECTED and now_s >= self.retry_at_s:
             self.state, self.last_heard_s = S.CONNECT, now_s
             return [Connect(peer=self.peer)]
@@ -363,6 +399,18 @@ class RelayState(Enum):
     STOPPED = "stopped"
 
 
+R = RelayState
+_FOLLOWING = {"rows": frozenset({R.FOLLOW}), "synced": frozenset({R.FOLLOW}), "lost_rows": frozenset({R.FOLLOW}),
+              "ack": frozenset({R.FOLLOW}), "tick": frozenset({R.FOLLOW, R.STOPPED})}
+# As the applier's: state -> event -> the states it may leave the relay in. A stopped relay
+# takes every event of a following one and does nothing.
+RELAY_TRANSITIONS: dict[RelayState, dict[str, frozenset[RelayState]]] = {
+    R.SUBSCRIBE: {"subscribe": frozenset({R.FOLLOW, R.STOPPED})},
+    R.FOLLOW: _FOLLOWING,
+    R.STOPPED: {event: frozenset({R.STOPPED}) for event in _FOLLOWING},
+}
+
+
 @dataclass
 class Relay:
     """Serves one subscriber; `sent` is what it has sent, `acked` what it confirmed.
@@ -387,6 +435,10 @@ class Relay:
     last_sent_s: float = 0.0
     last_ack_s: float = 0.0
 
+    def __str__(self) -> str:
+        return f"relay for {self.subscriber}"
+
+    @_transition(RELAY_TRANSITIONS)
     def subscribe(
         self,
         now_s: float,
@@ -399,8 +451,6 @@ class Relay:
     ) -> Refuse | list[Action]:
         """Accept a subscriber, and read the log for it; or say why not. `local_txn_at[origin]` is the txn id this
         member holds at `last_txn[origin]`'s LSN (None when it does not hold that row)."""
-        if self.state is not RelayState.SUBSCRIBE:
-            raise LocalProtocolError(f"relay for {self.subscriber}: subscribe in state {self.state.value}")
         for origin, (lsn, txn_id) in sorted(last_txn.items()):
             ours = local_txn_at.get(origin)
             if ours is not None and ours != txn_id:
@@ -432,6 +482,7 @@ class Relay:
         self.last_sent_s = self.last_ack_s = now_s
         return [ReadLog(subscriber=self.subscriber, after=self.sent.to_dict())]
 
+    @_transition(RELAY_TRANSITIONS)
     def rows(self, now_s: float, records: Sequence[Record], durable: VClock) -> list[Action]:
         """Rows flushed here, in log order (from the log or as they are flushed): send what
         the subscriber lacks, up to the durable cut of our own rows."""
@@ -444,6 +495,7 @@ class Relay:
             return [SyncWal()]
         return self._release(now_s, durable, asked=waiting)
 
+    @_transition(RELAY_TRANSITIONS)
     def synced(self, now_s: float, durable: VClock) -> list[Action]:
         """Our WAL was fsynced up to `durable`: rows withheld for it may go."""
         if self.state is not RelayState.FOLLOW:
@@ -454,6 +506,7 @@ class Relay:
             return [ReadLog(subscriber=self.subscriber, after=self.sent.to_dict())]
         return self._release(now_s, durable, asked=False)
 
+    @_transition(RELAY_TRANSITIONS)
     def lost_rows(self, now_s: float) -> list[Action]:
         """Rows flushed here did not reach the relay (its queue was full): read the log."""
         if self.state is not RelayState.FOLLOW:
@@ -493,10 +546,12 @@ class Relay:
             actions.append(SyncWal())
         return actions
 
+    @_transition(RELAY_TRANSITIONS)
     def ack(self, now_s: float, vclock: VClock) -> None:
         self.last_ack_s = now_s
         self.acked = self.acked.merge(vclock)
 
+    @_transition(RELAY_TRANSITIONS)
     def tick(self, now_s: float, local_vclock: VClock) -> list[Action]:
         if self.state is not RelayState.FOLLOW:
             return []

@@ -324,3 +324,24 @@ def test_rows_of_ours_the_subscriber_held_already_are_not_counted_as_sent_past_t
     assert relay.rows(1.0, [row(OWN, 406)], VClock({OWN: 271})) == [repl.SyncWal()]
     assert sent(relay.synced(2.0, VClock({OWN: 406}))) == [(OWN, 406)]
     assert relay.sent_past(VClock({OWN: 405})) == 1
+
+
+# ---------------------------------------------------------------- transition tables
+
+
+@pytest.mark.parametrize(("core", "table"), [(repl.Applier, repl.APPLIER_TRANSITIONS), (repl.Relay, repl.RELAY_TRANSITIONS)])
+def test_every_state_has_a_row_and_every_event_in_a_row_is_a_method(core, table):
+    assert set(table) == set(type(next(iter(table))))
+    events = {event for row in table.values() for event in row}
+    assert all(callable(getattr(core, event, None)) for event in events), events
+
+
+def test_an_event_outside_the_state_s_row_is_refused_and_a_move_outside_it_fails(monkeypatch):
+    relay = repl.Relay(subscriber=2, own=OWN, timeout_s=1.0)
+    with pytest.raises(repl.LocalProtocolError, match="relay for 2: rows in state subscribe"):
+        relay.rows(0.0, [row(1, 1)], EVERYTHING)
+    applier = subscribed_applier(VClock(), VClock({1: 1}))
+    monkeypatch.setitem(repl.APPLIER_TRANSITIONS[repl.ApplierState.SYNC], "heartbeat",
+                        frozenset({repl.ApplierState.SYNC}))
+    with pytest.raises(AssertionError, match="heartbeat took state sync to follow"):
+        applier.heartbeat(0.1, VClock({1: 1}), VClock({1: 1}))
