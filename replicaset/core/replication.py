@@ -345,7 +345,7 @@ class Applier:
     @_transition(APPLIER_TRANSITIONS)
     def ignore(self, now_s: float, message: str) -> list[Action]:
         """The upstream is this instance itself, or a member followed by its UUID already."""
-        self.state, self.message, self.waiting = S.STOPPED, message, None
+        self.state, self.message = S.STOPPED, message
         return [Disconnect(peer=self.peer, reason=message)]
 
     @_transition(APPLIER_TRANSITIONS)
