@@ -43,7 +43,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -326,7 +326,7 @@ class Simulation:
 
     # ---------------------------------------------------------------- the writer's hooks
 
-    def _on_commit(self, member: Member, records: list[Record]) -> None:
+    def _on_commit(self, member: Member, records: Sequence[Record]) -> None:
         """A local commit, queued: its client is acknowledged after the flush that follows."""
         for record in records:
             self.acked.append((record.origin, record.lsn, record.payload))

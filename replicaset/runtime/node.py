@@ -430,14 +430,16 @@ class Node:
             await trio.sleep(self.config.checkpoint_interval)
             await self.writer.checkpoint()
 
-    def _on_commit(self, records: list[Any]) -> None:
-        self.driver.committed(trio.current_time(), records)
+    def _on_commit(self, records: Sequence[Any]) -> None:
+        if self.driver.tracing:
+            self.driver.committed(trio.current_time(), records)
 
     def _on_flush(self, records: list[Any]) -> None:
         if any(r.type == RecordType.DDL for r in records):
             self.schema_version += 1
             self._system_views = None
-        self.driver.wal_flushed(trio.current_time())
+        if self.driver.tracing:
+            self.driver.wal_flushed(trio.current_time())
         self.relays.on_flush(records)
 
     def _on_synced(self, advanced: bool) -> None:

@@ -46,7 +46,7 @@ class Writer:
         *,
         group_commit: GroupCommitPolicy,
         fsync: bool,
-        on_commit: Callable[[list[Record]], None] = lambda records: None,
+        on_commit: Callable[[Sequence[Record]], None] = lambda records: None,
         on_flush: Callable[[list[Record]], None] = lambda records: None,
         on_synced: Callable[[bool], None] = lambda advanced: None,
     ) -> None:
@@ -143,7 +143,7 @@ class Writer:
     async def _commit(self, txn: LocalTxn) -> Ticket:
         committed = self.engine.commit(txn)
         if committed is not None:
-            self._on_commit(list(committed.records))
+            self._on_commit(committed.records)
         ticket = Ticket()
         self._tickets.append(ticket)
         bound_reached = self._policy.add(sum(len(r.payload) for r in committed.records) if committed else 0)
