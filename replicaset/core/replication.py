@@ -31,14 +31,13 @@ Action and method names are those of `specs/VClockReplication.tla`.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, TypeVar
 
 from replicaset.core.admission import Admission, admit
 from replicaset.core.replicaset import Refusal
+from replicaset.core.transitions import LocalProtocolError, transition
 from wal import LOCAL_ORIGIN, Record, VClock
 
 SILENCE_TIMEOUTS = 4
@@ -46,10 +45,6 @@ APPLY_FAILURES_MAX = 5
 # Rows a relay keeps while they wait for the sync that makes them durable; past it, it
 # keeps none and re-reads them from the log once synced.
 WITHHELD_ROWS_MAX = 65536
-
-
-class LocalProtocolError(Exception):
-    """The runtime fed a core an event its state does not allow."""
 
 
 # ---------------------------------------------------------------- actions
@@ -173,30 +168,6 @@ APPLIER_TRANSITIONS: dict[ApplierState, dict[str, frozenset[ApplierState]]] = {
                 "rows_applied": frozenset({S.STOPPED})},
 }
 
-M = TypeVar("M", bound=Callable[..., Any])
-
-
-def _transition(table: Mapping[Any, Mapping[str, frozenset[Any]]]) -> Callable[[M], M]:
-    """Check an event method of a core against its transition table, before and after."""
-
-    def check(method: M) -> M:
-        name = method.__name__
-
-        @functools.wraps(method)
-        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
-            before = self.state
-            allowed = table[before].get(name)
-            if allowed is None:
-                raise LocalProtocolError(f"{self}: {name} in state {before.value}")
-            result = method(self, *args, **kwargs)
-            assert self.state in allowed, f"{self}: {name} took state {before.value} to {self.state.value}"
-            return result
-
-        return step  # type: ignore[return-value]
-
-    return check
-
-
 @dataclass
 class Applier:
     peer: str
@@ -218,12 +189,12 @@ class Applier:
     def __str__(self) -> str:
         return f"applier for {self.peer}"
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def start(self, now_s: float) -> list[Action]:
         self.state, self.last_heard_s = S.CONNECT, now_s
         return [Connect(peer=self.peer)]
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def connected(self, now_s: float, vclock: VClock, last_txn: Mapping[int, tuple[int, int]], *, include_own: bool = False) -> list[Action]:
         self.state, self.last_heard_s = S.AUTH, now_s
         return [
@@ -232,7 +203,7 @@ class Applier:
             )
         ]
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def subscribed(self, now_s: float, relay_vclock: VClock, local_vclock: VClock) -> list[Action]:
         self.message, self.last_heard_s = None, now_s
         self.sync_target = relay_vclock.copy()
@@ -240,7 +211,7 @@ class Applier:
         self.state = S.FOLLOW if _covers(local_vclock, relay_vclock) else S.SYNC
         return []
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def refused(self, now_s: float, refusal: Refusal, message: str) -> list[Action]:
         """The peer refused SUBSCRIBE. A final refusal (split brain, rows gone, another
         replica set) stops the applier: the operator decides. A peer that does not know us
@@ -250,7 +221,7 @@ class Applier:
             return [Disconnect(peer=self.peer, reason=message)]
         return self.disconnected(now_s, message) + [Disconnect(peer=self.peer, reason=message)]
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def rows_received(self, now_s: float, records: Sequence[Record], *, own_allowed: bool = False) -> list[Action]:
         """Rows from the relay go to the writer; `own_allowed` while the member recovers
         rows of its own origin (it subscribed with `include_own`)."""
@@ -266,7 +237,7 @@ class Applier:
         return [ApplyRows(peer=self.peer, records=tuple(records), own_allowed=own_allowed,
                           skip_conflicts=self.skip_conflict)]
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def rows_applied(self, now_s: float, durable_vclock: VClock) -> list[Action]:
         """The writer made rows durable: acknowledge, and leave SYNC once caught up."""
         if self.state is S.STOPPED:
@@ -286,7 +257,7 @@ class Applier:
         if self.state is S.SYNC and _covers(durable_vclock, self.sync_target):
             self.state = S.FOLLOW
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def apply_failed(self, now_s: float, error: str) -> list[Action]:
         """A row could not be applied; with skip_conflict the runtime skipped it already."""
         if self.skip_conflict:
@@ -294,7 +265,7 @@ class Applier:
         self.state, self.message, self.waiting = S.STOPPED, error, None
         return [Disconnect(peer=self.peer, reason=error)]
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def schema_pending(self, now_s: float, schema_id: tuple[int, int], records: Sequence[Record],
                        pending: VClock, *, own_allowed: bool = False) -> list[Action]:
         """The writer took the rows of `records` before the first whose schema it lacks
@@ -306,7 +277,7 @@ class Applier:
             own_allowed=own_allowed, deadline_s=now_s + SILENCE_TIMEOUTS * self.timeout_s)
         return []
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def schema_check(self, now_s: float, pending: VClock) -> list[Action]:
         """The host looks again while rows wait: once the member holds their schema they go
         to the writer, past the deadline the link breaks."""
@@ -331,7 +302,7 @@ class Applier:
         stopped = self.disconnected(now_s, reason, failed_row=(first.origin, first.lsn))
         return stopped or [Disconnect(peer=self.peer, reason=reason)]
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def heartbeat(self, now_s: float, relay_vclock: VClock, durable_vclock: VClock) -> list[Action]:
         """The relay is alive; answer with what we hold so it knows we are too. Rows
         that reached us through other peers may have synced us with this one: a recovering
@@ -342,13 +313,13 @@ class Applier:
         self._leave_sync(durable_vclock)
         return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def ignore(self, now_s: float, message: str) -> list[Action]:
         """The upstream is this instance itself, or a member followed by its UUID already."""
         self.state, self.message = S.STOPPED, message
         return [Disconnect(peer=self.peer, reason=message)]
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def disconnected(self, now_s: float, reason: str, *, failed_row: tuple[int, int] | None = None) -> list[Action]:
         """The link broke; try again after a capped exponential backoff. `failed_row` is
         the row whose apply broke it, if one did: the same row failing again and again
@@ -369,7 +340,7 @@ class Applier:
         self.retry_at_s = now_s + min(self.backoff_max_s, self.timeout_s * 2 ** min(self.attempts - 1, 16))
         return []
 
-    @_transition(APPLIER_TRANSITIONS)
+    @transition(APPLIER_TRANSITIONS)
     def tick(self, now_s: float) -> list[Action]:
         if self.state is S.DISCONNECTED and now_s >= self.retry_at_s:
             self.state, self.last_heard_s = S.CONNECT, now_s
@@ -438,7 +409,7 @@ class Relay:
     def __str__(self) -> str:
         return f"relay for {self.subscriber}"
 
-    @_transition(RELAY_TRANSITIONS)
+    @transition(RELAY_TRANSITIONS)
     def subscribe(
         self,
         now_s: float,
@@ -482,7 +453,7 @@ class Relay:
         self.last_sent_s = self.last_ack_s = now_s
         return [ReadLog(subscriber=self.subscriber, after=self.sent.to_dict())]
 
-    @_transition(RELAY_TRANSITIONS)
+    @transition(RELAY_TRANSITIONS)
     def rows(self, now_s: float, records: Sequence[Record], durable: VClock) -> list[Action]:
         """Rows flushed here, in log order (from the log or as they are flushed): send what
         the subscriber lacks, up to the durable cut of our own rows."""
@@ -495,7 +466,7 @@ class Relay:
             return [SyncWal()]
         return self._release(now_s, durable, asked=waiting)
 
-    @_transition(RELAY_TRANSITIONS)
+    @transition(RELAY_TRANSITIONS)
     def synced(self, now_s: float, durable: VClock) -> list[Action]:
         """Our WAL was fsynced up to `durable`: rows withheld for it may go."""
         if self.state is not RelayState.FOLLOW:
@@ -506,7 +477,7 @@ class Relay:
             return [ReadLog(subscriber=self.subscriber, after=self.sent.to_dict())]
         return self._release(now_s, durable, asked=False)
 
-    @_transition(RELAY_TRANSITIONS)
+    @transition(RELAY_TRANSITIONS)
     def lost_rows(self, now_s: float) -> list[Action]:
         """Rows flushed here did not reach the relay (its queue was full): read the log."""
         if self.state is not RelayState.FOLLOW:
@@ -546,12 +517,12 @@ class Relay:
             actions.append(SyncWal())
         return actions
 
-    @_transition(RELAY_TRANSITIONS)
+    @transition(RELAY_TRANSITIONS)
     def ack(self, now_s: float, vclock: VClock) -> None:
         self.last_ack_s = now_s
         self.acked = self.acked.merge(vclock)
 
-    @_transition(RELAY_TRANSITIONS)
+    @transition(RELAY_TRANSITIONS)
     def tick(self, now_s: float, local_vclock: VClock) -> list[Action]:
         if self.state is not RelayState.FOLLOW:
             return []
