@@ -1,0 +1,607 @@
+"""Quorum transactions (DESIGN 4.5): the coordinator and participant cores of two-phase commit.
+
+Theory of operation (`specs/QuorumCommit.tla`; methods and actions carry its names):
+- A client's QUORUM or ALL transaction starts at one member, its coordinator (`begin`,
+  spec Begin), with the version of each key it read. PREPARE goes to every other member;
+  the coordinator prepares through its own member's Participant too, and the host reports
+  that answer like any other.
+- A participant (`Participant.prepare`, spec Prepare) answers CONFLICT when a live intent
+  of another transaction holds a key, or when the version it stores differs from the one
+  read (two quorums share a member, so a stale write cannot commit: no lost update);
+  otherwise it places its intents and answers PREPARED.
+- With `needed(level, total)` PREPARED votes, counted on the total registered membership
+  and never on the members that seem alive, the coordinator asks the host to commit
+  (`DecideCommit`, spec DecideCommit): the host takes a commit stamp above `min_stamp`
+  and its clock, the next LSN of its origin, writes the row and applies it, then reports
+  `committed`; the decision is that WAL row. COMMIT then carries the row to the members
+  that prepared, and the row reaching any member by the apply-once path (spec
+  ApplierReceive) releases that member's intents.
+- The coordinator decides ABORT (spec DecideAbort) when CONFLICT answers leave too few
+  members to reach the level, at the client's deadline, when a member asks and there is
+  no decision yet (spec QueryDecision: checking and aborting are one step at the
+  coordinator, FINDINGS F4), and, at a restart, for every transaction whose row it had
+  not written (spec Restart: the votes were in memory). An abort takes no LSN, and a
+  decided transaction is never aborted or decided again.
+- A participant never aborts on its own. Past `timeout_s` without word from the
+  coordinator it asks the coordinator and the other members (spec OnTimeout), once per
+  `timeout_s`; members that learned the decision pass it on. It releases its intents when
+  it learns ABORT (spec ParticipantAbort) or applies the row.
+- The client hears COMMIT once `needed(level, total)` members, the coordinator included,
+  hold the row durably (`acked`), and a typed error as soon as its transaction aborts.
+
+Time is an argument (`now_s`), never read; actions are returned, never performed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from replicaset.core.transitions import LocalProtocolError, transition
+
+Key = Hashable
+
+
+class RemoteProtocolError(Exception):
+    """A peer said something that contradicts what this member knows: its message is
+    dropped and its link closed, the core is left as it was."""
+
+
+class Level(Enum):
+    ONE = "one"
+    QUORUM = "quorum"
+    ALL = "all"
+
+
+def needed(level: Level, total: int) -> int:
+    """Members that must answer for `level`, of `total` registered members: counting only
+    the members that seem alive would let each side of a partition commit (the spec's
+    QuorumCommit_LiveQuorum variant loses updates)."""
+    if level is Level.QUORUM:
+        return total // 2 + 1
+    if level is Level.ALL:
+        return total
+    return 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class Version:
+    """A row's version: `a > b` is the spec's Newer(a, b), `a >= b` its AtLeast (the hlc
+    first, the origin breaking ties)."""
+
+    hlc: int
+    origin: int
+
+
+NO_VERSION = Version(hlc=0, origin=0)
+
+
+class Decision(Enum):
+    COMMIT = "commit"
+    ABORT = "abort"
+
+
+# ---------------------------------------------------------------- client errors
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Conflict:
+    """A member refused the key: `holder` is the transaction whose live intent holds it,
+    None when the member stores a newer version than the one read. Retrying (after a new
+    read) can succeed."""
+
+    key: Key
+    holder: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuorumNotReached:
+    """A member asked for the decision before `needed` of `total` members had answered
+    PREPARED (`answered` had): the coordinator aborted rather than leave it waiting."""
+
+    answered: int
+    needed: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timeout:
+    """The client's deadline passed before a decision. After a decision the outcome is
+    known, and a deadline changes nothing."""
+
+
+TxnError = Conflict | QuorumNotReached | Timeout
+
+
+# ---------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendPrepare:
+    """`members`: the total membership, so that a participant knows whom to ask later."""
+
+    txn_id: int
+    to: frozenset[int]
+    reads: Mapping[Key, Version]
+    members: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecideCommit:
+    """Commit with a stamp above `min_stamp` (the newest version read) and the host's
+    clock, at the next LSN; write the row, apply it, then report `committed`."""
+
+    txn_id: int
+    min_stamp: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendCommit:
+    """COMMIT carrying the exact WAL row `(origin, lsn)`."""
+
+    txn_id: int
+    to: frozenset[int]
+    origin: int
+    lsn: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecideAbort:
+    """Record the abort durably (no LSN); `reason` is for the log."""
+
+    txn_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendAbort:
+    txn_id: int
+    to: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseIntents:
+    """This member's own intents go: the host calls its Participant's `abort`."""
+
+    txn_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendDecision:
+    txn_id: int
+    to: int
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AckClient:
+    txn_id: int
+    origin: int
+    lsn: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailClient:
+    txn_id: int
+    error: TxnError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prepared:
+    """PREPARED, for the coordinator."""
+
+    txn_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Conflicted:
+    """CONFLICT, for the coordinator: see `Conflict` for `holder`."""
+
+    txn_id: int
+    key: Key
+    holder: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryDecision:
+    txn_id: int
+    ask: frozenset[int]
+
+
+Action = (SendPrepare | DecideCommit | SendCommit | DecideAbort | SendAbort | ReleaseIntents | SendDecision
+          | AckClient | FailClient | QueryDecision)
+
+
+# ---------------------------------------------------------------- coordinator
+
+
+class TxnState(Enum):
+    PREPARING = "preparing"
+    COMMITTING = "committing"
+    COMMITTED = "committed"
+    ACKED = "acked"
+    ABORTED = "aborted"
+
+
+T = TxnState
+_DECIDED = (T.COMMITTED, T.ACKED, T.ABORTED)
+# state -> event -> the states the event may leave a transaction in (h11's table). Answers
+# from members come in any order, so every state takes them; a decided transaction takes
+# them and changes nothing. COMMITTING is the wait for the host's WAL row: the decision
+# exists once the row does, so only a restart that finds no row may abort it. `committed`
+# of an aborted transaction is the host's mistake: an abort never gets an LSN.
+TXN_TRANSITIONS: dict[TxnState, dict[str, frozenset[TxnState]]] = {
+    T.PREPARING: {"prepared": frozenset({T.PREPARING, T.COMMITTING}), "conflict": frozenset({T.PREPARING, T.ABORTED}),
+                  "tick": frozenset({T.PREPARING, T.ABORTED}), "query_decision": frozenset({T.ABORTED}),
+                  "restart": frozenset({T.ABORTED})},
+    T.COMMITTING: {"prepared": frozenset({T.COMMITTING}), "conflict": frozenset({T.COMMITTING}),
+                   "query_decision": frozenset({T.COMMITTING}), "committed": frozenset({T.COMMITTED}),
+                   "restart": frozenset({T.COMMITTED, T.ABORTED})},
+    T.COMMITTED: {"prepared": frozenset({T.COMMITTED}), "conflict": frozenset({T.COMMITTED}),
+                  "query_decision": frozenset({T.COMMITTED}), "acked": frozenset({T.COMMITTED, T.ACKED})},
+    T.ACKED: {"prepared": frozenset({T.ACKED}), "conflict": frozenset({T.ACKED}),
+              "query_decision": frozenset({T.ACKED})},
+    T.ABORTED: {"prepared": frozenset({T.ABORTED}), "conflict": frozenset({T.ABORTED}),
+                "query_decision": frozenset({T.ABORTED})},
+}
+
+
+@dataclass
+class Transaction:
+    """One transaction at its coordinator. `votes` and `conflicts` live in memory only;
+    `decided_with` keeps the votes a COMMIT was decided with (the spec's history
+    variable, for the invariants)."""
+
+    txn_id: int
+    coordinator: int
+    members: frozenset[int]
+    level: Level
+    deadline_s: float
+    min_stamp: int
+    state: TxnState = TxnState.PREPARING
+    votes: set[int] = field(default_factory=set)
+    conflicts: dict[int, Conflict] = field(default_factory=dict)
+    decided_with: frozenset[int] = frozenset()
+    origin: int | None = None
+    lsn: int | None = None
+
+    def __str__(self) -> str:
+        return f"transaction {self.txn_id:#x}"
+
+    @property
+    def needed(self) -> int:
+        return needed(self.level, len(self.members))
+
+    @property
+    def decision(self) -> Decision | None:
+        if self.state in (T.COMMITTED, T.ACKED):
+            return Decision.COMMIT
+        if self.state is T.ABORTED:
+            return Decision.ABORT
+        return None
+
+    @transition(TXN_TRANSITIONS)
+    def prepared(self, member: int) -> list[Action]:
+        if self.state is not T.PREPARING:
+            return []
+        self.conflicts.pop(member, None)
+        self.votes.add(member)
+        if len(self.votes) < self.needed:
+            return []
+        self.state, self.decided_with = T.COMMITTING, frozenset(self.votes)
+        return [DecideCommit(txn_id=self.txn_id, min_stamp=self.min_stamp)]
+
+    @transition(TXN_TRANSITIONS)
+    def conflict(self, member: int, key: Key, holder: int | None) -> list[Action]:
+        """A member that voted PREPARED holds its intent whatever it says later."""
+        if self.state is not T.PREPARING or member in self.votes:
+            return []
+        self.conflicts[member] = Conflict(key=key, holder=holder)
+        unanswered = len(self.members) - len(self.votes) - len(self.conflicts)
+        if len(self.votes) + unanswered >= self.needed:
+            return []
+        first = next(iter(self.conflicts.values()))
+        return self._abort(f"CONFLICT on {first.key!r}", first)
+
+    @transition(TXN_TRANSITIONS)
+    def tick(self, now_s: float) -> list[Action]:
+        if now_s < self.deadline_s:
+            return []
+        return self._abort("the client's deadline passed", Timeout())
+
+    @transition(TXN_TRANSITIONS)
+    def query_decision(self, asker: int) -> list[Action]:
+        """While the host writes the row the answer waits: the row, from COMMIT or a relay,
+        or the next question, brings it."""
+        if self.state is T.COMMITTING:
+            return []
+        actions: list[Action] = []
+        if self.state is T.PREPARING:
+            error = QuorumNotReached(answered=len(self.votes), needed=self.needed, total=len(self.members))
+            actions = self._abort(f"member {asker} asked before a decision", error)
+        decision = self.decision
+        assert decision is not None
+        return actions + [SendDecision(txn_id=self.txn_id, to=asker, decision=decision)]
+
+    @transition(TXN_TRANSITIONS)
+    def committed(self, origin: int, lsn: int) -> list[Action]:
+        self.state, self.origin, self.lsn = T.COMMITTED, origin, lsn
+        return [SendCommit(txn_id=self.txn_id, to=self.decided_with - {self.coordinator}, origin=origin, lsn=lsn)]
+
+    @transition(TXN_TRANSITIONS)
+    def acked(self, holders: frozenset[int]) -> list[Action]:
+        if len(holders & self.members) < self.needed:
+            return []
+        assert self.origin is not None and self.lsn is not None
+        self.state = T.ACKED
+        return [AckClient(txn_id=self.txn_id, origin=self.origin, lsn=self.lsn)]
+
+    @transition(TXN_TRANSITIONS)
+    def restart(self, row: tuple[int, int] | None) -> list[Action]:
+        """The votes are gone. A transaction whose row the host wrote is committed (relays
+        carry the row); any other was never decided, and no client waits for it now."""
+        self.votes.clear()
+        self.conflicts.clear()
+        if self.state is T.COMMITTING and row is not None:
+            self.state, (self.origin, self.lsn) = T.COMMITTED, row
+            return []
+        return self._abort("the coordinator restarted", None)
+
+    def _abort(self, reason: str, error: TxnError | None) -> list[Action]:
+        self.state = T.ABORTED
+        actions: list[Action] = [DecideAbort(txn_id=self.txn_id, reason=reason)]
+        may_hold = self.members - {self.coordinator} - set(self.conflicts)
+        if may_hold:
+            actions.append(SendAbort(txn_id=self.txn_id, to=may_hold))
+        actions.append(ReleaseIntents(txn_id=self.txn_id))
+        if error is not None:
+            actions.append(FailClient(txn_id=self.txn_id, error=error))
+        return actions
+
+    def check_invariants(self) -> None:
+        assert self.state in TXN_TRANSITIONS
+        assert self.coordinator in self.members
+        assert self.votes <= self.members and set(self.conflicts) <= self.members
+        assert not self.votes & set(self.conflicts), "a member either prepared or conflicted"
+        if self.state in (T.COMMITTING, T.COMMITTED, T.ACKED):
+            assert len(self.decided_with) >= self.needed, "QuorumOnTotal"
+            assert self.decided_with <= self.members
+        assert (self.lsn is not None) == (self.state in (T.COMMITTED, T.ACKED)), "AbortsTakeNoLsn"
+
+
+@dataclass
+class Coordinator:
+    """The transactions one member coordinates, and what each member acknowledged as
+    durable (its vclock), which is how the client's wait for the level ends."""
+
+    member: int
+    txns: dict[int, Transaction] = field(default_factory=dict)
+    durable: dict[int, dict[int, int]] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"coordinator {self.member}"
+
+    def begin(self, now_s: float, txn_id: int, keys_read: Mapping[Key, Version], members: frozenset[int],
+              level: Level, deadline_s: float) -> list[Action]:
+        """Spec Begin; `members` is the total registered membership, this member included."""
+        if txn_id in self.txns:
+            raise LocalProtocolError(f"{self}: transaction {txn_id:#x} began already")
+        if self.member not in members:
+            raise LocalProtocolError(f"{self}: member {self.member} is not in {sorted(members)}")
+        min_stamp = max((version.hlc for version in keys_read.values()), default=0)
+        self.txns[txn_id] = Transaction(txn_id=txn_id, coordinator=self.member, members=members, level=level,
+                                        deadline_s=deadline_s, min_stamp=min_stamp)
+        others = members - {self.member}
+        if not others:
+            return []
+        return [SendPrepare(txn_id=txn_id, to=others, reads=dict(keys_read), members=members)]
+
+    def prepared(self, now_s: float, txn_id: int, member: int) -> list[Action]:
+        txn = self._answered(txn_id, member)
+        return txn.prepared(member) if txn else []
+
+    def conflict(self, now_s: float, txn_id: int, member: int, key: Key, holder: int | None) -> list[Action]:
+        txn = self._answered(txn_id, member)
+        return txn.conflict(member, key, holder) if txn else []
+
+    def _answered(self, txn_id: int, member: int) -> Transaction | None:
+        """The transaction an answer is about; an answer about one this member never
+        began (it asked an unknown transaction, which is aborted) changes nothing."""
+        txn = self.txns.get(txn_id)
+        if txn is not None and member not in txn.members:
+            raise RemoteProtocolError(f"{self}: member {member} answered for {txn}, sent to {sorted(txn.members)}")
+        return txn
+
+    def tick(self, now_s: float) -> list[Action]:
+        return [action for txn in self._in(T.PREPARING) for action in txn.tick(now_s)]
+
+    def query_decision(self, now_s: float, txn_id: int, asker: int) -> list[Action]:
+        """Spec QueryDecision: answer, deciding ABORT if there is no decision. A transaction
+        this member does not know is aborted too, and known from then on, so it can never
+        commit."""
+        txn = self.txns.get(txn_id)
+        if txn is not None:
+            return txn.query_decision(asker)
+        self.txns[txn_id] = Transaction(txn_id=txn_id, coordinator=self.member, members=frozenset({self.member, asker}),
+                                        level=Level.QUORUM, deadline_s=now_s, min_stamp=0, state=T.ABORTED)
+        return [DecideAbort(txn_id=txn_id, reason=f"member {asker} asked about a transaction this member never began"),
+                SendDecision(txn_id=txn_id, to=asker, decision=Decision.ABORT)]
+
+    def committed(self, now_s: float, txn_id: int, origin: int, lsn: int) -> list[Action]:
+        """The host wrote and applied the row of a DecideCommit at `(origin, lsn)`."""
+        txn = self.txns.get(txn_id)
+        if txn is None:
+            raise LocalProtocolError(f"{self}: committed an unknown transaction {txn_id:#x}")
+        return txn.committed(origin, lsn) + self._ack_if_held(txn)
+
+    def acked(self, now_s: float, member: int, vclock: Mapping[int, int]) -> list[Action]:
+        """`member` (this one too, once its own write is durable) holds `vclock` durably."""
+        held = self.durable.setdefault(member, {})
+        for origin, lsn in vclock.items():
+            held[origin] = max(held.get(origin, 0), lsn)
+        return [action for txn in self._in(T.COMMITTED) for action in self._ack_if_held(txn)]
+
+    def _ack_if_held(self, txn: Transaction) -> list[Action]:
+        assert txn.origin is not None and txn.lsn is not None
+        holders = frozenset(m for m, held in self.durable.items() if held.get(txn.origin, 0) >= txn.lsn)
+        return txn.acked(holders)
+
+    def restart(self, rows_written: Mapping[int, tuple[int, int]]) -> list[Action]:
+        """Spec Crash + Restart, on what survives a crash: the transactions begun and their
+        decisions. `rows_written` maps each of this member's QUORUM transactions whose row
+        the host found in its WAL to that row's `(origin, lsn)`."""
+        self.durable.clear()
+        return [action for txn in self._in(T.PREPARING, T.COMMITTING) for action in txn.restart(rows_written.get(txn.txn_id))]
+
+    def _in(self, *states: TxnState) -> list[Transaction]:
+        return [txn for txn in self.txns.values() if txn.state in states]
+
+    def check_invariants(self) -> None:
+        for txn_id, txn in self.txns.items():
+            assert txn.txn_id == txn_id and txn.coordinator == self.member
+            txn.check_invariants()
+
+
+# ---------------------------------------------------------------- participant
+
+
+@dataclass
+class Intents:
+    """Which transaction's intent holds each key on this member, and the keys of each
+    transaction (the metastore's `/intent/` and `/intent_txn/` prefixes). A store that
+    deletes intents lazily answers `holder` with None for an intent whose transaction is
+    finished or marked for cleanup: the overwrite rule of Marmot lives behind `holder`."""
+
+    holders: dict[Key, int] = field(default_factory=dict)
+    keys: dict[int, frozenset[Key]] = field(default_factory=dict)
+
+    def holder(self, key: Key) -> int | None:
+        return self.holders.get(key)
+
+    def place(self, txn_id: int, keys: Iterable[Key]) -> None:
+        placed = frozenset(keys)
+        for key in placed:
+            assert self.holders.get(key, txn_id) == txn_id, f"{key!r} is held by {self.holders[key]:#x}"
+            self.holders[key] = txn_id
+        self.keys[txn_id] = self.keys.get(txn_id, frozenset()) | placed
+
+    def release(self, txn_id: int) -> frozenset[Key]:
+        released = self.keys.pop(txn_id, frozenset())
+        for key in released:
+            del self.holders[key]
+        return released
+
+    def check_invariants(self) -> None:
+        assert {(key, txn_id) for txn_id, keys in self.keys.items() for key in keys} == set(self.holders.items()), (
+            "one intent per key, indexed by its transaction")
+
+
+@dataclass
+class PendingTxn:
+    """A transaction prepared here and not finished. The times are memory only."""
+
+    coordinator: int
+    members: frozenset[int]
+    heard_s: float
+    asked_s: float | None = None
+
+
+@dataclass
+class Participant:
+    """One member's side of every transaction that sent it PREPARE. `outcomes` is what it
+    knows of each transaction's decision: learned, or seen in the row it applied (durable
+    with the intents, in the metastore)."""
+
+    member: int
+    timeout_s: float
+    intents: Intents = field(default_factory=Intents)
+    pending: dict[int, PendingTxn] = field(default_factory=dict)
+    outcomes: dict[int, Decision] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"participant {self.member}"
+
+    def prepare(self, now_s: float, txn_id: int, coordinator: int, members: frozenset[int],
+                reads: Mapping[Key, Version], stored: Mapping[Key, Version]) -> Prepared | Conflicted | None:
+        """Spec Prepare. A PREPARE sent again is answered as before (the first answer may
+        have been lost); one that arrives after this member learned the outcome places
+        nothing and gets no answer, since the coordinator has decided."""
+        if txn_id in self.outcomes:
+            return None
+        if txn_id in self.pending:
+            self.pending[txn_id].heard_s = now_s
+            return Prepared(txn_id=txn_id)
+        for key, read in reads.items():
+            holder = self.intents.holder(key)
+            if holder is not None:
+                return Conflicted(txn_id=txn_id, key=key, holder=holder)
+            if stored.get(key, NO_VERSION) != read:
+                return Conflicted(txn_id=txn_id, key=key, holder=None)
+        self.intents.place(txn_id, reads)
+        self.pending[txn_id] = PendingTxn(coordinator=coordinator, members=members, heard_s=now_s)
+        return Prepared(txn_id=txn_id)
+
+    def heartbeat(self, now_s: float, txn_id: int) -> None:
+        """The coordinator of `txn_id` is alive."""
+        if txn_id in self.pending:
+            self.pending[txn_id].heard_s = now_s
+
+    def tick(self, now_s: float) -> list[Action]:
+        """Spec OnTimeout: ask, never abort. A transaction known committed waits for its row;
+        one this member coordinates is its own Coordinator's to settle."""
+        actions: list[Action] = []
+        for txn_id, txn in self.pending.items():
+            if txn_id in self.outcomes or txn.coordinator == self.member or now_s - txn.heard_s < self.timeout_s:
+                continue
+            if txn.asked_s is not None and now_s - txn.asked_s < self.timeout_s:
+                continue
+            txn.asked_s = now_s
+            ask = (txn.members | {txn.coordinator}) - {self.member}
+            actions.append(QueryDecision(txn_id=txn_id, ask=ask))
+        return actions
+
+    def query_decision(self, now_s: float, txn_id: int, asker: int) -> list[Action]:
+        """Another member asks: pass on a decision learned, never make one."""
+        outcome = self.outcomes.get(txn_id)
+        return [] if outcome is None else [SendDecision(txn_id=txn_id, to=asker, decision=outcome)]
+
+    def decision_learned(self, txn_id: int, decision: Decision) -> None:
+        """An answer to QueryDecision, from any member: ABORT releases the intents, COMMIT
+        keeps them until the row is applied (another PREPARE for the key must not read a
+        version the row is about to replace)."""
+        if decision is Decision.ABORT:
+            self.abort(txn_id)
+        else:
+            self._learn(txn_id, Decision.COMMIT)
+
+    def abort(self, txn_id: int) -> None:
+        """Spec ParticipantAbort (from SendAbort, or ReleaseIntents at the coordinator)."""
+        self._learn(txn_id, Decision.ABORT)
+        self._finish(txn_id)
+
+    def row_applied(self, txn_id: int) -> None:
+        """Spec ApplierReceive: the transaction's WAL row was applied here."""
+        self._learn(txn_id, Decision.COMMIT)
+        self._finish(txn_id)
+
+    def restart(self, now_s: float) -> None:
+        """A crash loses the times; the intents and outcomes are durable. Every pending
+        transaction gets a full `timeout_s` before this member asks about it."""
+        for txn in self.pending.values():
+            txn.heard_s, txn.asked_s = now_s, None
+
+    def _learn(self, txn_id: int, decision: Decision) -> None:
+        known = self.outcomes.setdefault(txn_id, decision)
+        if known is not decision:
+            raise RemoteProtocolError(f"{self}: transaction {txn_id:#x} is known {known.value}, told {decision.value}")
+
+    def _finish(self, txn_id: int) -> None:
+        self.intents.release(txn_id)
+        self.pending.pop(txn_id, None)
+
+    def check_invariants(self) -> None:
+        self.intents.check_invariants()
+        assert set(self.intents.keys) <= set(self.pending), "an intent belongs to a pending transaction"
+        for txn_id in self.pending:
+            assert self.outcomes.get(txn_id) is not Decision.ABORT, "an intent's transaction is live"
