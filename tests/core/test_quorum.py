@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+from dataclasses import dataclass
+
 import pytest
 
 from replicaset.core import quorum as q
@@ -292,3 +296,253 @@ def test_every_state_has_a_row_and_every_event_is_a_method():
     for state in (q.TxnState.COMMITTED, q.TxnState.ACKED, q.TxnState.ABORTED):
         reached = set().union(*table[state].values())
         assert q.TxnState.ABORTED not in reached or state is q.TxnState.ABORTED, "a decided transaction is never aborted"
+
+
+# ---------------------------------------------------------------- randomized
+
+
+@dataclass(frozen=True)
+class Row:
+    origin: int
+    lsn: int
+    hlc: int
+    key: str
+    txn: int | None  # None: a ONE write
+
+
+@dataclass(frozen=True)
+class Begun:
+    coordinator: int
+    key: str
+    read: Version
+
+
+class Cluster:
+    """Members whose hosts carry out the cores' actions over a network that reorders and
+    drops messages, with crashes; every safety invariant of the spec is checked after
+    each step."""
+
+    KEYS = ("a", "b", "c")
+
+    def __init__(self, rng: random.Random, size: int) -> None:
+        self.rng, self.now = rng, 0.0
+        self.members = frozenset(range(1, size + 1))
+        self.coordinators = {m: q.Coordinator(member=m) for m in self.members}
+        self.participants = {m: q.Participant(member=m, timeout_s=3.0) for m in self.members}
+        self.up = {m: True for m in self.members}
+        self.rows: dict[int, list[Row]] = {m: [] for m in self.members}
+        self.vclock = {m: dict.fromkeys(self.members, 0) for m in self.members}
+        self.stored: dict[int, dict[str, Version]] = {m: {} for m in self.members}
+        self.hlc = dict.fromkeys(self.members, 0)
+        self.writes: dict[int, list[q.DecideCommit]] = {m: [] for m in self.members}
+        self.net: list[tuple[int, tuple]] = []
+        self.begun: dict[int, Begun] = {}
+        self.client: dict[int, str] = {}
+
+    # the host's side of each action
+    def carry(self, m: int, actions: list[q.Action]) -> None:
+        for a in actions:
+            if isinstance(a, q.SendPrepare):
+                self.net += [(p, ("prepare", a.txn_id, m, a.members, a.reads)) for p in a.to]
+            elif isinstance(a, q.DecideCommit):
+                self.writes[m].append(a)
+            elif isinstance(a, q.SendCommit):
+                self.net += [(p, ("commit", a.origin, a.lsn)) for p in a.to]
+            elif isinstance(a, q.SendAbort):
+                self.net += [(p, ("abort", a.txn_id)) for p in a.to]
+            elif isinstance(a, q.ReleaseIntents):
+                self.participants[m].abort(a.txn_id)
+            elif isinstance(a, q.SendDecision):
+                self.net.append((a.to, ("decision", a.txn_id, a.decision)))
+            elif isinstance(a, q.QueryDecision):
+                self.net += [(p, ("query", a.txn_id, m)) for p in a.ask]
+            elif isinstance(a, (q.AckClient, q.FailClient)):
+                assert a.txn_id not in self.client, "the client is answered once"
+                self.client[a.txn_id] = "ack" if isinstance(a, q.AckClient) else "fail"
+
+    def vote(self, m: int, coordinator: int, answer: q.Prepared | q.Conflicted | None) -> None:
+        if isinstance(answer, q.Prepared):
+            message = ("prepared", answer.txn_id, m)
+        elif isinstance(answer, q.Conflicted):
+            message = ("conflict", answer.txn_id, m, answer.key, answer.holder)
+        else:
+            return
+        if coordinator == m:
+            self.deliver(m, message)
+        else:
+            self.net.append((coordinator, message))
+
+    def deliver(self, p: int, message: tuple) -> None:
+        kind, txn, *rest = message
+        coordinator, participant = self.coordinators[p], self.participants[p]
+        if kind == "prepare":
+            c, members, reads = rest
+            self.vote(p, c, participant.prepare(self.now, txn, c, members, reads, self.stored[p]))
+        elif kind == "prepared":
+            self.carry(p, coordinator.prepared(self.now, txn, rest[0]))
+        elif kind == "conflict":
+            self.carry(p, coordinator.conflict(self.now, txn, *rest))
+        elif kind == "commit":
+            self.catch_up(p, txn, rest[0])
+        elif kind == "abort":
+            participant.abort(txn)
+        elif kind == "decision":
+            participant.decision_learned(txn, rest[0])
+        elif kind == "query":
+            asked = coordinator if self.begun[txn].coordinator == p else participant
+            self.carry(p, asked.query_decision(self.now, txn, rest[0]))
+        elif kind == "ack":
+            self.carry(p, coordinator.acked(self.now, rest[0], rest[1]))
+
+    def apply(self, m: int, row: Row) -> None:
+        version = Version(hlc=row.hlc, origin=row.origin)
+        if version >= self.stored[m].get(row.key, q.NO_VERSION):
+            self.stored[m][row.key] = version
+        self.hlc[m] = max(self.hlc[m], row.hlc)
+        self.vclock[m][row.origin] = row.lsn
+        if row.txn is not None:
+            self.participants[m].row_applied(row.txn)
+
+    def catch_up(self, m: int, origin: int, lsn: int) -> None:
+        """COMMIT or a relay: rows of `origin` up to `lsn`, each once, in LSN order."""
+        if self.vclock[m][origin] >= lsn:
+            return
+        for row in self.rows[origin][self.vclock[m][origin]:lsn]:
+            self.apply(m, row)
+        self.net.append((origin, ("ack", None, m, dict(self.vclock[m]))))
+
+    def append(self, m: int, hlc: int, key: str, txn: int | None) -> Row:
+        row = Row(origin=m, lsn=len(self.rows[m]) + 1, hlc=hlc, key=key, txn=txn)
+        self.rows[m].append(row)
+        self.apply(m, row)
+        return row
+
+    # the steps
+    def begin(self, c: int, level: Level | None = None, timeout_s: float | None = None) -> int:
+        txn, key = len(self.begun) + 1, self.rng.choice(self.KEYS)
+        read = self.stored[c].get(key, q.NO_VERSION)
+        self.begun[txn] = Begun(coordinator=c, key=key, read=read)
+        level = level or self.rng.choice((Level.QUORUM, Level.QUORUM, Level.ALL))
+        deadline_s = self.now + (timeout_s or self.rng.uniform(2.0, 12.0))
+        self.carry(c, self.coordinators[c].begin(self.now, txn, {key: read}, self.members, level, deadline_s))
+        self.vote(c, c, self.participants[c].prepare(self.now, txn, c, self.members, {key: read}, self.stored[c]))
+        return txn
+
+    def write_row(self, c: int) -> Row:
+        decide = self.writes[c].pop(0)
+        return self.append(c, max(self.hlc[c], decide.min_stamp) + 1, self.begun[decide.txn_id].key, decide.txn_id)
+
+    def write(self, c: int) -> None:
+        row = self.write_row(c)
+        self.carry(c, self.coordinators[c].committed(self.now, row.txn, c, row.lsn))
+        self.carry(c, self.coordinators[c].acked(self.now, c, dict(self.vclock[c])))
+
+    def crash(self, m: int) -> None:
+        """Sometimes after the host wrote a row and before it told the coordinator."""
+        if self.writes[m] and self.rng.random() < 0.5:
+            self.write_row(m)
+        self.up[m] = False
+        self.writes[m].clear()
+
+    def restart(self, m: int) -> None:
+        self.up[m] = True
+        written = {row.txn: (m, row.lsn) for row in self.rows[m] if row.txn is not None}
+        self.carry(m, self.coordinators[m].restart(written))
+        self.participants[m].restart(self.now)
+
+    def step(self, *, faults: bool) -> None:
+        rng = self.rng
+        self.now += rng.uniform(0.0, 0.5)
+        up = sorted(m for m in self.members if self.up[m])
+        choice = rng.random()
+        if self.net and choice < 0.5:
+            to, message = self.net.pop(rng.randrange(len(self.net)))
+            if self.up[to] and not (faults and rng.random() < 0.1):
+                self.deliver(to, message)
+        elif choice < 0.55 and len(self.begun) < 40 and up:
+            self.begin(rng.choice(up))
+        elif choice < 0.57 and up:
+            m, key = rng.choice(up), rng.choice(self.KEYS)
+            self.append(m, self.hlc[m] + 1, key, None)
+        elif choice < 0.67 and (writing := [m for m in up if self.writes[m]]):
+            self.write(rng.choice(writing))
+        elif choice < 0.8 and up:
+            m, origin = rng.choice(up), rng.choice(sorted(self.members))
+            if origin != m:
+                self.catch_up(m, origin, len(self.rows[origin]))
+        elif choice < 0.9 and up:
+            m = rng.choice(up)
+            self.carry(m, self.coordinators[m].tick(self.now))
+            self.carry(m, self.participants[m].tick(self.now))
+        elif faults and choice < 0.92 and len(up) > 1:
+            self.crash(rng.choice(up))
+        elif down := sorted(m for m in self.members if not self.up[m]):
+            self.restart(rng.choice(down))
+
+    def decision(self, txn: int) -> Decision | None:
+        return self.coordinators[self.begun[txn].coordinator].txns[txn].decision
+
+    def check(self) -> None:
+        for m in self.members:
+            self.coordinators[m].check_invariants()
+            self.participants[m].check_invariants()
+        applied = {row.txn: row for o in self.members for row in self.rows[o][:max(self.vclock[m][o] for m in self.members)]
+                   if row.txn is not None}
+        for txn, begun in self.begun.items():
+            t = self.coordinators[begun.coordinator].txns[txn]
+            outcomes = {self.participants[m].outcomes.get(txn) for m in self.members}
+            committed = t.decision is Decision.COMMIT or txn in applied or Decision.COMMIT in outcomes
+            aborted = t.decision is Decision.ABORT or Decision.ABORT in outcomes
+            assert not (committed and aborted), f"NoSplitDecision: transaction {txn}"
+            if t.decision is Decision.COMMIT:
+                assert len(t.decided_with) >= q.needed(t.level, len(self.members)), "QuorumOnTotal"
+            assert self.client.get(txn) != "ack" or t.decision is Decision.COMMIT
+            assert self.client.get(txn) != "fail" or t.decision is Decision.ABORT
+        commits = {}
+        for o in self.members:
+            for index, row in enumerate(self.rows[o]):
+                assert row.lsn == index + 1 and (index == 0 or self.rows[o][index - 1].hlc < row.hlc)
+                if row.txn is not None:
+                    txn = self.coordinators[o].txns[row.txn]
+                    unreported = not self.up[o] and txn.state is q.TxnState.COMMITTING
+                    assert txn.decision is Decision.COMMIT or unreported, "AbortsTakeNoLsn"
+                    commits[row.txn] = Version(hlc=row.hlc, origin=row.origin)
+        for t1, t2 in itertools.combinations(commits, 2):
+            if self.begun[t1].key == self.begun[t2].key:
+                assert self.begun[t1].read >= commits[t2] or self.begun[t2].read >= commits[t1], "NoLostUpdate"
+
+    def settle(self) -> None:
+        """Heal: everyone up, no loss, time moving; every transaction ends and every intent goes."""
+        for _ in range(30):
+            self.now += 3.0
+            for m in sorted(self.members):
+                if not self.up[m]:
+                    self.restart(m)
+                while self.writes[m]:
+                    self.write(m)
+                self.carry(m, self.coordinators[m].tick(self.now))
+                self.carry(m, self.participants[m].tick(self.now))
+            while self.net:
+                to, message = self.net.pop(0)
+                self.deliver(to, message)
+            for m, origin in itertools.permutations(sorted(self.members), 2):
+                self.catch_up(m, origin, len(self.rows[origin]))
+            while self.net:
+                to, message = self.net.pop(0)
+                self.deliver(to, message)
+            self.check()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_orders_drops_and_crashes_keep_the_specs_safety_invariants(seed):
+    rng = random.Random(seed)
+    cluster = Cluster(rng, size=rng.choice((3, 4, 5)))
+    for _ in range(600):
+        cluster.step(faults=True)
+        cluster.check()
+    cluster.settle()
+    assert all(cluster.decision(txn) is not None for txn in cluster.begun), f"seed {seed}: undecided"
+    assert not any(p.intents.holders for p in cluster.participants.values()), f"seed {seed}: intents left"
+    healed = cluster.begin(min(cluster.members), Level.ALL, timeout_s=1000.0)
+    cluster.settle()
+    assert cluster.decision(healed) is Decision.COMMIT and cluster.client[healed] == "ack", f"seed {seed}"
