@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 from replicaset.core.transitions import LocalProtocolError, transition
 
@@ -466,6 +467,22 @@ class Coordinator:
 # ---------------------------------------------------------------- participant
 
 
+class IntentTable(Protocol):
+    """What a Participant needs of its intents: `Intents` in memory, or the metastore's
+    `StoredIntents`, which keeps them durable across a crash."""
+
+    @property
+    def keys(self) -> Mapping[int, frozenset[Key]]: ...
+
+    def holder(self, key: Key) -> int | None: ...
+
+    def place(self, txn_id: int, keys: Iterable[Key]) -> None: ...
+
+    def release(self, txn_id: int) -> frozenset[Key]: ...
+
+    def check_invariants(self) -> None: ...
+
+
 @dataclass
 class Intents:
     """Which transaction's intent holds each key on this member, and the keys of each
@@ -515,7 +532,7 @@ class Participant:
 
     member: int
     timeout_s: float
-    intents: Intents = field(default_factory=Intents)
+    intents: IntentTable = field(default_factory=Intents)
     pending: dict[int, PendingTxn] = field(default_factory=dict)
     outcomes: dict[int, Decision] = field(default_factory=dict)
 
