@@ -1,0 +1,11 @@
+"""Layer 3, the metastore (DESIGN 3): what a member must remember across a crash besides
+its WAL and its SQLite copy. Transaction records and their indexes, write intents with an
+in-memory filter in front, replication state per peer, the DDL lock, on rocksdict
+(`docs/design/metastore.md`).
+
+It may import `wal` and `replicaset.core`, never the runtime, trio or the storage layer.
+"""
+
+from replicaset.meta.store import MetaError, MetaStore
+
+__all__ = ["MetaError", "MetaStore"]
