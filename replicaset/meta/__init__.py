@@ -7,5 +7,6 @@ It may import `wal` and `replicaset.core`, never the runtime, trio or the storag
 """
 
 from replicaset.meta.store import MetaError, MetaStore
+from replicaset.meta.txns import TxnRecord, TxnStatus, decide, pending, put_txn, records, txn
 
-__all__ = ["MetaError", "MetaStore"]
+__all__ = ["MetaError", "MetaStore", "TxnRecord", "TxnStatus", "decide", "pending", "put_txn", "records", "txn"]
