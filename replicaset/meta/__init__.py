@@ -6,13 +6,15 @@ in-memory filter in front, replication state per peer, the DDL lock, on rocksdic
 It may import `wal` and `replicaset.core`, never the runtime, trio or the storage layer.
 """
 
+from replicaset.meta.ddl_lock import DdlLock, clear_ddl_lock, ddl_lock, put_ddl_lock
 from replicaset.meta.filter import IntentFilter
 from replicaset.meta.intents import StoredIntents
 from replicaset.meta.recovery import recover_participant
+from replicaset.meta.repl import put_repl, repl
 from replicaset.meta.store import MetaError, MetaStore
 from replicaset.meta.txns import TxnRecord, TxnStatus, decide, pending, put_txn, records, txn
 
 __all__ = [
-    "IntentFilter", "MetaError", "MetaStore", "StoredIntents", "TxnRecord", "TxnStatus", "decide", "pending", "put_txn",
-    "records", "recover_participant", "txn",
+    "DdlLock", "IntentFilter", "MetaError", "MetaStore", "StoredIntents", "TxnRecord", "TxnStatus", "clear_ddl_lock",
+    "ddl_lock", "decide", "pending", "put_ddl_lock", "put_repl", "records", "recover_participant", "repl", "txn",
 ]
