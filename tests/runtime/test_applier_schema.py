@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -15,6 +17,7 @@ from replicaset.iproto.codec import FrameDecoder, encode_greeting, encode_ok, en
 from replicaset.iproto.constants import Key, RequestType
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.applier import Upstream, run_applier
+from replicaset.runtime.node import Node
 from replicaset.runtime.relay import record_bytes
 from tests.runtime.test_node import SOCKET_AUTOJUMP_S, WAIT_S, make_node, next_request, opened, serve_fake_member
 from tests.sim.test_unique_resolution import Clock, open_engine, write
@@ -65,22 +68,34 @@ async def until(condition, step_s: float = 0.05) -> None:
             await trio.sleep(step_s)
 
 
+@asynccontextmanager
+async def a_row_waiting(
+    tmp_path: Path, acks: list[dict[int, int]], connections: list[float]
+) -> AsyncIterator[tuple[Node, str, Record]]:
+    """A node following a fake member that sent member 3's row written under member 2's
+    DDL row, which the node does not hold; entered once the row waits in the applier.
+    Yields the node, the upstream's key and that DDL row; the fake member and the applier
+    stop at the end of the block."""
+    node = make_node(tmp_path / "node", replication_timeout=TIMEOUT_S)
+    async with opened(node), trio.open_nursery() as nursery:
+        ddl, data = rows_under_a_schema_of_another_origin(tmp_path, list(node.engine.wal.read_from(VClock())))
+        address = await serve_fake_member(nursery, member_sending(data, str(uuid.uuid4()), acks, connections))
+        nursery.start_soon(run_applier, node, Upstream(key=address, address=address, uuid=None))
+        await until(lambda: address in node.driver.appliers and node.driver.appliers[address].waiting is not None)
+        yield node, address, ddl
+        nursery.cancel_scope.cancel()
+
+
 def test_a_row_waits_for_its_schema_brought_by_another_path_then_is_applied_and_acknowledged(tmp_path: Path) -> None:
     acks: list[dict[int, int]] = []
     connections: list[float] = []
 
     async def follow() -> tuple[list[list[object]], VClock]:
-        node = make_node(tmp_path / "node", replication_timeout=TIMEOUT_S)
-        async with opened(node), trio.open_nursery() as nursery:
-            ddl, data = rows_under_a_schema_of_another_origin(tmp_path, list(node.engine.wal.read_from(VClock())))
-            address = await serve_fake_member(nursery, member_sending(data, str(uuid.uuid4()), acks, connections))
-            nursery.start_soon(run_applier, node, Upstream(key=address, address=address, uuid=None))
-            await until(lambda: address in node.driver.appliers and node.driver.appliers[address].waiting is not None)
+        async with a_row_waiting(tmp_path, acks, connections) as (node, _, ddl):
             await trio.sleep(TIMEOUT_S)  # longer than the silence timeout's half: the applier ticks no silence
             await node.writer.apply([ddl])  # as another upstream would
             await until(lambda: any(ack.get(3) == 1 for ack in acks))
             rows = node.engine.query("SELECT * FROM t").rows
-            nursery.cancel_scope.cancel()
             return rows, node.engine.vclock
 
     rows, vclock = trio.run(follow, clock=trio.testing.MockClock(autojump_threshold=SOCKET_AUTOJUMP_S))
@@ -93,18 +108,12 @@ def test_a_row_whose_schema_never_comes_breaks_the_link_after_the_silence_timeou
     connections: list[float] = []
 
     async def follow() -> tuple[str | None, float, VClock]:
-        node = make_node(tmp_path / "node", replication_timeout=TIMEOUT_S)
-        async with opened(node), trio.open_nursery() as nursery:
-            _, data = rows_under_a_schema_of_another_origin(tmp_path, list(node.engine.wal.read_from(VClock())))
-            address = await serve_fake_member(nursery, member_sending(data, str(uuid.uuid4()), acks, connections))
-            nursery.start_soon(run_applier, node, Upstream(key=address, address=address, uuid=None))
-            await until(lambda: address in node.driver.appliers and node.driver.appliers[address].waiting is not None)
+        async with a_row_waiting(tmp_path, acks, connections) as (node, address, _):
             waiting_from = trio.current_time()
             applier = node.driver.appliers[address]
             await until(lambda: applier.state is ApplierState.DISCONNECTED, step_s=0.01)
             message, waited_s = applier.message, trio.current_time() - waiting_from
             await until(lambda: len(connections) == 2)
-            nursery.cancel_scope.cancel()
             return message, waited_s, node.engine.vclock
 
     message, waited_s, vclock = trio.run(follow, clock=trio.testing.MockClock(autojump_threshold=SOCKET_AUTOJUMP_S))
