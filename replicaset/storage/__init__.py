@@ -12,12 +12,13 @@ from replicaset.storage.errors import (
     SchemaPending,
     SqlError,
 )
-from replicaset.storage.transactions import LocalTxn, StatementResult
+from replicaset.storage.transactions import Captured, LocalTxn, StatementResult
 
 __all__ = [
     "ApplyError",
     "BatchKind",
     "BatchKindError",
+    "Captured",
     "Engine",
     "EngineConfig",
     "EngineFatal",

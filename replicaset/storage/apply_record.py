@@ -8,7 +8,9 @@ written against is held here. Each record runs in its own SAVEPOINT of the apply
 one that fails leaves nothing behind and the batch goes on without it. A DDL row carries
 the schema hash before and after it: a member whose schema differs stops that stream
 rather than diverge silently (DESIGN 4.6). The rows themselves are applied by version in
-`apply.py`.
+`apply.py`. The row of a quorum transaction also enters `_rs_quorum`, in the same
+savepoint: which transactions have their row here is then exactly what SQLite holds,
+crash or not, and a restarted coordinator reads its decisions there.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import apsw
 
 from replicaset.core.admission import Admission, admit
 from replicaset.core.hlc import HLC
-from replicaset.storage.apply import RowApplier
+from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier
 from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batches, BatchKind
 from replicaset.storage.errors import ApplyError, GapError, SchemaDivergence, SchemaPending
 from replicaset.storage.rows import DdlPayload, DmlPayload
 from replicaset.storage.schema import SchemaState
 from wal import LOCAL_ORIGIN, Record, RecordType
+
+_QUORUM_ROW = "INSERT INTO _rs_quorum(txn_id, origin, lsn) VALUES (?, ?, ?)"
 
 
 class RecordApplier:
@@ -82,6 +86,9 @@ class RecordApplier:
             elif payload is not None:
                 self._hlc.receive(payload.hlc, self._clock_ms())
                 self._rows.apply_rows(payload.rows, (payload.hlc, origin), versioned=origin != LOCAL_ORIGIN)
+                if payload.quorum_txn is not None:
+                    conn.execute(_QUORUM_ROW, (payload.quorum_txn - HLC_SQL_OFFSET, origin, lsn))
+                    batch.quorum_rows.append((payload.quorum_txn, origin, lsn))
             else:
                 raise ApplyError(f"row {origin}:{lsn} has unknown type {record.type}")
         except (ApplyError, ValueError, apsw.Error) as exc:

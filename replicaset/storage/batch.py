@@ -39,6 +39,8 @@ class Batch:
     conn: apsw.Connection
     records: list[Record] = field(default_factory=list)
     log_records: bool = True
+    # (txn id, origin, lsn) of the quorum transactions whose rows the batch applied
+    quorum_rows: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 class Batches:

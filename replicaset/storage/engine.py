@@ -23,7 +23,7 @@ that owns it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ import apsw
 from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
 from replicaset.storage import recovery
-from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier
+from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier, get_version
 from replicaset.storage.apply_record import RecordApplier
 from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batch, Batches, BatchKind
@@ -42,8 +42,9 @@ from replicaset.storage.connections import Connections, connect
 from replicaset.storage.errors import SqlError
 from replicaset.storage.schema import SchemaState, TableCache, read_vclock
 from replicaset.storage.statements import is_read, run_statement, sql_message
-from replicaset.storage.transactions import Committed, LocalTxn, StatementResult, Transactions
-from wal import LOCAL_ORIGIN, Record, RowsUnavailable, VClock, Wal
+from replicaset.storage.rows import DmlPayload
+from replicaset.storage.transactions import Captured, Committed, LocalTxn, StatementResult, Transactions
+from wal import LOCAL_ORIGIN, Record, RecordType, RowsUnavailable, VClock, Wal
 
 Logger = Callable[..., None]
 
@@ -67,6 +68,9 @@ class Engine:
         must be brought up to the WAL first. `vclock` is SQLite's."""
         self.config = config
         self._log = log
+        self._clock_ms = clock_ms
+        # (txn id, origin, lsn) of the quorum rows the last flush made durable
+        self.flushed_quorum_rows: list[tuple[int, int, int]] = []
         self._wal = wal
         self._connections = connections
         writer, applier = connections.writer, connections.applier
@@ -182,13 +186,47 @@ class Engine:
     def rollback(self, txn: LocalTxn) -> None:
         self._transactions.rollback(txn)
 
+    # ------------------------------------------------------------------ quorum transactions
+
+    def capture(self, txn: LocalTxn) -> Captured:
+        """Take a QUORUM or ALL transaction's rows and the versions it read, rolling it back."""
+        return self._transactions.capture(txn)
+
+    def commit_captured(self, captured: Captured, *, txn_id: int, min_stamp: int) -> Record:
+        """Write a decided quorum transaction as our next row, with a stamp above every
+        version it read, through the apply path that every member's copy takes."""
+        clock = self._clock_ms()
+        self.hlc.receive(min_stamp, clock)
+        stamp = self.hlc.now(clock)
+        own = self.instance_id
+        payload = DmlPayload(hlc=stamp, schema_id=self.schema_id, rows=list(captured.rows), quorum_txn=txn_id)
+        record = Record(type=RecordType.DML, origin=own, lsn=self._batches.pending.get(own) + 1, txn_id=stamp,
+                        payload=payload.pack())
+        taken = self._records.apply(record, log_records=True, own_allowed=True)
+        assert taken, "our next LSN is never held already"
+        return record
+
+    def stored_versions(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, int]]:
+        """The committed version of each key that has one: what a PREPARE compares with."""
+        reader = self._connections.reader
+        found = {key: get_version(reader, *key) for key in keys}
+        return {key: version for key, version in found.items() if version is not None}
+
+    def quorum_row(self, txn_id: int) -> tuple[int, int] | None:
+        """`(origin, lsn)` of the row of quorum transaction `txn_id`, None when not held."""
+        row = self._connections.reader.execute(
+            "SELECT origin, lsn FROM _rs_quorum WHERE txn_id = ?", (txn_id - HLC_SQL_OFFSET,)).fetchone()
+        return (row[0], row[1]) if row else None
+
     # ------------------------------------------------------------------ durability
 
     def flush(self) -> list[Record]:
         """Make the batch durable: the WAL first, then one SQLite commit."""
-        if self._batches.current is None:
+        batch = self._batches.current
+        if batch is None:
             return []
         records = self._batches.flush()
+        self.flushed_quorum_rows = batch.quorum_rows
         if self._auto_ids.stale:
             self._auto_ids.install()
         return records

@@ -1,6 +1,7 @@
 """The payloads of WAL rows: captured row changes and DDL statements.
 
-A DML payload is `{"h": commit hlc, "s": [schema origin, schema lsn], "r": [row, ...]}`;
+A DML payload is `{"h": commit hlc, "s": [schema origin, schema lsn], "r": [row, ...]}`,
+with `"q": txn id` when a quorum transaction wrote it (DESIGN 4.5: the row is its decision);
 each row is `{"t": table, "op": op, "k": intent key, "o": old image, "n": new image}` with
 full images by column name (DESIGN section 5); rows of a table without a primary key
 (allowed for local tables only) also carry their rowid under `"rowid"`.
@@ -69,12 +70,13 @@ class DmlPayload:
     hlc: int
     schema_id: tuple[int, int]
     rows: list[CapturedRow] = field(default_factory=list)
+    quorum_txn: int | None = None
 
     def pack(self) -> bytes:
-        return msgpack.packb(
-            {"h": self.hlc, "s": list(self.schema_id), "r": [r.to_wire() for r in self.rows]},
-            use_bin_type=True,
-        )
+        doc: dict[str, Any] = {"h": self.hlc, "s": list(self.schema_id), "r": [r.to_wire() for r in self.rows]}
+        if self.quorum_txn is not None:
+            doc["q"] = self.quorum_txn
+        return msgpack.packb(doc, use_bin_type=True)
 
     @classmethod
     def unpack(cls, data: bytes) -> DmlPayload:
@@ -86,7 +88,10 @@ class DmlPayload:
             raise ValueError(f"DML payload lacks h, s or r: {exc}") from exc
         if not isinstance(hlc, int) or not isinstance(schema, list) or len(schema) != 2:
             raise ValueError("DML payload has a bad hlc or schema id")
-        return cls(hlc=hlc, schema_id=(schema[0], schema[1]), rows=rows)
+        quorum_txn = doc.get("q")
+        if quorum_txn is not None and (not isinstance(quorum_txn, int) or not 0 < quorum_txn < 2**64):
+            raise ValueError(f"DML payload has a bad quorum txn id {quorum_txn!r:.40}")
+        return cls(hlc=hlc, schema_id=(schema[0], schema[1]), rows=rows, quorum_txn=quorum_txn)
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)

@@ -26,6 +26,8 @@ INTERNAL_DDL = (
     "CREATE TABLE IF NOT EXISTS _rs_meta(name TEXT PRIMARY KEY, value)",
     "CREATE TABLE IF NOT EXISTS _rs_latent(tbl TEXT NOT NULL, key TEXT NOT NULL, image BLOB NOT NULL,"
     " PRIMARY KEY (tbl, key)) WITHOUT ROWID",
+    # The quorum transactions whose row this member holds, written with the row itself.
+    "CREATE TABLE IF NOT EXISTS _rs_quorum(txn_id INTEGER PRIMARY KEY, origin INTEGER NOT NULL, lsn INTEGER NOT NULL)",
 )
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import apsw
 
 from replicaset.core.hlc import HLC
-from replicaset.storage.apply import UniqueResolver, resolve_after_local_write, set_version
+from replicaset.storage.apply import UniqueResolver, get_version, resolve_after_local_write, set_version
 from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batches, BatchKind
 from replicaset.storage.capture import Capture
@@ -55,6 +55,15 @@ class LocalTxn:
     ddl: DdlPayload | None = None
     ddl_local: bool = False
     done: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Captured:
+    """A quorum transaction's rows, taken back out of SQLite until it is decided, and the
+    version of each key it writes as it was read (None: no version, a new key)."""
+
+    rows: tuple[CapturedRow, ...]
+    reads: dict[tuple[str, str], tuple[int, int] | None]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -227,6 +236,28 @@ class Transactions:
         assert batch is not None
         batch.records.extend(records)
         return Committed(records=tuple(records), txn_id=stamp) if records else None
+
+    def capture(self, txn: LocalTxn) -> Captured:
+        """The rows of a QUORUM or ALL transaction with the versions read, then the
+        transaction rolled back: its changes reach SQLite only as its decided row, on every
+        member alike (DESIGN 4.5)."""
+        if txn.done:
+            raise SqlError("the transaction is already finished")
+        rows = tuple(self._capture.rows[txn.capture_mark:])
+        refusal = None
+        if txn.ddl is not None:
+            refusal = "a DDL statement runs at consistency ONE until the quorum DDL lock exists"
+        elif local := next((r.table for r in rows if r.table in self._config.local_tables), None):
+            refusal = f"table {local!r} is local to each member: a quorum transaction writes replicated tables only"
+        else:
+            size = len(DmlPayload(hlc=0, schema_id=self._schema.schema_id, rows=list(rows)).pack())
+            if size > self._config.max_txn_bytes:
+                refusal = f"transaction of {size} bytes exceeds max_txn_bytes = {self._config.max_txn_bytes}"
+        reads = {(r.table, r.key): get_version(self._conn, r.table, r.key) for r in rows}
+        self.rollback(txn)
+        if refusal:
+            raise SqlError(refusal)
+        return Captured(rows=rows, reads=reads)
 
     def _resolve_unique_locally(self, rows: list[CapturedRow]) -> None:
         """Settle latent rows as appliers will (DESIGN 4.2): not captured, no triggers."""
