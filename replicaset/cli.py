@@ -70,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("address", type=_address)
     sql.add_argument("sql")
     sql.add_argument("--bind", action="append", default=[], type=_bind_value)
+    sql.add_argument("--consistency", choices=["one", "quorum", "all"],
+                     help="how many members must hold a write before it is answered (the server's default)")
     sql.add_argument("--user")
     sql.add_argument("--password")
 
@@ -200,7 +202,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
     host, port = args.address
     with Client.connect(host, port, user=args.user, password=args.password) as client:
         try:
-            result = client.execute(args.sql, args.bind)
+            result = client.execute(args.sql, args.bind,
+                                    options={"consistency": args.consistency} if args.consistency else None)
         except ServerError as exc:
             print(f"error {exc.code}: {exc.message}", file=sys.stderr)
             return 1

@@ -238,6 +238,7 @@ TXN_TRANSITIONS: dict[TxnState, dict[str, frozenset[TxnState]]] = {
                   "restart": frozenset({T.ABORTED})},
     T.COMMITTING: {"prepared": frozenset({T.COMMITTING}), "conflict": frozenset({T.COMMITTING}),
                    "query_decision": frozenset({T.COMMITTING}), "committed": frozenset({T.COMMITTED}),
+                   "write_failed": frozenset({T.ABORTED}),
                    "restart": frozenset({T.COMMITTED, T.ABORTED})},
     T.COMMITTED: {"prepared": frozenset({T.COMMITTED}), "conflict": frozenset({T.COMMITTED}),
                   "query_decision": frozenset({T.COMMITTED}), "acked": frozenset({T.COMMITTED, T.ACKED})},
@@ -266,6 +267,7 @@ class Transaction:
     decided_with: frozenset[int] = frozenset()
     origin: int | None = None
     lsn: int | None = None
+    recovered: bool = False  # rebuilt from its record after a restart: the votes are gone
 
     def __str__(self) -> str:
         return f"transaction {self.txn_id:#x}"
@@ -331,6 +333,13 @@ class Transaction:
         return [SendCommit(txn_id=self.txn_id, to=self.decided_with - {self.coordinator}, origin=origin, lsn=lsn)]
 
     @transition(TXN_TRANSITIONS)
+    def write_failed(self) -> list[Action]:
+        """The host could not write the row: no row, so no decision yet, and nobody holds
+        one (the row is the decision): aborting is the spec's Restart without the crash.
+        The host tells its client why."""
+        return self._abort("its row could not be written", None)
+
+    @transition(TXN_TRANSITIONS)
     def acked(self, holders: frozenset[int]) -> list[Action]:
         if len(holders & self.members) < self.needed:
             return []
@@ -365,7 +374,7 @@ class Transaction:
         assert self.coordinator in self.members
         assert self.votes <= self.members and set(self.conflicts) <= self.members
         assert not self.votes & set(self.conflicts), "a member either prepared or conflicted"
-        if self.state in (T.COMMITTING, T.COMMITTED, T.ACKED):
+        if self.state in (T.COMMITTING, T.COMMITTED, T.ACKED) and not self.recovered:
             assert len(self.decided_with) >= self.needed, "QuorumOnTotal"
             assert self.decided_with <= self.members
         assert (self.lsn is not None) == (self.state in (T.COMMITTED, T.ACKED)), "AbortsTakeNoLsn"
@@ -436,6 +445,9 @@ class Coordinator:
             raise LocalProtocolError(f"{self}: committed an unknown transaction {txn_id:#x}")
         return txn.committed(origin, lsn) + self._ack_if_held(txn)
 
+    def write_failed(self, now_s: float, txn_id: int) -> list[Action]:
+        return self.txns[txn_id].write_failed()
+
     def acked(self, now_s: float, member: int, vclock: Mapping[int, int]) -> list[Action]:
         """`member` (this one too, once its own write is durable) holds `vclock` durably."""
         held = self.durable.setdefault(member, {})
@@ -454,6 +466,19 @@ class Coordinator:
         the host found in its WAL to that row's `(origin, lsn)`."""
         self.durable.clear()
         return [action for txn in self._in(T.PREPARING, T.COMMITTING) for action in txn.restart(rows_written.get(txn.txn_id))]
+
+    def recover(self, now_s: float, txn_id: int, members: frozenset[int], level: Level,
+                row: tuple[int, int] | None, aborted: bool) -> list[Action]:
+        """A transaction this member began before it restarted, from its durable record: the
+        memory of it is gone, the decision is not. Undecided (not `aborted`), it is committed
+        when its row is here and aborted otherwise (spec Restart); either way a member that
+        asks later gets the decision, never a fresh ABORT."""
+        if txn_id in self.txns:
+            raise LocalProtocolError(f"{self}: transaction {txn_id:#x} is known already")
+        txn = Transaction(txn_id=txn_id, coordinator=self.member, members=members, level=level, deadline_s=now_s,
+                          min_stamp=0, state=T.ABORTED if aborted else T.COMMITTING, recovered=True)
+        self.txns[txn_id] = txn
+        return [] if aborted else txn.restart(row)
 
     def _in(self, *states: TxnState) -> list[Transaction]:
         return [txn for txn in self.txns.values() if txn.state in states]

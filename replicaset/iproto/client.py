@@ -31,6 +31,7 @@ class SqlResult:
     rows: list[list[Any]]
     row_count: int | None
     autoincrement_ids: list[int]
+    vclock: dict[int, int] | None = None  # what a write reached, when the server says
 
 
 class Client:
@@ -82,16 +83,19 @@ class Client:
         binds: Sequence[Any] | Mapping[str, Any] = (),
         *,
         stream_id: int = 0,
+        options: Mapping[str, Any] | None = None,
     ) -> SqlResult:
         """Run one SQL statement. A mapping binds by name (`:name` in the SQL), as connectors
-        do; `stream_id` groups statements into one interactive transaction."""
+        do; `stream_id` groups statements into one interactive transaction; `options` is the
+        OPTIONS map (`consistency`, `wait_vclock`)."""
         if isinstance(binds, Mapping):
             bind_list = [{f":{name}": value} for name, value in binds.items()]
         else:
             bind_list = list(binds)
-        body = self.call(
-            RequestType.EXECUTE, {Key.SQL_TEXT: sql, Key.SQL_BIND: bind_list}, stream_id=stream_id
-        ).body
+        request: dict[int, Any] = {Key.SQL_TEXT: sql, Key.SQL_BIND: bind_list}
+        if options:
+            request[Key.OPTIONS] = dict(options)
+        body = self.call(RequestType.EXECUTE, request, stream_id=stream_id).body
         try:
             columns = [column[MetaKey.FIELD_NAME] for column in body.get(Key.METADATA, [])]
             rows = list(body.get(Key.DATA, []))
@@ -103,6 +107,7 @@ class Client:
                 rows=rows,
                 row_count=info[SqlInfoKey.ROW_COUNT],
                 autoincrement_ids=list(info.get(SqlInfoKey.AUTOINCREMENT_IDS, [])),
+                vclock=body.get(Key.VCLOCK),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise RemoteProtocolError(f"malformed EXECUTE reply: {exc!r}", fatal=False) from exc
@@ -117,7 +122,7 @@ class Client:
         return data
 
     def call(
-        self, request_type: int, body: dict[int, Any], *, stream_id: int = 0
+        self, request_type: int, body: dict[int, Any], *, stream_id: int = 0, replica_id: int | None = None
     ) -> Frame:
         """Send any request and return its reply; an error reply raises `ServerError`.
 
@@ -126,7 +131,7 @@ class Client:
         self._last_sync += 1
         sync = self._last_sync
         try:
-            self._sock.sendall(encode_request(request_type, sync, body, stream_id=stream_id))
+            self._sock.sendall(encode_request(request_type, sync, body, stream_id=stream_id, replica_id=replica_id))
             while True:
                 frame = self._read_frame()
                 if frame.sync != sync:

@@ -391,12 +391,15 @@ def encode_error(
 
 
 def encode_request(
-    request_type: int, sync: int, body: dict[int, Any], *, stream_id: int = 0
+    request_type: int, sync: int, body: dict[int, Any], *, stream_id: int = 0, replica_id: int | None = None
 ) -> bytes:
-    """A request, for our own client and for peer-to-peer messages."""
+    """A request, for our own client and for peer-to-peer messages (which name their
+    sender in REPLICA_ID)."""
     if not 0 <= request_type < ERROR_TYPE_BIT:
         raise LocalProtocolError(f"request type {request_type} is outside 0..{ERROR_TYPE_BIT - 1}")
     header = {_REQUEST_TYPE: request_type, _SYNC: sync}
     if stream_id:
         header[_STREAM_ID] = stream_id
+    if replica_id is not None:
+        header[Key.REPLICA_ID] = replica_id
     return encode_frame(header, body)

@@ -1,5 +1,9 @@
 """Peer-to-peer messages: Tarantool's codes where one exists, a private range otherwise.
 
+Quorum transactions (DESIGN 4.5) add PREPARE, COMMIT (carrying the exact WAL row), ABORT,
+the question for a decision and the coordinator's heartbeat, each from a registered member
+naming itself by id and UUID.
+
 JOIN (65) registers a new instance and streams it the newest checkpoint in chunks;
 SUBSCRIBE (66) starts a relay. Rows, acknowledgements, heartbeats and checkpoint chunks use
 private request types, and their bodies private keys, both above Tarantool's ranges.
@@ -18,6 +22,11 @@ class PeerRequest(IntEnum):
     HEARTBEAT = PRIVATE_REQUEST_TYPE_MIN + 3
     CHECKPOINT_CHUNK = PRIVATE_REQUEST_TYPE_MIN + 4
     REGISTER = PRIVATE_REQUEST_TYPE_MIN + 5
+    TXN_PREPARE = PRIVATE_REQUEST_TYPE_MIN + 6
+    TXN_COMMIT = PRIVATE_REQUEST_TYPE_MIN + 7
+    TXN_ABORT = PRIVATE_REQUEST_TYPE_MIN + 8
+    TXN_QUERY = PRIVATE_REQUEST_TYPE_MIN + 9
+    TXN_HEARTBEAT = PRIVATE_REQUEST_TYPE_MIN + 10
 
 
 class PeerKey(IntEnum):
@@ -31,3 +40,11 @@ class PeerKey(IntEnum):
     INSTANCE_ID = 0x77  # the id the registrar allocated
     ADDRESS = 0x78  # HOST:PORT where the instance listens
     REGISTRAR_LSN = 0x79  # the registrar's LSN at or after the instance's `_cluster` row
+    TXN_ID = 0x7A  # a quorum transaction's id
+    COORDINATOR = 0x7B  # the instance id of its coordinator
+    MEMBERS = 0x7C  # [instance id, ...]: the total membership it is decided on
+    READS = 0x7D  # [[table, key, hlc, origin], ...]: each key's version as read
+    VOTE = 0x7E  # PREPARE's answer: "prepared", "conflict", or nil (the outcome is known)
+    CONFLICT = 0x7F  # [table, key, holder txn id or nil]
+    DECISION = 0x80  # "commit", "abort", or nil (none known)
+    TXN_IDS = 0x81  # [txn id, ...]

@@ -23,6 +23,8 @@ from .peer import PeerKey
 ADDRESS_BYTES_MAX = 255
 INSTANCE_ID_MIN, INSTANCE_ID_MAX = 1, 31
 U64_MAX = 2**64 - 1
+READS_MAX = 100_000  # keys of one quorum transaction
+TXN_IDS_MAX = 10_000  # transactions in one heartbeat
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +79,38 @@ class Registered:
     registrar_lsn: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnRequest:
+    """A quorum transaction message from member `sender` (its id and UUID, which the
+    server checks against `_cluster`). `txn_ids` holds one id, or a heartbeat's many."""
+
+    replicaset_uuid: str
+    instance_uuid: str
+    sender: int
+    txn_ids: tuple[int, ...]
+
+    @property
+    def txn_id(self) -> int:
+        return self.txn_ids[0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnPrepare:
+    request: TxnRequest
+    coordinator: int
+    members: frozenset[int]
+    reads: dict[tuple[str, str], tuple[int, int]]  # (table, key) -> (hlc, origin); (0, 0): none
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnVote:
+    """PREPARE's answer: `prepared`, or the conflict (table, key, holder); neither when
+    the outcome was known."""
+
+    prepared: bool
+    conflict: tuple[str, str, int | None] | None
+
+
 # ---------------------------------------------------------------- requests a member serves
 
 
@@ -108,6 +142,60 @@ def ack(frame: Frame) -> VClock:
     return _Body(frame, "ACK").vclock(Key.VCLOCK, "VCLOCK")
 
 
+def txn_request(frame: Frame, request: str) -> TxnRequest:
+    """ABORT, COMMIT's header, QUERY: one txn id; HEARTBEAT: `TXN_IDS`."""
+    body = _Body(frame, request)
+    sender = frame.header.get(Key.REPLICA_ID)
+    if not _is_int(sender, INSTANCE_ID_MIN, INSTANCE_ID_MAX):
+        raise body.error("REPLICA_ID", f"must be the sender's instance id in {INSTANCE_ID_MIN}..{INSTANCE_ID_MAX}")
+    if PeerKey.TXN_IDS in frame.body:
+        ids = body.required(PeerKey.TXN_IDS, "TXN_IDS")
+        if not isinstance(ids, list) or not 0 < len(ids) <= TXN_IDS_MAX or not all(_is_int(i, 1, U64_MAX) for i in ids):
+            raise body.error("TXN_IDS", f"must be 1..{TXN_IDS_MAX} txn ids")
+        txn_ids = tuple(ids)
+    else:
+        txn_ids = (body.integer(PeerKey.TXN_ID, "TXN_ID", 1, U64_MAX),)
+    return TxnRequest(replicaset_uuid=body.uuid(Key.REPLICASET_UUID, "REPLICASET_UUID"),
+                      instance_uuid=body.uuid(Key.INSTANCE_UUID, "INSTANCE_UUID"), sender=sender, txn_ids=txn_ids)
+
+
+def txn_prepare(frame: Frame) -> TxnPrepare:
+    body = _Body(frame, "PREPARE")
+    members = body.required(PeerKey.MEMBERS, "MEMBERS")
+    if (not isinstance(members, list) or not members or len(members) > INSTANCE_ID_MAX
+            or not all(_is_int(m, INSTANCE_ID_MIN, INSTANCE_ID_MAX) for m in members)):
+        raise body.error("MEMBERS", f"must be 1..{INSTANCE_ID_MAX} instance ids")
+    coordinator = body.integer(PeerKey.COORDINATOR, "COORDINATOR", INSTANCE_ID_MIN, INSTANCE_ID_MAX)
+    if coordinator not in members:
+        raise body.error("COORDINATOR", f"{coordinator} is not one of MEMBERS {sorted(members)}")
+    raw = body.required(PeerKey.READS, "READS")
+    if not isinstance(raw, list) or not 0 < len(raw) <= READS_MAX:
+        raise body.error("READS", f"must be 1..{READS_MAX} [table, key, hlc, origin] entries")
+    reads: dict[tuple[str, str], tuple[int, int]] = {}
+    for i, entry in enumerate(raw):
+        if not (isinstance(entry, list) and len(entry) == 4 and all(isinstance(v, str) and v for v in entry[:2])
+                and "/" not in entry[0] and _is_int(entry[2], 0, U64_MAX) and _is_int(entry[3], 0, INSTANCE_ID_MAX)):
+            raise body.error("READS", f"entry {i} is not [table, key, hlc, origin]: {_short(entry)}")
+        reads[(entry[0], entry[1])] = (entry[2], entry[3])
+    return TxnPrepare(request=txn_request(frame, "PREPARE"), coordinator=coordinator, members=frozenset(members),
+                      reads=reads)
+
+
+def txn_commit(frame: Frame) -> tuple[TxnRequest, Record]:
+    """COMMIT carries the transaction's WAL row, exactly as written."""
+    request = txn_request(frame, "COMMIT")
+    records = rows(frame)
+    if len(records) != 1:
+        raise _Body(frame, "COMMIT").error("RECORDS", f"must hold the one row of the transaction, got {len(records)}")
+    return request, records[0]
+
+
+def txn_query(frame: Frame) -> tuple[TxnRequest, int]:
+    """QUERY: the transaction and its coordinator."""
+    coordinator = _Body(frame, "QUERY").integer(PeerKey.COORDINATOR, "COORDINATOR", INSTANCE_ID_MIN, INSTANCE_ID_MAX)
+    return txn_request(frame, "QUERY"), coordinator
+
+
 # ---------------------------------------------------------------- replies and streams a member receives
 
 
@@ -136,6 +224,27 @@ def rows(frame: Frame) -> list[Record]:
             raise body.error("RECORDS", f"item {i} has {len(item) - end} bytes after its record")
         records.append(record)
     return records
+
+
+def txn_vote(frame: Frame) -> TxnVote:
+    body = _Body(frame, "PREPARE reply")
+    vote = frame.body.get(PeerKey.VOTE)
+    if vote not in ("prepared", "conflict", None):
+        raise body.error("VOTE", f"must be 'prepared', 'conflict' or nil, got {_short(vote)}")
+    if vote != "conflict":
+        return TxnVote(prepared=vote == "prepared", conflict=None)
+    conflict = body.required(PeerKey.CONFLICT, "CONFLICT")
+    if not (isinstance(conflict, list) and len(conflict) == 3 and all(isinstance(v, str) for v in conflict[:2])
+            and (conflict[2] is None or _is_int(conflict[2], 1, U64_MAX))):
+        raise body.error("CONFLICT", f"must be [table, key, holder txn id or nil], got {_short(conflict)}")
+    return TxnVote(prepared=False, conflict=(conflict[0], conflict[1], conflict[2]))
+
+
+def txn_decision(frame: Frame) -> str | None:
+    decision = frame.body.get(PeerKey.DECISION)
+    if decision not in ("commit", "abort", None):
+        raise _Body(frame, "QUERY reply").error("DECISION", f"must be 'commit', 'abort' or nil, got {_short(decision)}")
+    return decision
 
 
 def heartbeat(frame: Frame) -> VClock:

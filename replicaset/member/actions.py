@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from replicaset.core import quorum
 from replicaset.core import replication as repl
 from replicaset.core import replicaset as rs
 
@@ -35,7 +36,15 @@ class SetAction:
     action: rs.Action
 
 
-Action = ApplierAction | RelayAction | SetAction
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuorumAction:
+    """An action of the coordinator or the participant of quorum transactions (PREPARE,
+    this member's own answer, the decision, COMMIT or ABORT to send, the client's answer)."""
+
+    action: quorum.Action | quorum.Prepared | quorum.Conflicted
+
+
+Action = ApplierAction | RelayAction | SetAction | QuorumAction
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

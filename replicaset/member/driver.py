@@ -32,9 +32,10 @@ sync made new rows durable (`wal_synced`, which `synced` calls).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from replicaset.core import quorum
 from replicaset.core import replication as repl
 from replicaset.core.hlc import unpack_stamp
 from replicaset.core.replicaset import (
@@ -48,7 +49,7 @@ from replicaset.core.replicaset import (
     Status,
     View,
 )
-from replicaset.member.actions import Accepted, Action, ApplierAction, RelayAction, SetAction
+from replicaset.member.actions import Accepted, Action, ApplierAction, QuorumAction, RelayAction, SetAction
 from replicaset.member.store import MemberStore, Membership
 from replicaset.member.trace import stamp, traced_ops
 from wal import Record, VClock
@@ -90,6 +91,7 @@ class MemberDriver:
         traced_table: Callable[[], dict[str, list[Any]]] | None = None,
         check_invariants: bool = True,
         check_store: Callable[[], None] | None = None,
+        participant: quorum.Participant | None = None,
     ) -> None:
         """`timeout_s` is `replication_timeout`, of every applier and relay; `trace`, when
         given, takes one dict per spec action, and `traced_table` gives the member's table as
@@ -97,8 +99,12 @@ class MemberDriver:
         it: without it the line carries an empty table, which the trace check takes for a
         member holding no row); `check_invariants` asserts every core's
         invariants after every event, and the store's through `check_store` (the host knows
-        when its store is between two states, as while a flush runs in a thread)."""
+        when its store is between two states, as while a flush runs in a thread);
+        `participant`, the member's side of quorum transactions as its metastore left it
+        (a fresh one in memory when not given)."""
         self.instance_id = instance_id
+        self.coordinator = quorum.Coordinator(member=instance_id)
+        self.participant = participant or quorum.Participant(member=instance_id, timeout_s=timeout_s)
         self.replicaset = replicaset
         self.appliers: dict[str, repl.Applier] = {}
         self.relays: dict[int, repl.Relay] = {}
@@ -314,10 +320,14 @@ class MemberDriver:
         return self._of_relay(conn, relay.lost_rows(now_s))
 
     @_event
-    def relay_ack(self, conn: int, now_s: float, vclock: VClock) -> None:
+    def relay_ack(self, conn: int, now_s: float, vclock: VClock) -> list[Action]:
+        """The subscriber holds `vclock` durably: its relay hears it, and so do the
+        transactions this member coordinates, which wait for members to hold their row."""
         relay = self.relays.get(conn)
-        if relay is not None:
-            relay.ack(now_s, vclock)
+        if relay is None:
+            return []
+        relay.ack(now_s, vclock)
+        return self._of_quorum(self.coordinator.acked(now_s, relay.subscriber, vclock.to_dict()))
 
     @_event
     def relay_tick(self, conn: int, now_s: float) -> list[Action]:
@@ -392,6 +402,106 @@ class MemberDriver:
             actions += self._of_relay(conn, relay.tick(now_s, vclock))
         return actions
 
+    # ---------------------------------------------------------------- quorum transaction events
+
+    @_event
+    def txn_begin(self, now_s: float, txn_id: int, *, reads: Mapping[quorum.Key, quorum.Version],
+                  members: frozenset[int], level: quorum.Level, deadline_s: float) -> list[Action]:
+        """A client's QUORUM or ALL transaction starts here (spec Begin): PREPARE for the
+        others, and this member's own answer, first, for the host to make durable."""
+        actions = self._of_quorum(self.coordinator.begin(now_s, txn_id, reads, members, level, deadline_s))
+        answer = self.participant.prepare(now_s, txn_id, self.instance_id, members, reads, self._stored(reads))
+        assert answer is not None, "a transaction just begun has no outcome yet"
+        return [QuorumAction(action=answer)] + actions + self._answered_by(now_s, self.instance_id, answer)
+
+    @_event
+    def txn_prepare(self, now_s: float, txn_id: int, *, coordinator: int, members: frozenset[int],
+                    reads: Mapping[quorum.Key, quorum.Version]) -> quorum.Prepared | quorum.Conflicted | None:
+        """A PREPARE from `coordinator` (spec Prepare): the answer, which the host makes
+        durable before sending it; None for a transaction whose outcome is known here."""
+        return self.participant.prepare(now_s, txn_id, coordinator, members, reads, self._stored(reads))
+
+    @_event
+    def txn_answered(self, now_s: float, member: int, answer: quorum.Prepared | quorum.Conflicted) -> list[Action]:
+        """`member` answered a PREPARE of ours."""
+        return self._answered_by(now_s, member, answer)
+
+    @_event
+    def txn_committed(self, now_s: float, txn_id: int, origin: int, lsn: int) -> list[Action]:
+        """The row of a DecideCommit is written and applied here at `(origin, lsn)`."""
+        return self._of_quorum(self.coordinator.committed(now_s, txn_id, origin, lsn))
+
+    @_event
+    def txn_write_failed(self, now_s: float, txn_id: int) -> list[Action]:
+        """The row of a DecideCommit could not be written: the transaction aborts."""
+        return self._of_quorum(self.coordinator.write_failed(now_s, txn_id))
+
+    @_event
+    def txn_durable(self, now_s: float, member: int, vclock: Mapping[int, int]) -> list[Action]:
+        """`member` (this one too) holds `vclock` durably, as a COMMIT's answer says."""
+        return self._of_quorum(self.coordinator.acked(now_s, member, vclock))
+
+    @_event
+    def txn_rows_applied(self, now_s: float, txn_ids: Sequence[int]) -> None:
+        """Rows of quorum transactions were applied here, ours included (spec ApplierReceive)."""
+        for txn_id in txn_ids:
+            self.participant.row_applied(txn_id)
+
+    @_event
+    def txn_abort(self, now_s: float, txn_id: int) -> None:
+        """An ABORT from the coordinator, or this member's own ReleaseIntents."""
+        self.participant.abort(txn_id)
+
+    @_event
+    def txn_tick(self, now_s: float) -> list[Action]:
+        """Time passed for quorum transactions: deadlines, and questions about silent ones."""
+        return self._of_quorum(self.coordinator.tick(now_s) + self.participant.tick(now_s))
+
+    def txn_unfinished(self) -> dict[int, frozenset[int]]:
+        """The transactions this member coordinates and has not decided, with the members
+        they were sent to: the host's heartbeats keep those members from asking."""
+        return {txn.txn_id: txn.members - {self.instance_id} for txn in self.coordinator.txns.values()
+                if txn.state in (quorum.TxnState.PREPARING, quorum.TxnState.COMMITTING)}
+
+    @_event
+    def txn_heartbeat(self, now_s: float, txn_id: int) -> None:
+        self.participant.heartbeat(now_s, txn_id)
+
+    @_event
+    def txn_query(self, now_s: float, txn_id: int, *, coordinator: int, asker: int) -> list[Action]:
+        """`asker` wants the decision (spec QueryDecision): the coordinator answers, deciding
+        ABORT if there is none; any other member passes on what it learned."""
+        if coordinator == self.instance_id:
+            return self._of_quorum(self.coordinator.query_decision(now_s, txn_id, asker))
+        return self._of_quorum(self.participant.query_decision(now_s, txn_id, asker))
+
+    @_event
+    def txn_decision(self, now_s: float, txn_id: int, decision: quorum.Decision) -> None:
+        """An answer to a QueryDecision of ours."""
+        self.participant.decision_learned(txn_id, decision)
+
+    @_event
+    def txn_restart(self, now_s: float) -> None:
+        """The host starts ticking: the participant's pending transactions, recovered from
+        the metastore, get a full timeout from now before it asks about them."""
+        self.participant.restart(now_s)
+
+    @_event
+    def txn_recover(self, now_s: float, txn_id: int, *, members: frozenset[int], level: quorum.Level,
+                    aborted: bool) -> list[Action]:
+        """A transaction this member coordinated before it restarted, from its record."""
+        return self._of_quorum(self.coordinator.recover(now_s, txn_id, members, level, self._store.quorum_row(txn_id),
+                                                        aborted))
+
+    def _answered_by(self, now_s: float, member: int, answer: quorum.Prepared | quorum.Conflicted) -> list[Action]:
+        if isinstance(answer, quorum.Prepared):
+            return self._of_quorum(self.coordinator.prepared(now_s, answer.txn_id, member))
+        return self._of_quorum(self.coordinator.conflict(now_s, answer.txn_id, member, answer.key, answer.holder))
+
+    def _stored(self, reads: Mapping[quorum.Key, quorum.Version]) -> dict[quorum.Key, quorum.Version]:
+        stored = self._store.stored_versions(reads)
+        return {key: quorum.Version(hlc=hlc, origin=origin) for key, (hlc, origin) in stored.items()}
+
     @_event
     def members_changed(self, now_s: float) -> list[Action]:
         """The host's membership may have changed: the replica-set core looks again."""
@@ -410,6 +520,8 @@ class MemberDriver:
         if self._check_store is not None:
             self._check_store()
         self.replicaset.check_invariants()
+        self.coordinator.check_invariants()
+        self.participant.check_invariants()
         for applier in self.appliers.values():
             applier.check_invariants()
         if self.relays:
@@ -457,6 +569,9 @@ class MemberDriver:
 
     def _of_relay(self, conn: int, actions: list[repl.Action]) -> list[Action]:
         return [RelayAction(conn=conn, action=a) for a in actions]
+
+    def _of_quorum(self, actions: Sequence[quorum.Action]) -> list[Action]:
+        return [QuorumAction(action=a) for a in actions]
 
     def _of_set(self, now_s: float, actions: list[Any]) -> list[Action]:
         if self._trace is not None:

@@ -7,7 +7,7 @@ read, never written: rows reach the store through the host (the writer), not the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -40,6 +40,16 @@ class MemberStore(Protocol):
     def txn_at(self, origin: int, lsn: int) -> int | None:
         """The txn id of a row held, None when not held: a relay compares it with the
         subscriber's."""
+        ...
+
+    def stored_versions(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, int]]:
+        """The committed version `(hlc, origin)` of each key that has one: a PREPARE
+        compares it with the version its coordinator read."""
+        ...
+
+    def quorum_row(self, txn_id: int) -> tuple[int, int] | None:
+        """`(origin, lsn)` of the row of quorum transaction `txn_id`, None when not held:
+        the decision a restarted coordinator finds."""
         ...
 
     def log_start(self) -> VClock:

@@ -37,6 +37,7 @@ from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import PeerError
+from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
 from replicaset.runtime.trace_file import TraceFile
 from replicaset.runtime.transfer import Registration, register_with
@@ -136,8 +137,10 @@ class Node:
     def open_member(self) -> MemberDriver:
         """The member's driver over the open engine. Its replica-set core waits for `run`
         to know the peers and whether it must recover; until then it takes no write. A
-        pending registration waits for a majority to hold our `_cluster` row (DESIGN 4.7)."""
+        pending registration waits for a majority to hold our `_cluster` row (DESIGN 4.7).
+        The metastore opens with it: the driver's participant is what it recovers."""
         cfg = self.config
+        self.quorum = QuorumHost(self)
         return MemberDriver(
             instance_id=self.identity.instance_id,
             store=self.engine,
@@ -150,6 +153,7 @@ class Node:
             check_invariants=cfg["debug.check_invariants"],
             check_store=self._check_engine,
             trace=self._open_trace(),
+            participant=self.quorum.participant(),
         )
 
     def _open_trace(self) -> TraceFile | None:
@@ -228,6 +232,7 @@ class Node:
                     self._start_applier(peers[key])
                 self.on_upstream_change()  # with no peer to wait for, the quorum is met now
                 nursery.start_soon(self._watch_members)
+                nursery.start_soon(self.quorum.run)
                 self.log.info(
                     "listening", listen=self.listen_address, vclock=self.engine.vclock.to_dict(),
                     replicaset_uuid=self.identity.replicaset_uuid, instance_uuid=self.identity.instance_uuid,
@@ -242,6 +247,7 @@ class Node:
             async with self.writer.token:
                 await self.writer._flush_now()
         self.engine.close()
+        self.quorum.close()
         if self.trace_file is not None:
             self.trace_file.close()
         if self.writer.fatal is None:
@@ -440,10 +446,12 @@ class Node:
             self._system_views = None
         if self.driver.tracing:
             self.driver.wal_flushed(trio.current_time())
+        self.quorum.rows_flushed()
         self.relays.on_flush(records)
 
     def _on_synced(self, advanced: bool) -> None:
         self.driver.wal_synced(trio.current_time(), advanced=advanced)
+        self.quorum.synced()
         self.relays.on_synced()
 
     # ---------------------------------------------------------------- views

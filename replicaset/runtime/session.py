@@ -28,6 +28,7 @@ from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.sql_wire import decode_binds, metadata, sql_info, sql_type_name
 from replicaset.iproto.system_views import decode_select, select_system_view
 from replicaset.core import replication as repl
+from replicaset.core.quorum import Level
 from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.errors import RequestError
@@ -35,6 +36,7 @@ from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.transfer import serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
 from replicaset.storage import EngineFatal, LocalTxn, SqlError, StatementResult
+from wal import VClock
 
 from replicaset.runtime.node import Node
 
@@ -54,6 +56,38 @@ class _Stream:
     began: bool = False
     deadline: float = math.inf
     timed_out: bool = False
+    level: Level = Level.ONE
+
+
+TXN_REQUESTS = frozenset({PeerRequest.TXN_PREPARE, PeerRequest.TXN_COMMIT, PeerRequest.TXN_ABORT,
+                          PeerRequest.TXN_QUERY, PeerRequest.TXN_HEARTBEAT})
+WAIT_VCLOCK_POLL_S = 0.001
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """EXECUTE's and BEGIN's OPTIONS map: `consistency` ("one", "quorum", "all") for
+    writes, `wait_vclock` ({instance id: lsn}) for a read that must see those rows."""
+
+    level: Level
+    wait_vclock: VClock | None
+
+
+def _options(body: dict[int, Any], default: Level) -> _Options:
+    raw = body.get(Key.OPTIONS)
+    if raw is None or raw == []:  # Tarantool's connectors send an empty array
+        return _Options(level=default, wait_vclock=None)
+    if not isinstance(raw, dict):
+        raise RequestError(ErrorCode.ILLEGAL_PARAMS, "OPTIONS must be a map")
+    level = raw.get("consistency", default.value)
+    if not isinstance(level, str) or level.lower() not in {lv.value for lv in Level}:
+        raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"OPTIONS consistency must be one, quorum or all, got {level!r:.40}")
+    wait = raw.get("wait_vclock")
+    try:
+        wait_vclock = None if wait is None else VClock(wait)
+    except (TypeError, ValueError) as exc:
+        raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"OPTIONS wait_vclock is not a vclock: {exc}") from None
+    return _Options(level=Level(level.lower()), wait_vclock=wait_vclock)
 
 
 class Session:
@@ -236,7 +270,10 @@ class Session:
         elif kind == PeerRequest.ACK:
             if self._relay_conn is None:
                 raise RequestError(ErrorCode.PROTOCOL, "ACK on a connection that relays nothing")
-            self._node.driver.relay_ack(self._relay_conn, trio.current_time(), peer_messages.ack(frame))
+            node = self._node
+            node.quorum.carry_out(node.driver.relay_ack(self._relay_conn, trio.current_time(), peer_messages.ack(frame)))
+        elif kind in TXN_REQUESTS:
+            self._reply_ok(frame, await self._node.quorum.serve(frame))
         elif kind == RequestType.JOIN:
             await self._join(frame)
         elif kind == PeerRequest.REGISTER:
@@ -329,6 +366,7 @@ class Session:
         node = self._node
         if stream.timed_out:
             raise RequestError(ErrorCode.TRANSACTION_TIMEOUT, "Transaction has been aborted by timeout")
+        options = _options(frame.body, stream.level if stream.began else self._default_level())
         try:
             if stream.began:
                 if stream.txn is None:
@@ -338,11 +376,19 @@ class Session:
                 self._reply_result(frame, node.writer.stream_execute(stream.txn, sql, binds))
                 return
             if node.engine.is_read(sql):
+                if options.wait_vclock is not None:
+                    await self._wait_vclock(options.wait_vclock)
                 result = node.engine.query(sql, binds)
                 if result is not None:
                     self._reply_result(frame, result)
                     return
             node.check_writable()
+            if options.level is not Level.ONE:
+                result, captured = await node.writer.capture(sql, binds)
+                if captured.rows:
+                    await node.quorum.commit(captured, options.level, self._synchro_timeout_s())
+                self._reply_result(frame, result, vclock=node.engine.vclock)
+                return
             result, ticket = await node.writer.execute_nowait(sql, binds)
         except SqlError as exc:
             raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
@@ -357,10 +403,26 @@ class Session:
         except WriteFailed as exc:
             self._reply_error(frame.sync, ErrorCode.WAL_IO, str(exc))
         else:
-            self._reply_result(frame, result)
+            self._reply_result(frame, result, vclock=self._node.engine.vclock)
         await self._flush_outbox()
 
-    def _reply_result(self, frame: Frame, result: StatementResult) -> None:
+    def _default_level(self) -> Level:
+        return Level(self._node.config["replication.default_write_consistency"].lower())
+
+    def _synchro_timeout_s(self) -> float:
+        return float(self._node.config["replication.synchro_timeout_s"])
+
+    async def _wait_vclock(self, wanted: VClock) -> None:
+        """Read-your-writes on any member: wait until this member holds `wanted`."""
+        engine = self._node.engine
+        with trio.move_on_after(self._synchro_timeout_s()):
+            while not wanted <= engine.vclock:
+                await trio.sleep(WAIT_VCLOCK_POLL_S)
+            return
+        raise RequestError(ErrorCode.TIMEOUT, f"this member's vclock {engine.vclock.to_dict()} did not reach "
+                                              f"{wanted.to_dict()} within {self._synchro_timeout_s()} s")
+
+    def _reply_result(self, frame: Frame, result: StatementResult, *, vclock: VClock | None = None) -> None:
         if result.columns:
             first = result.rows[0] if result.rows else None
             columns = [
@@ -369,7 +431,10 @@ class Session:
             ]
             self._reply_ok(frame, {Key.METADATA: metadata(columns), Key.DATA: result.rows})
         else:
-            self._reply_ok(frame, {Key.SQL_INFO: sql_info(result.row_count or 0, result.autoincrement_ids)})
+            body = {Key.SQL_INFO: sql_info(result.row_count or 0, result.autoincrement_ids)}
+            if vclock is not None:  # the vclock a write reached: read it back anywhere with wait_vclock
+                body[Key.VCLOCK] = vclock.to_dict()
+            self._reply_ok(frame, body)
 
     def _select(self, frame: Frame) -> None:
         """Only the system views connectors read at connect: data is read with SQL."""
@@ -395,6 +460,7 @@ class Session:
         requested = frame.body.get(Key.TIMEOUT)
         if isinstance(requested, (int, float)) and not isinstance(requested, bool) and requested > 0:
             timeout_s = min(timeout_s, requested)
+        stream.level = _options(frame.body, self._default_level()).level
         stream.began, stream.timed_out = True, False
         stream.deadline = trio.current_time() + timeout_s
         self._reply_ok(frame)
@@ -409,7 +475,14 @@ class Session:
         if timed_out and commit:
             raise RequestError(ErrorCode.TRANSACTION_TIMEOUT, "Transaction has been aborted by timeout")
         if txn is not None:
-            if commit:
+            if commit and stream.level is not Level.ONE:
+                try:
+                    captured = self._node.writer.capture_stream(txn)
+                except SqlError as exc:
+                    raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
+                if captured.rows:
+                    await self._node.quorum.commit(captured, stream.level, self._synchro_timeout_s())
+            elif commit:
                 try:
                     await self._node.writer.commit_stream(txn)
                 except SqlError as exc:

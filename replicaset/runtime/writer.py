@@ -18,7 +18,17 @@ from typing import Any, BinaryIO
 
 import trio
 
-from replicaset.storage import ApplyError, BatchKind, Engine, EngineFatal, GapError, LocalTxn, SqlError, StatementResult
+from replicaset.storage import (
+    ApplyError,
+    BatchKind,
+    Captured,
+    Engine,
+    EngineFatal,
+    GapError,
+    LocalTxn,
+    SqlError,
+    StatementResult,
+)
 from wal import GroupCommitPolicy, Record, VClock, WalError
 
 
@@ -130,6 +140,38 @@ class Writer:
             self.engine.rollback(txn)
         finally:
             self.token.release()
+
+    # ---------------------------------------------------------------- quorum transactions
+
+    async def capture(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> tuple[StatementResult, Captured]:
+        """Run one statement of a QUORUM or ALL transaction and take its rows back out with
+        the versions read: they reach SQLite only once decided (DESIGN 4.5)."""
+        async with self.token:
+            txn = await self._begin()
+            try:
+                result = self.engine.execute(txn, sql, binds)
+            except BaseException:
+                self.engine.rollback(txn)
+                raise
+            return result, self.engine.capture(txn)
+
+    def capture_stream(self, txn: LocalTxn) -> Captured:
+        """A stream transaction's rows, taken back out; the stream gives up the writer."""
+        try:
+            return self.engine.capture(txn)
+        finally:
+            self.token.release()
+
+    async def commit_captured(self, captured: Captured, *, txn_id: int, min_stamp: int) -> Record:
+        """Write a decided quorum transaction as our next row, returned once flushed."""
+        ticket = Ticket()
+        async with self.token:
+            await self._flush_unless(BatchKind.APPLY)
+            record = self.engine.commit_captured(captured, txn_id=txn_id, min_stamp=min_stamp)
+            self._tickets.append(ticket)
+            await self._flush_now()
+        await ticket.wait()
+        return record
 
     async def _begin(self) -> LocalTxn:
         """A transaction in the local batch, after flushing a batch of applied rows."""

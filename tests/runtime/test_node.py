@@ -56,6 +56,7 @@ async def opened(node: Node) -> AsyncIterator[Node]:
             nursery.cancel_scope.cancel()
     finally:
         node.engine.close()
+        node.quorum.close()
 
 
 async def serve_fake_member(nursery: trio.Nursery, handler: Callable[[trio.SocketStream], Awaitable[None]]) -> str:

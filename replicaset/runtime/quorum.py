@@ -1,0 +1,448 @@
+"""Quorum transactions on the server (DESIGN 4.5): the host of the member driver's
+coordinator and participant.
+
+Theory of operation. The cores decide; this module does what their actions say and
+reports what followed. A client's QUORUM or ALL transaction is captured by the writer
+(its rows and the versions read, rolled back), recorded PENDING in the metastore before
+any PREPARE leaves, then begun in the driver. PREPARE, COMMIT (the exact WAL row), ABORT,
+the question for a decision and the heartbeat travel on one request/response link per
+peer, opened on first use. The decision to commit is the coordinator's own WAL row,
+written through the apply path with the txn id inside it (`_rs_quorum` keeps it with the
+row, atomically); flushed rows of quorum transactions, ours or a peer's, release the
+intents they held. The client hears once the level's members hold the row durably: the
+COMMIT answers and the relays' acknowledgements both say so.
+
+Metastore writes follow `replicaset.meta.recovery`'s order: intents (synced, inside the
+participant's `place`), the PENDING record (synced), then the answer; the decision
+(synced), then the release.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from replicaset.core import quorum as q
+from replicaset.iproto import peer_messages
+from replicaset.iproto.codec import Frame, FrameDecoder, encode_request
+from replicaset.iproto.constants import ErrorCode, Key
+from replicaset.iproto.errors import RemoteProtocolError
+from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.member import Action, QuorumAction
+from replicaset.meta import txns
+from replicaset.meta.recovery import recover_participant
+from replicaset.meta.store import MetaStore
+from replicaset.meta.txns import TxnRecord, TxnStatus
+from replicaset.runtime.errors import RequestError
+from replicaset.runtime.links import RECEIVE_BYTES, PeerError, PeerLink
+from replicaset.runtime.relay import record_bytes
+from replicaset.storage import ApplyError, Captured, SqlError
+from replicaset.runtime.writer import WriteFailed
+from wal import Record, WalError
+
+if TYPE_CHECKING:
+    from replicaset.runtime.node import Node
+
+META_DIR = "meta"
+TICK_S = 0.05
+
+
+@dataclass
+class _Client:
+    """A client waiting for its transaction."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    row: tuple[int, int] | None = None
+    error: q.TxnError | RequestError | None = None
+
+
+class QuorumHost:
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._id = node.identity.instance_id
+        self.meta = MetaStore.open(node.data_dir / META_DIR)
+        self._clients: dict[int, _Client] = {}
+        self._captured: dict[int, Captured] = {}  # our undecided transactions' rows
+        self._records: dict[int, Record] = {}  # our decided rows, until COMMIT carries them
+        self._links: dict[int, _Link] = {}
+        self.last_commit_s: dict[str, float] = {}
+
+    def participant(self) -> q.Participant:
+        """This member's participant as its metastore left it; it asks about a silent
+        coordinator's transaction after four replication timeouts with no heartbeat,
+        counted from `run`."""
+        return recover_participant(self.meta, self._id, 4 * self._node.config.replication_timeout, 0.0)
+
+    def close(self) -> None:
+        self.meta.close()
+
+    # ---------------------------------------------------------------- start
+
+    async def run(self) -> None:
+        """Settle what a restart left, then tick the cores and send heartbeats."""
+        driver, now = self._node.driver, trio.current_time()
+        driver.txn_restart(now)
+        for record in list(txns.records(self.meta)):
+            if record.coordinator == self._id:
+                self.carry_out(driver.txn_recover(now, record.txn_id, members=record.members, level=record.level,
+                                                  aborted=record.status is TxnStatus.ABORTED))
+        held = [record for record in txns.pending(self.meta) if self._node.engine.quorum_row(record.txn_id)]
+        self._rows_applied([(r.txn_id, *self._node.engine.quorum_row(r.txn_id)) for r in held])  # type: ignore[misc]
+        interval = self._node.config.replication_timeout
+        next_heartbeat = trio.current_time() + interval
+        while True:
+            await trio.sleep(TICK_S)
+            now = trio.current_time()
+            self.carry_out(driver.txn_tick(now))
+            if now >= next_heartbeat:
+                next_heartbeat = now + interval
+                self._heartbeats(driver.txn_unfinished())
+
+    def _heartbeats(self, unfinished: dict[int, frozenset[int]]) -> None:
+        by_member: dict[int, list[int]] = {}
+        for txn_id, members in unfinished.items():
+            for member in members:
+                by_member.setdefault(member, []).append(txn_id)
+        for member, ids in by_member.items():
+            self._spawn(self._send, member, PeerRequest.TXN_HEARTBEAT, {PeerKey.TXN_IDS: ids[:peer_messages.TXN_IDS_MAX]})
+
+    # ---------------------------------------------------------------- the coordinator's client
+
+    async def commit(self, captured: Captured, level: q.Level, timeout_s: float) -> tuple[int, int]:
+        """Decide `captured` at `level` and return its row `(origin, lsn)` once the level's
+        members hold it durably; a RequestError a client can act on otherwise."""
+        node, driver = self._node, self._node.driver
+        start = trio.current_time()
+        txn_id = node.engine.hlc.now(time.time_ns() // 1_000_000)
+        members = frozenset(i for i, _, _ in node.members()) | {self._id}
+        reads = {key: q.Version(hlc=v[0], origin=v[1]) if v else q.NO_VERSION for key, v in captured.reads.items()}
+        txns.put_txn(self.meta, TxnRecord(txn_id=txn_id, coordinator=self._id, members=members, level=level,
+                                          status=TxnStatus.PENDING, keys=frozenset(reads)))
+        client = self._clients[txn_id] = _Client()
+        self._captured[txn_id] = captured
+        try:
+            self.carry_out(driver.txn_begin(start, txn_id, reads=reads, members=members, level=level,
+                                            deadline_s=start + timeout_s))
+            with trio.move_on_after(timeout_s + TICK_S * 2):
+                await client.done.wait()
+        finally:
+            del self._clients[txn_id]
+        if isinstance(client.error, RequestError):
+            raise client.error
+        if client.error is not None:
+            raise _client_error(client.error, level, len(members), timeout_s)
+        if not client.done.is_set():
+            where = f" as row {client.row[0]}:{client.row[1]}" if client.row else ""
+            raise RequestError(ErrorCode.TIMEOUT, f"transaction {txn_id:#x} committed{where}, but fewer than "
+                                                  f"{q.needed(level, len(members))} of {len(members)} members "
+                                                  f"confirmed it durable within {timeout_s} s")
+        assert client.row is not None
+        self.last_commit_s[level.value] = round(trio.current_time() - start, 6)
+        return client.row
+
+    # ---------------------------------------------------------------- actions
+
+    def carry_out(self, actions: Sequence[Action]) -> None:
+        for tagged in actions:
+            if isinstance(tagged, QuorumAction):
+                self._carry_out(tagged.action)
+
+    def _carry_out(self, action: Any) -> None:
+        now = trio.current_time()
+        if isinstance(action, q.SendPrepare):
+            body = {PeerKey.COORDINATOR: self._id, PeerKey.MEMBERS: sorted(action.members),
+                    PeerKey.READS: [[t, k, v.hlc, v.origin] for (t, k), v in action.reads.items()]}
+            for member in action.to:
+                self._spawn(self._prepare, member, action.txn_id, body)
+        elif isinstance(action, q.DecideCommit):
+            self._spawn(self._write_row, action)
+        elif isinstance(action, q.SendCommit):
+            self._spawn(self._send_commits, action)
+        elif isinstance(action, q.DecideAbort):
+            self._node.log.info("txn_aborted", txn_id=action.txn_id, reason=action.reason)
+            self._captured.pop(action.txn_id, None)
+            self._decide(action.txn_id, TxnStatus.ABORTED)
+        elif isinstance(action, q.SendAbort):
+            for member in action.to:
+                self._spawn(self._send, member, PeerRequest.TXN_ABORT, {PeerKey.TXN_ID: action.txn_id})
+        elif isinstance(action, q.ReleaseIntents):
+            self._node.driver.txn_abort(now, action.txn_id)
+        elif isinstance(action, q.QueryDecision):
+            coordinator = self._pending_coordinator(action.txn_id)
+            for member in action.ask:
+                self._spawn(self._query, member, action.txn_id, coordinator)
+        elif isinstance(action, q.AckClient):
+            client = self._clients.get(action.txn_id)
+            if client is not None:
+                client.row = (action.origin, action.lsn)
+                client.done.set()
+        elif isinstance(action, q.FailClient):
+            client = self._clients.get(action.txn_id)
+            if client is not None:
+                client.error = action.error
+                client.done.set()
+
+    def _pending_coordinator(self, txn_id: int) -> int:
+        pending = self._node.driver.participant.pending.get(txn_id)
+        return pending.coordinator if pending is not None else self._id
+
+    def _decide(self, txn_id: int, status: TxnStatus, row: tuple[int, int] | None = None) -> None:
+        record = txns.txn(self.meta, txn_id)
+        if record is not None and record.status is TxnStatus.PENDING:
+            origin, lsn = row if row else (None, None)
+            txns.decide(self.meta, txn_id, status, origin=origin, lsn=lsn)
+
+    def rows_flushed(self) -> None:
+        """The writer flushed rows: those of quorum transactions are applied here now."""
+        if self._node.engine.flushed_quorum_rows:
+            self._rows_applied(self._node.engine.flushed_quorum_rows)
+
+    def _rows_applied(self, rows: Sequence[tuple[int, int, int]]) -> None:
+        for txn_id, origin, lsn in rows:
+            self._decide(txn_id, TxnStatus.COMMITTED, (origin, lsn))
+        self._node.driver.txn_rows_applied(trio.current_time(), [txn_id for txn_id, _, _ in rows])
+
+    def synced(self) -> None:
+        """Our WAL is durable further: our own acknowledgement, for our transactions."""
+        self.carry_out(self._node.driver.txn_durable(trio.current_time(), self._id,
+                                                     self._node.engine.durable_vclock.to_dict()))
+
+    # ---------------------------------------------------------------- the coordinator's tasks
+
+    async def _write_row(self, action: q.DecideCommit) -> None:
+        driver = self._node.driver
+        captured = self._captured.pop(action.txn_id)
+        try:
+            record = await self._node.writer.commit_captured(captured, txn_id=action.txn_id, min_stamp=action.min_stamp)
+        except (ApplyError, SqlError, WriteFailed) as exc:
+            self._node.log.error("txn_row_failed", txn_id=action.txn_id, error=str(exc))
+            client = self._clients.get(action.txn_id)
+            if client is not None:
+                client.error = RequestError(ErrorCode.WAL_IO, f"the transaction's row could not be written: {exc}")
+                client.done.set()
+            self.carry_out(driver.txn_write_failed(trio.current_time(), action.txn_id))
+            return
+        client = self._clients.get(action.txn_id)
+        if client is not None:
+            client.row = (record.origin, record.lsn)
+        self._records[action.txn_id] = record
+        self.carry_out(driver.txn_committed(trio.current_time(), action.txn_id, record.origin, record.lsn))
+        self._node.writer.request_sync()  # our own word that the row is durable comes with the sync
+
+    async def _prepare(self, member: int, txn_id: int, body: dict[int, Any]) -> None:
+        reply = await self._request(member, PeerRequest.TXN_PREPARE, {PeerKey.TXN_ID: txn_id, **body})
+        if reply is None:
+            return
+        vote = peer_messages.txn_vote(reply)
+        if vote.prepared:
+            answer: q.Prepared | q.Conflicted = q.Prepared(txn_id=txn_id)
+        elif vote.conflict is not None:
+            table, key, holder = vote.conflict
+            answer = q.Conflicted(txn_id=txn_id, key=(table, key), holder=holder)
+        else:
+            return
+        self.carry_out(self._node.driver.txn_answered(trio.current_time(), member, answer))
+
+    async def _send_commits(self, action: q.SendCommit) -> None:
+        record = self._records.pop(action.txn_id, None)
+        if record is None:
+            return
+        body = {PeerKey.TXN_ID: action.txn_id, PeerKey.RECORDS: [record_bytes(record)]}
+        async with trio.open_nursery() as nursery:
+            for member in action.to:
+                nursery.start_soon(self._commit_one, member, body)
+
+    async def _commit_one(self, member: int, body: dict[int, Any]) -> None:
+        reply = await self._request(member, PeerRequest.TXN_COMMIT, body)
+        if reply is not None:
+            vclock = peer_messages.ack(reply)
+            self.carry_out(self._node.driver.txn_durable(trio.current_time(), member, vclock.to_dict()))
+
+    async def _query(self, member: int, txn_id: int, coordinator: int) -> None:
+        reply = await self._request(member, PeerRequest.TXN_QUERY, {PeerKey.TXN_ID: txn_id, PeerKey.COORDINATOR: coordinator})
+        decision = peer_messages.txn_decision(reply) if reply is not None else None
+        if decision is None:
+            return
+        self._node.driver.txn_decision(trio.current_time(), txn_id, q.Decision(decision))
+        if decision == "abort":
+            self._decide(txn_id, TxnStatus.ABORTED)
+
+    async def _send(self, member: int, request_type: int, body: dict[int, Any]) -> None:
+        await self._request(member, request_type, body)
+
+    async def _request(self, member: int, request_type: int, body: dict[int, Any]) -> Frame | None:
+        """One request to `member` and its reply; None when it cannot be had in time (the
+        cores treat a lost message as one that never came)."""
+        link = self._links.get(member)
+        if link is None:
+            address = next((a for i, _, a in self._node.members() if i == member), None)
+            if address is None:
+                return None
+            link = self._links[member] = _Link(self._node, member, address)
+        identity = self._node.identity
+        body = {Key.REPLICASET_UUID: identity.replicaset_uuid, Key.INSTANCE_UUID: identity.instance_uuid, **body}
+        with trio.move_on_after(self._node.config["replication.synchro_timeout_s"]):
+            try:
+                return await link.request(request_type, body)
+            except (PeerError, RemoteProtocolError, OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
+                self._node.log.info("txn_peer_unreachable", member=member, error=str(exc) or type(exc).__name__)
+        return None
+
+    def _spawn(self, fn: Any, *args: Any) -> None:
+        self._node._nursery.start_soon(fn, *args)
+
+    # ---------------------------------------------------------------- requests a member serves
+
+    def _check_sender(self, request: peer_messages.TxnRequest) -> None:
+        node = self._node
+        if request.replicaset_uuid != node.identity.replicaset_uuid:
+            raise RequestError(ErrorCode.REPLICASET_UUID_MISMATCH, f"Replica set UUID mismatch: expected "
+                                                                   f"{node.identity.replicaset_uuid}, got {request.replicaset_uuid}")
+        if node.member_id(request.instance_uuid) != request.sender:
+            raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {request.instance_uuid} is not registered as id "
+                                                          f"{request.sender} in this replica set")
+
+    async def serve(self, frame: Frame) -> dict[int, Any]:
+        """A quorum transaction request from a peer, and the body of its reply."""
+        node, now = self._node, trio.current_time()
+        driver = node.driver
+        kind = frame.request_type
+        if kind == PeerRequest.TXN_PREPARE:
+            prepare = peer_messages.txn_prepare(frame)
+            self._check_sender(prepare.request)
+            reads = {key: q.Version(hlc=hlc, origin=origin) for key, (hlc, origin) in prepare.reads.items()}
+            answer = driver.txn_prepare(now, prepare.request.txn_id, coordinator=prepare.coordinator,
+                                        members=prepare.members, reads=reads)
+            if isinstance(answer, q.Prepared):
+                if txns.txn(self.meta, answer.txn_id) is None:
+                    txns.put_txn(self.meta, TxnRecord(
+                        txn_id=answer.txn_id, coordinator=prepare.coordinator, members=prepare.members,
+                        level=q.Level.QUORUM, status=TxnStatus.PENDING, keys=frozenset(reads)))
+                return {PeerKey.VOTE: "prepared"}
+            if isinstance(answer, q.Conflicted):
+                table, key = answer.key
+                return {PeerKey.VOTE: "conflict", PeerKey.CONFLICT: [table, key, answer.holder]}
+            return {PeerKey.VOTE: None}
+        if kind == PeerRequest.TXN_COMMIT:
+            request, record = peer_messages.txn_commit(frame)
+            self._check_sender(request)
+            if record.origin != request.sender:
+                raise RequestError(ErrorCode.PROTOCOL, f"COMMIT from {request.sender} carries a row of {record.origin}")
+            driver.txn_heartbeat(now, request.txn_id)
+            if node.engine.pending_vclock.get(record.origin) == record.lsn - 1:
+                try:
+                    await node.writer.apply([record])
+                except (ApplyError, WriteFailed, WalError) as exc:  # the relay brings the row again
+                    node.log.info("txn_commit_row_deferred", txn_id=request.txn_id, error=str(exc))
+            return {Key.VCLOCK: node.engine.vclock.to_dict()}
+        request = peer_messages.txn_request(frame, PeerRequest(kind).name)
+        self._check_sender(request)
+        if kind == PeerRequest.TXN_ABORT:
+            driver.txn_abort(now, request.txn_id)
+            self._decide(request.txn_id, TxnStatus.ABORTED)
+            return {}
+        if kind == PeerRequest.TXN_HEARTBEAT:
+            for txn_id in request.txn_ids:
+                driver.txn_heartbeat(now, txn_id)
+            return {}
+        assert kind == PeerRequest.TXN_QUERY
+        _, coordinator = peer_messages.txn_query(frame)
+        actions = driver.txn_query(now, request.txn_id, coordinator=coordinator, asker=request.sender)
+        answer = next((a.action for a in actions if isinstance(a, QuorumAction) and isinstance(a.action, q.SendDecision)),
+                      None)
+        self.carry_out([a for a in actions if not (isinstance(a, QuorumAction) and isinstance(a.action, q.SendDecision))])
+        return {PeerKey.DECISION: answer.decision.value if answer is not None else None}
+
+
+def _client_error(error: q.TxnError, level: q.Level, total: int, timeout_s: float) -> RequestError:
+    if isinstance(error, q.Conflict):
+        table, key = error.key
+        why = (f"it is held by transaction {error.holder:#x}" if error.holder is not None
+               else "it changed since it was read")
+        return RequestError(ErrorCode.TRANSACTION_CONFLICT,
+                            f"Transaction has been aborted by conflict on row {key} of table {table}: {why}; retry it")
+    if isinstance(error, q.QuorumNotReached):
+        return RequestError(ErrorCode.QUORUM_WAIT, f"Couldn't wait for quorum {error.needed}: {error.answered} of "
+                                                   f"{error.total} members prepared; the transaction was aborted")
+    return RequestError(ErrorCode.SYNC_QUORUM_TIMEOUT,
+                        f"Quorum collection for a synchronous transaction is timed out: {q.needed(level, total)} of "
+                        f"{total} members did not prepare within {timeout_s} s; the transaction was aborted")
+
+
+class _Link:
+    """Requests to one peer on one connection, answered by sync, opened on first use and
+    again after a loss."""
+
+    def __init__(self, node: Node, member: int, address: str) -> None:
+        self._node = node
+        self._member = member
+        self._address = address
+        self._link: PeerLink | None = None
+        self._open_lock = trio.Lock()
+        self._send_lock = trio.Lock()
+        self._waiting: dict[int, trio.MemorySendChannel[Frame | Exception]] = {}
+        self._sync = 0
+
+    async def request(self, request_type: int, body: dict[int, Any]) -> Frame:
+        link = await self._open()
+        send, receive = trio.open_memory_channel[Frame | Exception](1)
+        self._sync += 1
+        sync = self._sync
+        self._waiting[sync] = send  # before sending: the reply may come before send_all returns
+        try:
+            async with self._send_lock:
+                await link.stream.send_all(encode_request(request_type, sync, body,
+                                                          replica_id=self._node.identity.instance_id))
+            reply = await receive.receive()
+        finally:
+            self._waiting.pop(sync, None)
+        if isinstance(reply, Exception):
+            raise reply
+        if reply.is_error:
+            raise PeerError(reply.request_type & 0x7FFF, str(reply.body.get(Key.ERROR_24, "")))
+        return reply
+
+    def _deliver(self, sync: int, reply: Frame | Exception) -> None:
+        """To the request waiting for `sync`, if any still does; a second reply to one
+        request (a confused peer) is dropped."""
+        waiter = self._waiting.get(sync)
+        if waiter is not None:
+            try:
+                waiter.send_nowait(reply)
+            except trio.WouldBlock:
+                pass
+
+    async def _open(self) -> PeerLink:
+        async with self._open_lock:
+            if self._link is None:
+                self._link = await PeerLink.open(self._address, self._node.config.max_frame_bytes)
+                self._node._nursery.start_soon(self._read, self._link)
+            return self._link
+
+    async def _read(self, link: PeerLink) -> None:
+        decoder: FrameDecoder = link.decoder
+        error: Exception = PeerError(ErrorCode.NO_CONNECTION, f"member {self._member} closed the connection")
+        try:
+            while True:
+                frame = decoder.next_frame()
+                if frame is None:
+                    data = await link.stream.receive_some(RECEIVE_BYTES)
+                    if not data:
+                        break
+                    decoder.feed(data)
+                    continue
+                self._deliver(frame.sync, frame)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, RemoteProtocolError) as exc:
+            error = exc
+        finally:
+            self._link = None
+            for sync in list(self._waiting):
+                self._deliver(sync, error)
+            self._waiting.clear()
+            await link.aclose()
+
+

@@ -1,0 +1,167 @@
+"""Quorum writes on real processes (DESIGN 4.5): a write at QUORUM or ALL is answered once
+the level's members hold it, counted on the total membership; a minority commits nothing;
+a row held by a live transaction's intent refuses another transaction with a conflict
+error naming it; and members agree whatever happened."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from replicaset.iproto.client import Client
+from replicaset.iproto.constants import ErrorCode, Key
+from replicaset.iproto.errors import ServerError
+from replicaset.iproto.peer import PeerKey, PeerRequest
+from tests.server.conftest import REPLICASET_UUID, ReplicaSet, wait_for
+from tests.server.test_replicaset import rows
+
+SYNCHRO_TIMEOUT_S = 2.0
+QUORUM = {"consistency": "quorum"}
+
+
+@pytest.fixture
+def quorum_set(replicaset_factory):
+    rs: ReplicaSet = replicaset_factory(f"replication.synchro_timeout_s = {SYNCHRO_TIMEOUT_S}\n")
+    first = rs.bootstrap()
+    with first.client() as client:
+        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, n INTEGER DEFAULT 0)")
+    second = rs.join(first)
+    third = rs.join(second)
+    rs.wait_converged()
+    return rs, (first, second, third)
+
+
+def test_a_quorum_write_is_answered_with_a_vclock_any_member_can_read_at(quorum_set) -> None:
+    rs, (first, second, third) = quorum_set
+    with second.client() as client:
+        written = client.execute("INSERT INTO kv(k, v) VALUES (1, 'q')", options=QUORUM)
+    assert written.row_count == 1 and written.vclock and written.vclock[2] >= 1
+    with third.client() as client:
+        seen = client.execute("SELECT v FROM kv WHERE k = 1", options={"wait_vclock": written.vclock})
+    assert seen.rows == [["q"]]
+    rs.wait_converged()
+    assert rows(first) == rows(second) == rows(third) == [[1, "q", 0]]
+
+
+def test_quorum_commits_without_one_member_and_all_does_not(quorum_set) -> None:
+    """With member 3 hung, two of three prepare: QUORUM commits, ALL aborts at its
+    deadline and leaves nothing; member 3 catches up once it runs again."""
+    rs, (first, second, third) = quorum_set
+    with third.paused():
+        with first.client() as client:
+            client.execute("INSERT INTO kv(k, v) VALUES (1, 'quorum')", options=QUORUM)
+            started = time.monotonic()
+            with pytest.raises(ServerError) as refused:
+                client.execute("INSERT INTO kv(k, v) VALUES (2, 'all')", options={"consistency": "all"})
+            elapsed = time.monotonic() - started
+        assert refused.value.code == ErrorCode.SYNC_QUORUM_TIMEOUT, refused.value
+        assert "3 of 3 members did not prepare" in refused.value.message
+        assert elapsed < SYNCHRO_TIMEOUT_S + 1.5
+        assert rows(first) == rows(second) == [[1, "quorum", 0]]
+    rs.wait_converged()
+    assert rows(third) == [[1, "quorum", 0]]
+
+
+def test_a_minority_commits_nothing_and_says_so_in_bounded_time(quorum_set) -> None:
+    rs, (first, second, third) = quorum_set
+    second.kill()
+    third.kill()
+    with first.client() as client:
+        started = time.monotonic()
+        with pytest.raises(ServerError) as refused:
+            client.execute("INSERT INTO kv(k, v) VALUES (1, 'lost')", options=QUORUM)
+        assert time.monotonic() - started < SYNCHRO_TIMEOUT_S + 1.5
+        assert refused.value.code == ErrorCode.SYNC_QUORUM_TIMEOUT
+        assert "2 of 3 members did not prepare" in refused.value.message
+        assert client.execute("SELECT * FROM kv").rows == []
+        client.execute("INSERT INTO kv(k, v) VALUES (2, 'one')")  # ONE still writes locally
+        assert client.execute("SELECT k FROM kv").rows == [[2]]
+
+
+def test_a_row_under_a_live_intent_refuses_another_transaction(quorum_set) -> None:
+    """An ALL write on member 1 holds its intents on members 1 and 2 while member 3 does
+    not answer: a QUORUM write of the same row on member 2 gets a conflict naming the
+    holder, and once both are over the members agree."""
+    rs, (first, second, third) = quorum_set
+    outcome: dict[str, object] = {}
+
+    def hold() -> None:
+        with first.client() as client:
+            try:
+                client.execute("INSERT INTO kv(k, v) VALUES (7, 'all')", options={"consistency": "all"})
+            except ServerError as exc:
+                outcome["all"] = exc
+
+    with third.paused():
+        holder = threading.Thread(target=hold)
+        holder.start()
+        time.sleep(SYNCHRO_TIMEOUT_S / 4)
+        with second.client() as client, pytest.raises(ServerError) as refused:
+            client.execute("INSERT INTO kv(k, v) VALUES (7, 'rival')", options=QUORUM)
+        holder.join(SYNCHRO_TIMEOUT_S * 3)
+    assert refused.value.code == ErrorCode.TRANSACTION_CONFLICT, refused.value
+    assert "row kv:7 of table kv" in refused.value.message and "held by transaction" in refused.value.message
+    assert isinstance(outcome.get("all"), ServerError) and outcome["all"].code == ErrorCode.SYNC_QUORUM_TIMEOUT
+    with second.client() as client:
+        client.execute("INSERT INTO kv(k, v) VALUES (7, 'after')", options=QUORUM)
+    rs.wait_converged()
+    assert rows(first) == rows(second) == rows(third) == [[7, "after", 0]]
+    for member in (first, second, third):
+        assert not [e for e in member.log_events() if e.get("level") == "error"], member.log_path
+
+
+def test_concurrent_increments_lose_no_update(quorum_set) -> None:
+    """Two members add one to the same counter at QUORUM as fast as they can: every
+    increment acknowledged is in the final value on every member, and the rest were
+    refused with a conflict (retryable), not lost."""
+    rs, (first, second, third) = quorum_set
+    with first.client() as client:
+        client.execute("INSERT INTO kv(k, v, n) VALUES (1, 'counter', 0)", options=QUORUM)
+    rs.wait_converged()
+    counts = {"ok": 0, "conflict": 0}
+    lock = threading.Lock()
+
+    def add(member) -> None:
+        with member.client() as client:
+            for _ in range(30):
+                try:
+                    client.execute("UPDATE kv SET n = n + 1 WHERE k = 1", options=QUORUM)
+                    kind = "ok"
+                except ServerError as exc:
+                    assert exc.code == ErrorCode.TRANSACTION_CONFLICT, exc
+                    kind = "conflict"
+                with lock:
+                    counts[kind] += 1
+
+    workers = [threading.Thread(target=add, args=(m,)) for m in (first, second)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert counts["ok"] + counts["conflict"] == 60
+    rs.wait_converged()
+    expected = [[1, "counter", counts["ok"]]]
+    wait_for(lambda: rows(first) == rows(second) == rows(third) == expected, f"counter at {counts['ok']} everywhere")
+
+
+def test_hand_made_prepares_are_refused_and_the_member_goes_on(quorum_set) -> None:
+    rs, (first, second, third) = quorum_set
+    second_uuid = rs.info(second)["uuid"]
+    good = {Key.REPLICASET_UUID: REPLICASET_UUID, Key.INSTANCE_UUID: second_uuid, PeerKey.TXN_ID: 5,
+            PeerKey.COORDINATOR: 2, PeerKey.MEMBERS: [1, 2, 3], PeerKey.READS: [["kv", "kv:1", 0, 0]]}
+    with Client.connect("127.0.0.1", first.port) as client:
+        for body, replica_id, code, words in [
+            ({**good, PeerKey.READS: "x"}, 2, ErrorCode.PROTOCOL, "READS"),
+            ({**good, PeerKey.COORDINATOR: 9}, 2, ErrorCode.PROTOCOL, "COORDINATOR"),
+            (good, 3, ErrorCode.UNKNOWN_REPLICA, "not registered as id 3"),
+            ({**good, Key.REPLICASET_UUID: "8c5e4a52-0000-4000-8000-00000000ffff"}, 2,
+             ErrorCode.REPLICASET_UUID_MISMATCH, "mismatch"),
+        ]:
+            with pytest.raises(ServerError) as refused:
+                client.call(PeerRequest.TXN_PREPARE, body, replica_id=replica_id)
+            assert refused.value.code == code and words in refused.value.message, refused.value
+        client.execute("INSERT INTO kv(k, v) VALUES (1, 'still serving')", options=QUORUM)
+    rs.wait_converged()
+    assert rows(third) == [[1, "still serving", 0]]
