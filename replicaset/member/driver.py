@@ -452,9 +452,16 @@ class MemberDriver:
         """An ABORT from the coordinator, or this member's own ReleaseIntents."""
         self.participant.abort(txn_id)
 
-    @_event
     def txn_tick(self, now_s: float) -> list[Action]:
-        """Time passed for quorum transactions: deadlines, and questions about silent ones."""
+        """Time passed for quorum transactions: deadlines, and questions about silent ones.
+        With none under way nothing can happen, and the invariants are not checked again:
+        the host ticks often."""
+        if not self.participant.pending and not self.txn_unfinished():
+            return []
+        return self._txn_tick(now_s)
+
+    @_event
+    def _txn_tick(self, now_s: float) -> list[Action]:
         return self._of_quorum(self.coordinator.tick(now_s) + self.participant.tick(now_s))
 
     def txn_unfinished(self) -> dict[int, frozenset[int]]:

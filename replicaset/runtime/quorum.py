@@ -69,7 +69,6 @@ class QuorumHost:
         self._captured: dict[int, Captured] = {}  # our undecided transactions' rows
         self._records: dict[int, Record] = {}  # our decided rows, until COMMIT carries them
         self._links: dict[int, _Link] = {}
-        self.last_commit_s: dict[str, float] = {}
 
     def participant(self) -> q.Participant:
         """This member's participant as its metastore left it; it asks about a silent
@@ -141,7 +140,6 @@ class QuorumHost:
                                                   f"{q.needed(level, len(members))} of {len(members)} members "
                                                   f"confirmed it durable within {timeout_s} s")
         assert client.row is not None
-        self.last_commit_s[level.value] = round(trio.current_time() - start, 6)
         return client.row
 
     # ---------------------------------------------------------------- actions
