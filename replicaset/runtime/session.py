@@ -84,7 +84,7 @@ def _options(body: dict[int, Any], default: Level) -> _Options:
         raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"OPTIONS consistency must be one, quorum or all, got {level!r:.40}")
     wait = raw.get("wait_vclock")
     try:
-        wait_vclock = None if wait is None else VClock(wait)
+        wait_vclock = None if wait is None else repl.replicated_part(VClock(wait))
     except (TypeError, ValueError) as exc:
         raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"OPTIONS wait_vclock is not a vclock: {exc}") from None
     return _Options(level=Level(level.lower()), wait_vclock=wait_vclock)
@@ -432,8 +432,8 @@ class Session:
             self._reply_ok(frame, {Key.METADATA: metadata(columns), Key.DATA: result.rows})
         else:
             body = {Key.SQL_INFO: sql_info(result.row_count or 0, result.autoincrement_ids)}
-            if vclock is not None:  # the vclock a write reached: read it back anywhere with wait_vclock
-                body[Key.VCLOCK] = vclock.to_dict()
+            if vclock is not None:  # the vclock a write reached, to read it back anywhere with wait_vclock
+                body[Key.VCLOCK] = repl.replicated_part(vclock).to_dict()
             self._reply_ok(frame, body)
 
     def _select(self, frame: Frame) -> None:
