@@ -102,6 +102,14 @@ class Node:
     def guest_allowed(self) -> bool:
         return self.config["auth.guest"] or not self.config["auth.users"]
 
+    def check_replicaset(self, replicaset_uuid: str) -> None:
+        """A peer's request is refused unless it is for our replica set."""
+        ours = self.identity.replicaset_uuid
+        if replicaset_uuid != ours:
+            message = f"Replica set UUID mismatch: expected {ours}, got {replicaset_uuid}"
+            self.log.warning("peer_refused", error=message)
+            raise RequestError(ErrorCode.REPLICASET_UUID_MISMATCH, message)
+
     def check_writable(self) -> None:
         if self.config.read_only:
             raise RequestError(ErrorCode.READONLY, "Can't modify data on a read-only instance - box.cfg.read_only is true")

@@ -89,8 +89,8 @@ class QuorumHost:
             if record.coordinator == self._id:
                 self.carry_out(driver.txn_recover(now, record.txn_id, members=record.members, level=record.level,
                                                   aborted=record.status is TxnStatus.ABORTED))
-        held = [record for record in txns.pending(self.meta) if self._node.engine.quorum_row(record.txn_id)]
-        self._rows_applied([(r.txn_id, *self._node.engine.quorum_row(r.txn_id)) for r in held])  # type: ignore[misc]
+        rows = {record.txn_id: self._node.engine.quorum_row(record.txn_id) for record in txns.pending(self.meta)}
+        self._rows_applied([(txn_id, *row) for txn_id, row in rows.items() if row is not None])
         interval = self._node.config.replication_timeout
         next_heartbeat = trio.current_time() + interval
         while True:
@@ -297,9 +297,7 @@ class QuorumHost:
 
     def _check_sender(self, request: peer_messages.TxnRequest) -> None:
         node = self._node
-        if request.replicaset_uuid != node.identity.replicaset_uuid:
-            raise RequestError(ErrorCode.REPLICASET_UUID_MISMATCH, f"Replica set UUID mismatch: expected "
-                                                                   f"{node.identity.replicaset_uuid}, got {request.replicaset_uuid}")
+        node.check_replicaset(request.replicaset_uuid)
         if node.member_id(request.instance_uuid) != request.sender:
             raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {request.instance_uuid} is not registered as id "
                                                           f"{request.sender} in this replica set")

@@ -103,6 +103,7 @@ class Session:
         self._relay_conn: int | None = None  # the driver's key of the relay this connection carries
         self._salt = os.urandom(32)
         self._user: str | None = "guest" if node.guest_allowed else None
+        self._default_level = Level(node.config["replication.default_write_consistency"].lower())
 
     # ---------------------------------------------------------------- plumbing
 
@@ -285,12 +286,7 @@ class Session:
 
     def _check_replicaset(self, request: T) -> T:
         """A validated peer request, refused unless it is for our replica set."""
-        node = self._node
-        ours = node.identity.replicaset_uuid
-        if request.replicaset_uuid != ours:
-            message = f"Replica set UUID mismatch: expected {ours}, got {request.replicaset_uuid}"
-            node.log.warning("peer_refused", error=message)
-            raise RequestError(ErrorCode.REPLICASET_UUID_MISMATCH, message)
+        self._node.check_replicaset(request.replicaset_uuid)
         return request
 
     async def _join(self, frame: Frame) -> None:
@@ -366,7 +362,7 @@ class Session:
         node = self._node
         if stream.timed_out:
             raise RequestError(ErrorCode.TRANSACTION_TIMEOUT, "Transaction has been aborted by timeout")
-        options = _options(frame.body, stream.level if stream.began else self._default_level())
+        options = _options(frame.body, stream.level if stream.began else self._default_level)
         try:
             if stream.began:
                 if stream.txn is None:
@@ -405,9 +401,6 @@ class Session:
         else:
             self._reply_result(frame, result, vclock=self._node.engine.vclock)
         await self._flush_outbox()
-
-    def _default_level(self) -> Level:
-        return Level(self._node.config["replication.default_write_consistency"].lower())
 
     def _synchro_timeout_s(self) -> float:
         return float(self._node.config["replication.synchro_timeout_s"])
@@ -460,7 +453,7 @@ class Session:
         requested = frame.body.get(Key.TIMEOUT)
         if isinstance(requested, (int, float)) and not isinstance(requested, bool) and requested > 0:
             timeout_s = min(timeout_s, requested)
-        stream.level = _options(frame.body, self._default_level()).level
+        stream.level = _options(frame.body, self._default_level).level
         stream.began, stream.timed_out = True, False
         stream.deadline = trio.current_time() + timeout_s
         self._reply_ok(frame)

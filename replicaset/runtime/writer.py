@@ -86,12 +86,7 @@ class Writer:
     ) -> tuple[StatementResult, Ticket]:
         """Run one statement in its own transaction; the ticket says when it is durable."""
         async with self.token:
-            txn = await self._begin()
-            try:
-                result = self.engine.execute(txn, sql, binds)
-            except SqlError:
-                self.engine.rollback(txn)
-                raise
+            txn, result = await self._execute_one(sql, binds)
             return result, await self._commit(txn)
 
     async def execute_trusted(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult:
@@ -147,12 +142,7 @@ class Writer:
         """Run one statement of a QUORUM or ALL transaction and take its rows back out with
         the versions read: they reach SQLite only once decided (DESIGN 4.5)."""
         async with self.token:
-            txn = await self._begin()
-            try:
-                result = self.engine.execute(txn, sql, binds)
-            except BaseException:
-                self.engine.rollback(txn)
-                raise
+            txn, result = await self._execute_one(sql, binds)
             return result, self.engine.capture(txn)
 
     def capture_stream(self, txn: LocalTxn) -> Captured:
@@ -172,6 +162,16 @@ class Writer:
             await self._flush_now()
         await ticket.wait()
         return record
+
+    async def _execute_one(self, sql: str, binds: Sequence[Any] | dict[str, Any]) -> tuple[LocalTxn, StatementResult]:
+        """A statement in a transaction of its own, left open for the caller (who holds the
+        token) to commit or capture; rolled back if the statement fails."""
+        txn = await self._begin()
+        try:
+            return txn, self.engine.execute(txn, sql, binds)
+        except SqlError:
+            self.engine.rollback(txn)
+            raise
 
     async def _begin(self) -> LocalTxn:
         """A transaction in the local batch, after flushing a batch of applied rows."""
