@@ -69,6 +69,7 @@ OPTIONS: dict[str, Option] = {
     "replication.default_write_consistency": Option("one", str, lambda v: v.lower() in ("one", "quorum", "all"),
                                                     "one, quorum or all"),
     "replication.synchro_timeout_s": Option(5.0, (int, float), _positive, "> 0 seconds"),
+    "ddl.lock_lease_seconds": Option(30.0, (int, float), _positive, "> 0 seconds"),
     "transaction.stream_timeout_s": Option(10.0, (int, float), _positive, "> 0 seconds"),
     "sql.auto_id_mode": Option("compact", str, lambda v: v in ("compact", "extended"), "compact or extended"),
     "auth.users": Option({}, dict, lambda v: all(isinstance(p, str) for p in v.values()), "a table of user = password"),

@@ -89,11 +89,13 @@ class Decision(Enum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Conflict:
     """A member refused the key: `holder` is the transaction whose live intent holds it,
-    None when the member stores a newer version than the one read. Retrying (after a new
-    read) can succeed."""
+    None when the member stores a newer version than the one read, and `holder_member` the
+    member coordinating it, when the refusing member knows (a DDL lock names its holder
+    by it). Retrying (after a new read) can succeed."""
 
     key: Key
     holder: int | None
+    holder_member: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,11 +199,12 @@ class Prepared:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Conflicted:
-    """CONFLICT, for the coordinator: see `Conflict` for `holder`."""
+    """CONFLICT, for the coordinator: see `Conflict` for `holder` and `holder_member`."""
 
     txn_id: int
     key: Key
     holder: int | None
+    holder_member: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -296,11 +299,11 @@ class Transaction:
         return [DecideCommit(txn_id=self.txn_id, min_stamp=self.min_stamp)]
 
     @transition(TXN_TRANSITIONS)
-    def conflict(self, member: int, key: Key, holder: int | None) -> list[Action]:
+    def conflict(self, member: int, key: Key, holder: int | None, holder_member: int | None = None) -> list[Action]:
         """A member that voted PREPARED holds its intent whatever it says later."""
         if self.state is not T.PREPARING or member in self.votes:
             return []
-        self.conflicts[member] = Conflict(key=key, holder=holder)
+        self.conflicts[member] = Conflict(key=key, holder=holder, holder_member=holder_member)
         unanswered = len(self.members) - len(self.votes) - len(self.conflicts)
         if len(self.votes) + unanswered >= self.needed:
             return []
@@ -411,9 +414,10 @@ class Coordinator:
         txn = self._answered(txn_id, member)
         return txn.prepared(member) if txn else []
 
-    def conflict(self, now_s: float, txn_id: int, member: int, key: Key, holder: int | None) -> list[Action]:
+    def conflict(self, now_s: float, txn_id: int, member: int, key: Key, holder: int | None,
+                 holder_member: int | None = None) -> list[Action]:
         txn = self._answered(txn_id, member)
-        return txn.conflict(member, key, holder) if txn else []
+        return txn.conflict(member, key, holder, holder_member) if txn else []
 
     def _answered(self, txn_id: int, member: int) -> Transaction | None:
         """The transaction an answer is about; an answer about one this member never
@@ -577,7 +581,9 @@ class Participant:
         for key, read in reads.items():
             holder = self.intents.holder(key)
             if holder is not None:
-                return Conflicted(txn_id=txn_id, key=key, holder=holder)
+                held = self.pending.get(holder)
+                return Conflicted(txn_id=txn_id, key=key, holder=holder,
+                                  holder_member=held.coordinator if held is not None else None)
             if stored.get(key, NO_VERSION) != read:
                 return Conflicted(txn_id=txn_id, key=key, holder=None)
         self.intents.place(txn_id, reads)

@@ -95,7 +95,8 @@ class Client:
         request: dict[int, Any] = {Key.SQL_TEXT: sql, Key.SQL_BIND: bind_list}
         if options:
             request[Key.OPTIONS] = dict(options)
-        body = self.call(RequestType.EXECUTE, request, stream_id=stream_id).body
+        reply = self.call(RequestType.EXECUTE, request, stream_id=stream_id)
+        body = reply.body
         try:
             columns = [column[MetaKey.FIELD_NAME] for column in body.get(Key.METADATA, [])]
             rows = list(body.get(Key.DATA, []))
@@ -107,7 +108,7 @@ class Client:
                 rows=rows,
                 row_count=info[SqlInfoKey.ROW_COUNT],
                 autoincrement_ids=list(info.get(SqlInfoKey.AUTOINCREMENT_IDS, [])),
-                vclock=body.get(Key.VCLOCK),
+                vclock=reply.header.get(Key.VCLOCK),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise RemoteProtocolError(f"malformed EXECUTE reply: {exc!r}", fatal=False) from exc

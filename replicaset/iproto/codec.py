@@ -47,6 +47,7 @@ _MSGPACK_ERRORS = (msgpack.UnpackException, ValueError, TypeError)
 _REQUEST_TYPE = int(Key.REQUEST_TYPE)
 _SYNC = int(Key.SYNC)
 _SCHEMA_VERSION = int(Key.SCHEMA_VERSION)
+_VCLOCK = int(Key.VCLOCK)
 _STREAM_ID = int(Key.STREAM_ID)
 _ERROR_24 = int(Key.ERROR_24)
 _ERROR = int(Key.ERROR)
@@ -364,11 +365,16 @@ def encode_ok(
     schema_version: int,
     body: dict[int, Any] | None = None,
     stream_id: int = 0,
+    vclock: dict[int, int] | None = None,
 ) -> bytes:
-    """A success reply. A None body is sent as an empty map, as Tarantool does."""
+    """A success reply. A None body is sent as an empty map, as Tarantool does. `vclock`
+    (what a write reached) goes in the header: Tarantool's net.box takes any body key of
+    an EXECUTE reply other than DATA and METADATA for SQL_INFO."""
     header = {_REQUEST_TYPE: _OK, _SYNC: sync, _SCHEMA_VERSION: schema_version}
     if stream_id:
         header[_STREAM_ID] = stream_id
+    if vclock is not None:
+        header[_VCLOCK] = vclock
     return encode_frame(header, {} if body is None else body)
 
 

@@ -104,11 +104,11 @@ class TxnPrepare:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TxnVote:
-    """PREPARE's answer: `prepared`, or the conflict (table, key, holder); neither when
-    the outcome was known."""
+    """PREPARE's answer: `prepared`, or the conflict (table, key, holder txn id, the
+    member coordinating it); neither when the outcome was known."""
 
     prepared: bool
-    conflict: tuple[str, str, int | None] | None
+    conflict: tuple[str, str, int | None, int | None] | None
 
 
 # ---------------------------------------------------------------- requests a member serves
@@ -234,10 +234,12 @@ def txn_vote(frame: Frame) -> TxnVote:
     if vote != "conflict":
         return TxnVote(prepared=vote == "prepared", conflict=None)
     conflict = body.required(PeerKey.CONFLICT, "CONFLICT")
-    if not (isinstance(conflict, list) and len(conflict) == 3 and all(isinstance(v, str) for v in conflict[:2])
-            and (conflict[2] is None or _is_int(conflict[2], 1, U64_MAX))):
-        raise body.error("CONFLICT", f"must be [table, key, holder txn id or nil], got {_short(conflict)}")
-    return TxnVote(prepared=False, conflict=(conflict[0], conflict[1], conflict[2]))
+    if not (isinstance(conflict, list) and len(conflict) == 4 and all(isinstance(v, str) for v in conflict[:2])
+            and (conflict[2] is None or _is_int(conflict[2], 1, U64_MAX))
+            and (conflict[3] is None or _is_int(conflict[3], 1, INSTANCE_ID_MAX))):
+        raise body.error("CONFLICT", f"must be [table, key, holder txn id or nil, holder instance id or nil], "
+                                     f"got {_short(conflict)}")
+    return TxnVote(prepared=False, conflict=(conflict[0], conflict[1], conflict[2], conflict[3]))
 
 
 def txn_decision(frame: Frame) -> str | None:

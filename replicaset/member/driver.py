@@ -503,7 +503,8 @@ class MemberDriver:
     def _answered_by(self, now_s: float, member: int, answer: quorum.Prepared | quorum.Conflicted) -> list[Action]:
         if isinstance(answer, quorum.Prepared):
             return self._of_quorum(self.coordinator.prepared(now_s, answer.txn_id, member))
-        return self._of_quorum(self.coordinator.conflict(now_s, answer.txn_id, member, answer.key, answer.holder))
+        return self._of_quorum(self.coordinator.conflict(now_s, answer.txn_id, member, answer.key, answer.holder,
+                                                         answer.holder_member))
 
     def _stored(self, reads: Mapping[quorum.Key, quorum.Version]) -> dict[quorum.Key, quorum.Version]:
         stored = self._store.stored_versions(reads)

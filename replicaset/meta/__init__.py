@@ -1,12 +1,11 @@
 """Layer 3, the metastore (DESIGN 3): what a member must remember across a crash besides
 its WAL and its SQLite copy. Transaction records and their indexes, write intents with an
-in-memory filter in front, replication state per peer, the DDL lock, on rocksdict
-(`docs/design/metastore.md`).
+in-memory filter in front, replication state per peer, on rocksdict
+(`docs/design/metastore.md`). The DDL lock is an intent (`docs/decisions.md`).
 
 It may import `wal` and `replicaset.core`, never the runtime, trio or the storage layer.
 """
 
-from replicaset.meta.ddl_lock import DdlLock, clear_ddl_lock, ddl_lock, put_ddl_lock
 from replicaset.meta.filter import IntentFilter
 from replicaset.meta.intents import StoredIntents
 from replicaset.meta.recovery import recover_participant
@@ -15,6 +14,6 @@ from replicaset.meta.store import MetaError, MetaStore
 from replicaset.meta.txns import TxnRecord, TxnStatus, decide, pending, put_txn, records, txn
 
 __all__ = [
-    "DdlLock", "IntentFilter", "MetaError", "MetaStore", "StoredIntents", "TxnRecord", "TxnStatus", "clear_ddl_lock",
-    "ddl_lock", "decide", "pending", "put_ddl_lock", "put_repl", "records", "recover_participant", "repl", "txn",
+    "IntentFilter", "MetaError", "MetaStore", "StoredIntents", "TxnRecord", "TxnStatus", "decide", "pending",
+    "put_repl", "put_txn", "records", "recover_participant", "repl", "txn",
 ]

@@ -9,7 +9,6 @@ ASCII path text, and fixed-width numbers keep each prefix in numeric order.
 | `/intent/{table}/{key}` | the txn id whose intent holds the row |
 | `/intent_txn/{txn_id:016x}/{table}/{key}` | `[table, key]`: the intent, by transaction |
 | `/repl/{peer_uuid}` | the vclock the peer acknowledged |
-| `/ddl_lock` | the DDL lock: holder, txn id, lease expiry |
 
 An intent key is a `(table, key)` pair: the table's name and the row's text key
 (`replicaset.storage.keys.intent_key`, e.g. `users:1`). The key may hold any character;
@@ -24,7 +23,6 @@ TXN_SEQ = b"/txn_idx/seq/"
 INTENT = b"/intent/"
 INTENT_TXN = b"/intent_txn/"
 REPL = b"/repl/"
-DDL_LOCK = b"/ddl_lock"
 
 TXN_ID_MAX = 2**64 - 1
 TXN_ID_HEX = 16

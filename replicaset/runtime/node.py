@@ -136,7 +136,7 @@ class Node:
                 local_tables=frozenset(cfg.local_tables),
                 auto_id_mode=cfg["sql.auto_id_mode"],
                 checkpoint_count=cfg.checkpoint_count,
-                ddl_refusal=self.ddl_refusal(),
+                ddl_lock=True,
             ),
             clock_ms=wall_clock_ms,
             log=event_sink(self.log),
@@ -185,14 +185,6 @@ class Node:
             recovering=recovering,
             pending_registration_lsn=pending_registration_lsn,
             allow_rejoin=self.allow_rejoin,
-        )
-
-    def ddl_refusal(self) -> str | None:
-        if self.identity.instance_id == REGISTRAR_ID:
-            return None
-        return (
-            f"DDL is accepted only on instance {REGISTRAR_ID}, the member that bootstrapped the replica set, "
-            "until the quorum DDL lock exists"
         )
 
     async def run(
@@ -508,6 +500,7 @@ class Node:
             "listen": self.listen_address,
             "pid": os.getpid(),
             "replication": self.replication_info(),
+            "synchro": self.quorum.synchro_info(),
         }
 
     def replication_info(self) -> dict[int, dict[str, Any]]:
@@ -534,6 +527,8 @@ class Node:
                     "idle": round(now - relay.last_ack_s, 3),
                     "lag": round(max(0.0, relay.last_sent_s - relay.last_ack_s), 3),
                 }
+            if instance_id != self.identity.instance_id:
+                entry["prepare"] = self.quorum.prepare_info(instance_id)
             result[instance_id] = entry
         return result
 

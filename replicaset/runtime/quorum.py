@@ -41,6 +41,7 @@ from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import RECEIVE_BYTES, PeerError, PeerLink
 from replicaset.runtime.relay import record_bytes
 from replicaset.storage import ApplyError, Captured, SqlError
+from replicaset.storage.keys import SCHEMA_KEY
 from replicaset.runtime.writer import WriteFailed
 from wal import Record, WalError
 
@@ -49,6 +50,28 @@ if TYPE_CHECKING:
 
 META_DIR = "meta"
 TICK_S = 0.05
+SHOWN_TXNS = 10  # the console lists this many undecided transactions
+
+
+@dataclass
+class _Outcomes:
+    """How clients' transactions of one level ended, for the console."""
+
+    committed: int = 0
+    failed: int = 0
+    last_ms: float | None = None
+    max_ms: float = 0.0
+
+    def add(self, committed: bool, elapsed_s: float) -> None:
+        if committed:
+            self.committed += 1
+        else:
+            self.failed += 1
+        self.last_ms = round(elapsed_s * 1000, 3)
+        self.max_ms = max(self.max_ms, self.last_ms)
+
+    def info(self) -> dict[str, Any]:
+        return {"committed": self.committed, "failed": self.failed, "last_ms": self.last_ms, "max_ms": self.max_ms}
 
 
 @dataclass
@@ -69,6 +92,8 @@ class QuorumHost:
         self._captured: dict[int, Captured] = {}  # our undecided transactions' rows
         self._records: dict[int, Record] = {}  # our decided rows, until COMMIT carries them
         self._links: dict[int, _Link] = {}
+        self._outcomes: dict[q.Level, _Outcomes] = {}  # for the console
+        self._last_answer_s: dict[int, float] = {}  # each peer's last answer to a PREPARE of ours
 
     def participant(self) -> q.Participant:
         """This member's participant as its metastore left it; it asks about a silent
@@ -117,7 +142,7 @@ class QuorumHost:
         node, driver = self._node, self._node.driver
         start = trio.current_time()
         txn_id = node.engine.hlc.now(time.time_ns() // 1_000_000)
-        members = frozenset(i for i, _, _ in node.members()) | {self._id}
+        members = self._members()
         reads = {key: q.Version(hlc=v[0], origin=v[1]) if v else q.NO_VERSION for key, v in captured.reads.items()}
         txns.put_txn(self.meta, TxnRecord(txn_id=txn_id, coordinator=self._id, members=members, level=level,
                                           status=TxnStatus.PENDING, keys=frozenset(reads)))
@@ -130,6 +155,8 @@ class QuorumHost:
                 await client.done.wait()
         finally:
             del self._clients[txn_id]
+            self._outcomes.setdefault(level, _Outcomes()).add(client.error is None and client.done.is_set(),
+                                                              trio.current_time() - start)
         if isinstance(client.error, RequestError):
             raise client.error
         if client.error is not None:
@@ -141,6 +168,56 @@ class QuorumHost:
                                                   f"confirmed it durable within {timeout_s} s")
         assert client.row is not None
         return client.row
+
+    # ---------------------------------------------------------------- the console
+
+    def synchro_info(self) -> dict[str, Any]:
+        """`box.info.synchro`: the quorum on the total membership, the transactions this
+        member coordinates and has not decided, those prepared here, the intents held (the
+        DDL lock among them), and how clients' transactions ended, per level."""
+        driver, total = self._node.driver, len(self._members())
+        participant = driver.participant
+        now = trio.current_time()
+        undecided = [t for t in driver.coordinator.txns.values()
+                     if t.state in (q.TxnState.PREPARING, q.TxnState.COMMITTING)]
+        coordinators: dict[int, int] = {}
+        for pending in participant.pending.values():
+            coordinators[pending.coordinator] = coordinators.get(pending.coordinator, 0) + 1
+        lock = participant.intents.holder(SCHEMA_KEY)
+        lock_holder = participant.pending.get(lock) if lock is not None else None
+        return {
+            "quorum": q.needed(q.Level.QUORUM, total),
+            "total": total,
+            "default_consistency": self._node.config["replication.default_write_consistency"].lower(),
+            "queue": {
+                "len": len(undecided),
+                "txns": [{"txn_id": f"{t.txn_id:#x}", "level": t.level.value, "state": t.state.value,
+                          "prepared": sorted(t.votes), "conflicts": sorted(t.conflicts),
+                          "deadline_in": round(t.deadline_s - now, 3)}
+                         for t in undecided[:SHOWN_TXNS]],
+            },
+            "prepared": {"len": len(participant.pending), "by_coordinator": coordinators},
+            "intents": sum(len(keys) for keys in participant.intents.keys.values()),
+            "ddl_lock": None if lock is None else {
+                "txn_id": f"{lock:#x}", "holder": lock_holder.coordinator if lock_holder is not None else None},
+            "outcomes": {level.value: outcomes.info() for level, outcomes in self._outcomes.items()},
+        }
+
+    def prepare_info(self, member: int) -> dict[str, Any]:
+        """A peer's part in this member's undecided transactions, for
+        `box.info.replication`: how many await its answer, how many it prepared or refused,
+        and how long ago it last answered a PREPARE."""
+        counts = {"awaiting": 0, "prepared": 0, "conflicts": 0}
+        for txn in self._node.driver.coordinator.txns.values():
+            if member not in txn.members or txn.state not in (q.TxnState.PREPARING, q.TxnState.COMMITTING):
+                continue
+            kind = "prepared" if member in txn.votes else "conflicts" if member in txn.conflicts else "awaiting"
+            counts[kind] += 1
+        heard = self._last_answer_s.get(member)
+        return {**counts, "idle": None if heard is None else round(trio.current_time() - heard, 3)}
+
+    def _members(self) -> frozenset[int]:
+        return frozenset(i for i, _, _ in self._node.members()) | {self._id}
 
     # ---------------------------------------------------------------- actions
 
@@ -236,11 +313,12 @@ class QuorumHost:
         if reply is None:
             return
         vote = peer_messages.txn_vote(reply)
+        self._last_answer_s[member] = trio.current_time()
         if vote.prepared:
             answer: q.Prepared | q.Conflicted = q.Prepared(txn_id=txn_id)
         elif vote.conflict is not None:
-            table, key, holder = vote.conflict
-            answer = q.Conflicted(txn_id=txn_id, key=(table, key), holder=holder)
+            table, key, holder, holder_member = vote.conflict
+            answer = q.Conflicted(txn_id=txn_id, key=(table, key), holder=holder, holder_member=holder_member)
         else:
             return
         self.carry_out(self._node.driver.txn_answered(trio.current_time(), member, answer))
@@ -321,7 +399,7 @@ class QuorumHost:
                 return {PeerKey.VOTE: "prepared"}
             if isinstance(answer, q.Conflicted):
                 table, key = answer.key
-                return {PeerKey.VOTE: "conflict", PeerKey.CONFLICT: [table, key, answer.holder]}
+                return {PeerKey.VOTE: "conflict", PeerKey.CONFLICT: [table, key, answer.holder, answer.holder_member]}
             return {PeerKey.VOTE: None}
         if kind == PeerRequest.TXN_COMMIT:
             request, record = peer_messages.txn_commit(frame)
@@ -355,6 +433,14 @@ class QuorumHost:
 
 
 def _client_error(error: q.TxnError, level: q.Level, total: int, timeout_s: float) -> RequestError:
+    if isinstance(error, q.Conflict) and error.key == SCHEMA_KEY:
+        if error.holder is None:
+            return RequestError(ErrorCode.TRANSACTION_CONFLICT,
+                                "the schema changed since this member read it: a DDL statement of another member "
+                                "is not applied here yet; retry it")
+        holder = f"instance {error.holder_member}" if error.holder_member is not None else "another member"
+        return RequestError(ErrorCode.TRANSACTION_CONFLICT,
+                            f"DDL lock held by {holder} (transaction {error.holder:#x}); retry once it finishes")
     if isinstance(error, q.Conflict):
         table, key = error.key
         why = (f"it is held by transaction {error.holder:#x}" if error.holder is not None

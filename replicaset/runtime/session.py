@@ -35,7 +35,7 @@ from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.transfer import serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
-from replicaset.storage import EngineFatal, LocalTxn, SqlError, StatementResult
+from replicaset.storage import Captured, DdlNeedsLock, EngineFatal, LocalTxn, SqlError, StatementResult
 from wal import VClock
 
 from replicaset.runtime.node import Node
@@ -127,8 +127,9 @@ class Session:
         finally:
             self._sending = False
 
-    def _reply_ok(self, frame: Frame, body: dict[int, Any] | None = None) -> None:
-        self._send(encode_ok(sync=frame.sync, schema_version=self._node.schema_version, body=body, stream_id=frame.stream_id))
+    def _reply_ok(self, frame: Frame, body: dict[int, Any] | None = None, *, vclock: dict[int, int] | None = None) -> None:
+        self._send(encode_ok(sync=frame.sync, schema_version=self._node.schema_version, body=body,
+                             stream_id=frame.stream_id, vclock=vclock))
 
     def _reply_error(self, sync: int, code: int, message: str) -> None:
         self._send(encode_error(sync=sync, schema_version=self._node.schema_version, code=code, message=message))
@@ -379,13 +380,17 @@ class Session:
                     self._reply_result(frame, result)
                     return
             node.check_writable()
-            if options.level is not Level.ONE:
+            level = options.level
+            if level is Level.ONE:
+                try:
+                    result, ticket = await node.writer.execute_nowait(sql, binds)
+                except DdlNeedsLock:
+                    level = Level.QUORUM
+            if level is not Level.ONE:
                 result, captured = await node.writer.capture(sql, binds)
-                if captured.rows:
-                    await node.quorum.commit(captured, options.level, self._synchro_timeout_s())
+                await self._commit_captured(captured, level)
                 self._reply_result(frame, result, vclock=node.engine.vclock)
                 return
-            result, ticket = await node.writer.execute_nowait(sql, binds)
         except SqlError as exc:
             raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
         if ticket.done.is_set() and ticket.error is None:
@@ -401,6 +406,15 @@ class Session:
         else:
             self._reply_result(frame, result, vclock=self._node.engine.vclock)
         await self._flush_outbox()
+
+    async def _commit_captured(self, captured: Captured, level: Level) -> None:
+        """Decide a captured transaction at `level`. A DDL statement's (the DDL lock, DESIGN
+        4.6) may take up to `[ddl] lock_lease_seconds` to be decided, any other
+        `synchro_timeout_s`."""
+        if captured.ddl is not None:
+            await self._node.quorum.commit(captured, level, float(self._node.config["ddl.lock_lease_seconds"]))
+        elif captured.rows:
+            await self._node.quorum.commit(captured, level, self._synchro_timeout_s())
 
     def _synchro_timeout_s(self) -> float:
         return float(self._node.config["replication.synchro_timeout_s"])
@@ -424,10 +438,9 @@ class Session:
             ]
             self._reply_ok(frame, {Key.METADATA: metadata(columns), Key.DATA: result.rows})
         else:
-            body = {Key.SQL_INFO: sql_info(result.row_count or 0, result.autoincrement_ids)}
-            if vclock is not None:  # the vclock a write reached, to read it back anywhere with wait_vclock
-                body[Key.VCLOCK] = repl.replicated_part(vclock).to_dict()
-            self._reply_ok(frame, body)
+            # The vclock a write reached, to read it back anywhere with wait_vclock.
+            self._reply_ok(frame, {Key.SQL_INFO: sql_info(result.row_count or 0, result.autoincrement_ids)},
+                           vclock=repl.replicated_part(vclock).to_dict() if vclock is not None else None)
 
     def _select(self, frame: Frame) -> None:
         """Only the system views connectors read at connect: data is read with SQL."""
@@ -473,8 +486,7 @@ class Session:
                     captured = self._node.writer.capture_stream(txn)
                 except SqlError as exc:
                     raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
-                if captured.rows:
-                    await self._node.quorum.commit(captured, stream.level, self._synchro_timeout_s())
+                await self._commit_captured(captured, stream.level)
             elif commit:
                 try:
                     await self._node.writer.commit_stream(txn)

@@ -142,7 +142,7 @@ class Writer:
         """Run one statement of a QUORUM or ALL transaction and take its rows back out with
         the versions read: they reach SQLite only once decided (DESIGN 4.5)."""
         async with self.token:
-            txn, result = await self._execute_one(sql, binds)
+            txn, result = await self._execute_one(sql, binds, quorum=True)
             return result, self.engine.capture(txn)
 
     def capture_stream(self, txn: LocalTxn) -> Captured:
@@ -163,20 +163,21 @@ class Writer:
         await ticket.wait()
         return record
 
-    async def _execute_one(self, sql: str, binds: Sequence[Any] | dict[str, Any]) -> tuple[LocalTxn, StatementResult]:
+    async def _execute_one(self, sql: str, binds: Sequence[Any] | dict[str, Any], *,
+                           quorum: bool = False) -> tuple[LocalTxn, StatementResult]:
         """A statement in a transaction of its own, left open for the caller (who holds the
-        token) to commit or capture; rolled back if the statement fails."""
-        txn = await self._begin()
+        token) to commit or, when `quorum`, capture; rolled back if the statement fails."""
+        txn = await self._begin(quorum=quorum)
         try:
             return txn, self.engine.execute(txn, sql, binds)
         except SqlError:
             self.engine.rollback(txn)
             raise
 
-    async def _begin(self) -> LocalTxn:
+    async def _begin(self, *, quorum: bool = False) -> LocalTxn:
         """A transaction in the local batch, after flushing a batch of applied rows."""
         await self._flush_unless(BatchKind.LOCAL)
-        return self.engine.begin()
+        return self.engine.begin(quorum=quorum)
 
     async def _flush_unless(self, kind: BatchKind) -> None:
         if self.engine.batch_kind not in (None, kind):

@@ -6,6 +6,7 @@ from replicaset.storage.engine import Engine
 from replicaset.storage.errors import (
     ApplyError,
     BatchKindError,
+    DdlNeedsLock,
     EngineFatal,
     GapError,
     SchemaDivergence,
@@ -19,6 +20,7 @@ __all__ = [
     "BatchKind",
     "BatchKindError",
     "Captured",
+    "DdlNeedsLock",
     "Engine",
     "EngineConfig",
     "EngineFatal",

@@ -8,9 +8,10 @@ written against is held here. Each record runs in its own SAVEPOINT of the apply
 one that fails leaves nothing behind and the batch goes on without it. A DDL row carries
 the schema hash before and after it: a member whose schema differs stops that stream
 rather than diverge silently (DESIGN 4.6). The rows themselves are applied by version in
-`apply.py`. The row of a quorum transaction also enters `_rs_quorum`, in the same
-savepoint: which transactions have their row here is then exactly what SQLite holds,
-crash or not, and a restarted coordinator reads its decisions there.
+`apply.py`. The row of a quorum transaction (a DDL row too, decided under the DDL lock)
+also enters `_rs_quorum`, in the same savepoint: which transactions have their row here
+is then exactly what SQLite holds, crash or not, and a restarted coordinator reads its
+decisions there.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from replicaset.core.admission import Admission, admit
 from replicaset.core.hlc import HLC
 from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier
 from replicaset.storage.auto_ids import AutoIds
-from replicaset.storage.batch import Batches, BatchKind
+from replicaset.storage.batch import Batch, Batches, BatchKind
 from replicaset.storage.errors import ApplyError, GapError, SchemaDivergence, SchemaPending
 from replicaset.storage.rows import DdlPayload, DmlPayload
 from replicaset.storage.schema import SchemaState
@@ -82,13 +83,11 @@ class RecordApplier:
             if skip:
                 pass
             elif record.type == RecordType.DDL:
-                self._apply_ddl(conn, record)
+                self._apply_ddl(batch, record)
             elif payload is not None:
                 self._hlc.receive(payload.hlc, self._clock_ms())
                 self._rows.apply_rows(payload.rows, (payload.hlc, origin), versioned=origin != LOCAL_ORIGIN)
-                if payload.quorum_txn is not None:
-                    conn.execute(_QUORUM_ROW, (payload.quorum_txn - HLC_SQL_OFFSET, origin, lsn))
-                    batch.quorum_rows.append((payload.quorum_txn, origin, lsn))
+                self._quorum_row(batch, payload.quorum_txn, origin, lsn)
             else:
                 raise ApplyError(f"row {origin}:{lsn} has unknown type {record.type}")
         except (ApplyError, ValueError, apsw.Error) as exc:
@@ -105,7 +104,13 @@ class RecordApplier:
             self._auto_ids.stale = True
         return True
 
-    def _apply_ddl(self, conn: apsw.Connection, record: Record) -> None:
+    def _quorum_row(self, batch: Batch, quorum_txn: int | None, origin: int, lsn: int) -> None:
+        if quorum_txn is not None:
+            batch.conn.execute(_QUORUM_ROW, (quorum_txn - HLC_SQL_OFFSET, origin, lsn))
+            batch.quorum_rows.append((quorum_txn, origin, lsn))
+
+    def _apply_ddl(self, batch: Batch, record: Record) -> None:
+        conn = batch.conn
         payload = DdlPayload.unpack(record.payload)
         self._hlc.receive(payload.hlc, self._clock_ms())
         local = record.origin == LOCAL_ORIGIN
@@ -124,3 +129,4 @@ class RecordApplier:
                 f"its origin had {payload.hash_after:016x}"
             )
         self._schema.hash = after
+        self._quorum_row(batch, payload.quorum_txn, record.origin, record.lsn)

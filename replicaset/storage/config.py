@@ -22,7 +22,9 @@ class EngineConfig:
     local_tables: frozenset[str] = frozenset()
     auto_id_mode: str = "compact"
     checkpoint_count: int = 2
-    ddl_refusal: str | None = None
+    # A replicated DDL statement is decided under the set's DDL lock, as a quorum
+    # transaction: `execute` refuses it (DdlNeedsLock) and `capture` takes it.
+    ddl_lock: bool = False
 
     @property
     def db_path(self) -> Path:

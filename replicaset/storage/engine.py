@@ -23,6 +23,7 @@ that owns it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -40,7 +41,8 @@ from replicaset.storage.batch import Batch, Batches, BatchKind
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.connections import Connections, connect
 from replicaset.storage.errors import SqlError
-from replicaset.storage.schema import SchemaState, TableCache, read_vclock
+from replicaset.storage.keys import SCHEMA_KEY
+from replicaset.storage.schema import SchemaState, TableCache, committed_schema_id, read_vclock
 from replicaset.storage.statements import is_read, run_statement, sql_message
 from replicaset.storage.rows import DmlPayload
 from replicaset.storage.transactions import Captured, Committed, LocalTxn, StatementResult, Transactions
@@ -168,9 +170,10 @@ class Engine:
 
     # ------------------------------------------------------------------ client writes
 
-    def begin(self, *, explicit: bool = False) -> LocalTxn:
-        """Open a client transaction in the current local batch."""
-        return self._transactions.begin(explicit=explicit)
+    def begin(self, *, explicit: bool = False, quorum: bool = False) -> LocalTxn:
+        """Open a client transaction in the current local batch; a `quorum` one is to be
+        captured."""
+        return self._transactions.begin(explicit=explicit, quorum=quorum)
 
     def execute(
         self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any] = (), *, trusted: bool = False
@@ -199,18 +202,29 @@ class Engine:
         self.hlc.receive(min_stamp, clock)
         stamp = self.hlc.now(clock)
         own = self.instance_id
-        payload = DmlPayload(hlc=stamp, schema_id=self.schema_id, rows=list(captured.rows), quorum_txn=txn_id)
-        record = Record(type=RecordType.DML, origin=own, lsn=self._batches.pending.get(own) + 1, txn_id=stamp,
-                        payload=payload.pack())
+        if captured.ddl is not None:
+            kind, packed = RecordType.DDL, dataclasses.replace(captured.ddl, hlc=stamp, quorum_txn=txn_id).pack()
+        else:
+            kind, packed = RecordType.DML, DmlPayload(hlc=stamp, schema_id=self.schema_id, rows=list(captured.rows),
+                                                      quorum_txn=txn_id).pack()
+        record = Record(type=kind, origin=own, lsn=self._batches.pending.get(own) + 1, txn_id=stamp, payload=packed)
         taken = self._records.apply(record, log_records=True, own_allowed=True)
         assert taken, "our next LSN is never held already"
         return record
 
     def stored_versions(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, int]]:
-        """The committed version of each key that has one: what a PREPARE compares with."""
+        """The committed version of each key that has one: what a PREPARE compares with.
+        The DDL lock's key, `SCHEMA_KEY`, is at the committed schema id (its LSN where a
+        row has its HLC: only equality is asked of it)."""
         reader = self._connections.reader
-        found = {key: get_version(reader, *key) for key in keys}
+        found = {key: self._committed_schema_version(reader) if key == SCHEMA_KEY else get_version(reader, *key)
+                 for key in keys}
         return {key: version for key, version in found.items() if version is not None}
+
+    @staticmethod
+    def _committed_schema_version(reader: apsw.Connection) -> tuple[int, int] | None:
+        origin, lsn = committed_schema_id(reader)
+        return (lsn, origin) if lsn else None
 
     def quorum_row(self, txn_id: int) -> tuple[int, int] | None:
         """`(origin, lsn)` of the row of quorum transaction `txn_id`, None when not held."""

@@ -17,6 +17,10 @@ import msgpack
 
 NULL_SENTINEL = "\x00NULL\x00"
 
+# The key a DDL statement's quorum transaction holds: the set's DDL lock (DESIGN 4.6). Its
+# version is the schema id, the last replicated DDL row; no table has this key.
+SCHEMA_KEY = ("_rs_schema", "_rs_schema:ddl")
+
 
 def _b64(value: Any) -> str:
     return base64.b64encode(msgpack.packb(value, use_bin_type=True)).decode("ascii")

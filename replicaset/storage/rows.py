@@ -5,7 +5,8 @@ with `"q": txn id` when a quorum transaction wrote it (DESIGN 4.5: the row is it
 each row is `{"t": table, "op": op, "k": intent key, "o": old image, "n": new image}` with
 full images by column name (DESIGN section 5); rows of a table without a primary key
 (allowed for local tables only) also carry their rowid under `"rowid"`.
-A DDL payload is `{"h": hlc, "sql": text as written, "hb": hash before, "ha": hash after}`.
+A DDL payload is `{"h": hlc, "sql": text as written, "hb": hash before, "ha": hash after}`,
+with `"q"` likewise when the DDL lock's quorum transaction wrote it (DESIGN 4.6).
 """
 
 from __future__ import annotations
@@ -88,35 +89,43 @@ class DmlPayload:
             raise ValueError(f"DML payload lacks h, s or r: {exc}") from exc
         if not isinstance(hlc, int) or not isinstance(schema, list) or len(schema) != 2:
             raise ValueError("DML payload has a bad hlc or schema id")
-        quorum_txn = doc.get("q")
-        if quorum_txn is not None and (not isinstance(quorum_txn, int) or not 0 < quorum_txn < 2**64):
-            raise ValueError(f"DML payload has a bad quorum txn id {quorum_txn!r:.40}")
-        return cls(hlc=hlc, schema_id=(schema[0], schema[1]), rows=rows, quorum_txn=quorum_txn)
+        return cls(hlc=hlc, schema_id=(schema[0], schema[1]), rows=rows, quorum_txn=_quorum_txn(doc, "DML"))
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
 class DdlPayload:
+    """`quorum_txn`: the DDL lock's transaction whose decision this row is (DESIGN 4.6)."""
+
     hlc: int
     sql: str
     hash_before: int
     hash_after: int
+    quorum_txn: int | None = None
 
     def pack(self) -> bytes:
-        return msgpack.packb(
-            {"h": self.hlc, "sql": self.sql, "hb": self.hash_before, "ha": self.hash_after},
-            use_bin_type=True,
-        )
+        doc = {"h": self.hlc, "sql": self.sql, "hb": self.hash_before, "ha": self.hash_after}
+        if self.quorum_txn is not None:
+            doc["q"] = self.quorum_txn
+        return msgpack.packb(doc, use_bin_type=True)
 
     @classmethod
     def unpack(cls, data: bytes) -> DdlPayload:
         doc = _unpack_map(data)
         try:
-            payload = cls(hlc=doc["h"], sql=doc["sql"], hash_before=doc["hb"], hash_after=doc["ha"])
+            payload = cls(hlc=doc["h"], sql=doc["sql"], hash_before=doc["hb"], hash_after=doc["ha"],
+                          quorum_txn=_quorum_txn(doc, "DDL"))
         except KeyError as exc:
             raise ValueError(f"DDL payload lacks {exc}") from exc
         if not isinstance(payload.sql, str) or not isinstance(payload.hlc, int):
             raise ValueError("DDL payload has a bad sql text or hlc")
         return payload
+
+
+def _quorum_txn(doc: dict[str, Any], kind: str) -> int | None:
+    quorum_txn = doc.get("q")
+    if quorum_txn is not None and (not isinstance(quorum_txn, int) or not 0 < quorum_txn < 2**64):
+        raise ValueError(f"{kind} payload has a bad quorum txn id {quorum_txn!r:.40}")
+    return quorum_txn
 
 
 def _unpack_map(data: bytes) -> dict[str, Any]:

@@ -31,6 +31,13 @@ INTERNAL_DDL = (
 )
 
 
+def committed_schema_id(conn: apsw.Connection) -> tuple[int, int]:
+    """`(origin, lsn)` of the last replicated DDL row, as `conn` sees the database."""
+    row = conn.execute("SELECT value FROM _rs_meta WHERE name = 'schema_id'").fetchone()
+    origin, lsn = msgpack.unpackb(row[0]) if row else (0, 0)
+    return (origin, lsn)
+
+
 def read_vclock(conn: apsw.Connection) -> VClock:
     """The vclock committed with the rows, as `conn` sees the database."""
     return VClock(dict(conn.execute("SELECT origin, lsn FROM _rs_vclock").fetchall()))
@@ -186,9 +193,7 @@ class SchemaState:
         schema is older than what the batch had settled."""
         self.invalidate()
         self.hash = self.hash_of(self._writer)
-        row = self._writer.execute("SELECT value FROM _rs_meta WHERE name = 'schema_id'").fetchone()
-        origin, lsn = msgpack.unpackb(row[0]) if row else (0, 0)
-        self.schema_id = (origin, lsn)
+        self.schema_id = committed_schema_id(self._writer)
         self.known_objects = set(user_objects(self._writer))
 
     def invalidate(self) -> None:

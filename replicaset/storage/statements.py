@@ -117,8 +117,6 @@ def schema_change_refusal(
     `changed_tables` the tables whose rows the same statement changed."""
     if explicit:
         return "a DDL statement must run alone, outside a stream transaction"
-    if not local and config.ddl_refusal and not trusted:
-        return config.ddl_refusal
     tables_now = {n for (n,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
     if any(table in tables_now for table in changed_tables):
         return (

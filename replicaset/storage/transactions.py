@@ -25,7 +25,8 @@ from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batches, BatchKind
 from replicaset.storage.capture import Capture
 from replicaset.storage.config import EngineConfig
-from replicaset.storage.errors import SqlError
+from replicaset.storage.errors import DdlNeedsLock, SqlError
+from replicaset.storage.keys import SCHEMA_KEY
 from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import SchemaState, TableCache
 from replicaset.storage.statements import (
@@ -51,6 +52,7 @@ class LocalTxn:
     savepoint: str
     capture_mark: int
     explicit: bool
+    quorum: bool = False  # to be captured: a DDL statement in it takes the DDL lock
     statements: int = 0
     ddl: DdlPayload | None = None
     ddl_local: bool = False
@@ -60,10 +62,13 @@ class LocalTxn:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Captured:
     """A quorum transaction's rows, taken back out of SQLite until it is decided, and the
-    version of each key it writes as it was read (None: no version, a new key)."""
+    version of each key it writes as it was read (None: no version, a new key). A DDL
+    statement's transaction has no rows: it holds the set's DDL lock, `SCHEMA_KEY`, read
+    at the schema id, and its decided row is `ddl`."""
 
     rows: tuple[CapturedRow, ...]
     reads: dict[tuple[str, str], tuple[int, int] | None]
+    ddl: DdlPayload | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,11 +109,13 @@ class Transactions:
         # prepared while triggers are off, as on the apply connection.
         self._unique = UniqueResolver(conn, cache_statements=False)
 
-    def begin(self, *, explicit: bool = False) -> LocalTxn:
-        """Open a client transaction in the current local batch."""
+    def begin(self, *, explicit: bool = False, quorum: bool = False) -> LocalTxn:
+        """Open a client transaction in the current local batch; a `quorum` one is to be
+        captured rather than committed."""
         self._batches.open(BatchKind.LOCAL)
         self._txn_seq += 1
-        txn = LocalTxn(savepoint=f"rs_txn_{self._txn_seq}", capture_mark=self._capture.mark(), explicit=explicit)
+        txn = LocalTxn(savepoint=f"rs_txn_{self._txn_seq}", capture_mark=self._capture.mark(), explicit=explicit,
+                       quorum=quorum)
         self._internal(f"SAVEPOINT {txn.savepoint}")
         return txn
 
@@ -153,6 +160,7 @@ class Transactions:
             raise SqlError(self._capture.error)
         if self._schema_version() != version_before:
             self._ddl_statement(txn, sql, savepoint, mark, trusted=trusted)
+            changes = 1  # Tarantool's row_count for DDL; SQLite's count is a previous statement's
         if txn.explicit:
             self._internal("RELEASE rs_stmt")
         txn.statements += 1
@@ -189,6 +197,9 @@ class Transactions:
         if error:
             self._undo_statement(savepoint, mark)
             raise SqlError(error)
+        if self._config.ddl_lock and not local and not trusted and not txn.quorum:
+            self._undo_statement(savepoint, mark)
+            raise DdlNeedsLock("a DDL statement takes the replica set's DDL lock: run it as a quorum transaction")
         self._capture.truncate(mark)
         after = self._schema.hash_of(self._conn)
         txn.ddl = DdlPayload(hlc=0, sql=sql, hash_before=self._schema.hash, hash_after=after)
@@ -246,8 +257,13 @@ class Transactions:
         rows = tuple(self._capture.rows[txn.capture_mark:])
         refusal = None
         if txn.ddl is not None:
-            refusal = "a DDL statement runs at consistency ONE until the quorum DDL lock exists"
-        elif local := next((r.table for r in rows if r.table in self._config.local_tables), None):
+            ddl = txn.ddl
+            self.rollback(txn)
+            if txn.ddl_local:
+                raise SqlError("a DDL statement on local tables changes this member only: run it at consistency ONE")
+            origin, lsn = self._schema.schema_id
+            return Captured(rows=(), reads={SCHEMA_KEY: (lsn, origin) if lsn else None}, ddl=ddl)
+        if local := next((r.table for r in rows if r.table in self._config.local_tables), None):
             refusal = f"table {local!r} is local to each member: a quorum transaction writes replicated tables only"
         else:
             size = len(DmlPayload(hlc=0, schema_id=self._schema.schema_id, rows=list(rows)).pack())

@@ -187,8 +187,8 @@ def participant(member: int = 2, timeout_s: float = 5.0) -> q.Participant:
     return q.Participant(member=member, timeout_s=timeout_s)
 
 
-def prepare(p: q.Participant, txn: int = TXN, now_s: float = 0.0, reads=None, stored=None):
-    result = p.prepare(now_s, txn, 1, THREE, reads or {"k": V0}, stored or {})
+def prepare(p: q.Participant, txn: int = TXN, now_s: float = 0.0, reads=None, stored=None, coordinator: int = 1):
+    result = p.prepare(now_s, txn, coordinator, THREE, reads or {"k": V0}, stored or {})
     p.check_invariants()
     return result
 
@@ -203,8 +203,9 @@ def test_a_prepare_sent_again_is_answered_again():
 
 def test_a_live_intent_of_another_transaction_conflicts_naming_key_and_holder():
     p = participant()
-    prepare(p, txn=0x99, reads={"a": V0, "k": V0})
-    assert prepare(p, reads={"b": V0, "k": V0}) == q.Conflicted(txn_id=TXN, key="k", holder=0x99)
+    prepare(p, txn=0x99, reads={"a": V0, "k": V0}, coordinator=3)
+    assert prepare(p, reads={"b": V0, "k": V0}) == q.Conflicted(txn_id=TXN, key="k", holder=0x99, holder_member=3), (
+        "the holder is named with the member coordinating it")
     assert p.intents.holder("b") is None, "a conflict places no intent"
 
 
@@ -230,7 +231,7 @@ def test_a_committed_transactions_intent_stays_until_its_row_is_applied():
     p = participant()
     prepare(p, txn=0x99)
     p.decision_learned(0x99, Decision.COMMIT)
-    assert prepare(p) == q.Conflicted(txn_id=TXN, key="k", holder=0x99)
+    assert prepare(p) == q.Conflicted(txn_id=TXN, key="k", holder=0x99, holder_member=1)
     p.row_applied(0x99)
     assert prepare(p) == q.Prepared(txn_id=TXN)
 

@@ -66,3 +66,13 @@ def test_join_replies_are_checked_before_the_joiner_uses_them() -> None:
     assert "INSTANCE_ID" in refused(peer_messages.joined, frame({**end, PeerKey.INSTANCE_ID: 32}))
     assert "REGISTRAR_LSN is missing" in refused(peer_messages.registered, frame({PeerKey.INSTANCE_ID: 2}))
     assert "field CHUNK" in refused(peer_messages.checkpoint_chunk, frame({PeerKey.CHUNK: "text", PeerKey.OFFSET: 0}))
+
+
+def test_a_prepare_vote_names_the_conflicting_key_its_holder_and_the_holders_member() -> None:
+    conflict = {PeerKey.VOTE: "conflict", PeerKey.CONFLICT: ["_rs_schema", "_rs_schema:ddl", 0x99, 3]}
+    assert peer_messages.txn_vote(frame(conflict)).conflict == ("_rs_schema", "_rs_schema:ddl", 0x99, 3)
+    stale = {**conflict, PeerKey.CONFLICT: ["kv", "kv:1", None, None]}
+    assert peer_messages.txn_vote(frame(stale)).conflict == ("kv", "kv:1", None, None)
+    assert peer_messages.txn_vote(frame({PeerKey.VOTE: "prepared"})).prepared
+    for bad in (["kv", "kv:1", 0x99], ["kv", "kv:1", 0x99, 32], ["kv", 1, None, None]):
+        assert "field CONFLICT" in refused(peer_messages.txn_vote, frame({**conflict, PeerKey.CONFLICT: bad}))

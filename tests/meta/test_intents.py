@@ -34,7 +34,7 @@ def test_a_conflict_names_the_key_and_its_holder_and_a_re_prepare_is_answered_al
     with MetaStore.open(tmp_path) as store:
         participant = participant_on(store)
         assert prepare(store, participant, 0xA, ROW1, ROW3) == Prepared(txn_id=0xA)
-        assert prepare(store, participant, 0xB, ROW2, ROW1) == Conflicted(txn_id=0xB, key=ROW1, holder=0xA)
+        assert prepare(store, participant, 0xB, ROW2, ROW1) == Conflicted(txn_id=0xB, key=ROW1, holder=0xA, holder_member=1)
         assert prepare(store, participant, 0xA, ROW1, ROW3) == Prepared(txn_id=0xA)
         assert participant.intents.holder(ROW2) is None, "the conflicted PREPARE placed nothing"
         assert dict(participant.intents.keys) == {0xA: frozenset({ROW1, ROW3})}
@@ -70,7 +70,7 @@ def test_a_restarted_member_keeps_its_intents_pending_and_outcomes(tmp_path):
         assert set(participant.pending) == {0xA} and participant.pending[0xA].heard_s == 100.0
         assert participant.outcomes == {0xB: Decision.ABORT, 0xD: Decision.COMMIT}
         assert participant.intents.holder(("t", "t:9")) is None, "a decided transaction's intents go at recovery"
-        assert prepare(store, participant, 0xC, ROW3, now_s=100.0) == Conflicted(txn_id=0xC, key=ROW3, holder=0xA)
+        assert prepare(store, participant, 0xC, ROW3, now_s=100.0) == Conflicted(txn_id=0xC, key=ROW3, holder=0xA, holder_member=1)
         assert prepare(store, participant, 0xA, ROW1, ROW3, now_s=100.0) == Prepared(txn_id=0xA), "a re-sent PREPARE"
         assert prepare(store, participant, 0xB, ROW2, now_s=100.0) is None, "the outcome is known: no answer"
         assert participant.tick(104.0) == [] and len(participant.tick(105.0)) == 1

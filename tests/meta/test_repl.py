@@ -1,11 +1,11 @@
-"""Replication state per peer and the DDL lock record."""
+"""Replication state per peer."""
 
 from __future__ import annotations
 
 import pytest
 import rocksdict
 
-from replicaset.meta import DdlLock, MetaError, MetaStore, clear_ddl_lock, ddl_lock, put_ddl_lock, put_repl, repl
+from replicaset.meta import MetaError, MetaStore, put_repl, repl
 
 PEER = "8f3b2c1e-0000-4000-8000-000000000002"
 
@@ -37,16 +37,3 @@ def test_a_stored_vclock_of_the_wrong_shape_names_its_key(tmp_path):
     db.close()
     with MetaStore.open(tmp_path) as store, pytest.raises(MetaError, match=f"/repl/{PEER}.*vclock"):
         repl(store, PEER)
-
-
-def test_the_ddl_lock_round_trips_and_clears(tmp_path):
-    lock = DdlLock(holder=2, txn_id=0x1234, expires_s=1700000030.5)
-    with MetaStore.open(tmp_path) as store:
-        assert ddl_lock(store) is None
-        put_ddl_lock(store, lock)
-    with MetaStore.open(tmp_path) as store:
-        assert ddl_lock(store) == lock
-        clear_ddl_lock(store)
-        assert ddl_lock(store) is None
-    with pytest.raises(ValueError, match="expiry"):
-        DdlLock(holder=2, txn_id=1, expires_s="soon")

@@ -580,16 +580,6 @@ def test_local_tables_may_skip_the_primary_key_and_are_logged_as_origin_0(engine
     assert engine.vclock == VClock({0: 1, 1: 1})
 
 
-def test_ddl_refusal_is_applied_to_replicated_tables_only(tmp_path: Path, clock: FakeClock) -> None:
-    e2 = open_engine(tmp_path / "e2", 2, clock, local_tables={"scratch"}, ddl_refusal="DDL runs on instance 1 only")
-    txn = e2.begin()
-    with pytest.raises(SqlError, match="instance 1 only"):
-        e2.execute(txn, "CREATE TABLE t(id INTEGER PRIMARY KEY)")
-    e2.rollback(txn)
-    e2.flush()
-    assert only_record(run(e2, "CREATE TABLE scratch(a)")).origin == 0
-
-
 # ------------------------------------------------------------------ auto ids
 
 

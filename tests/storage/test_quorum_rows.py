@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from replicaset.storage import Engine, SqlError
-from replicaset.storage.rows import DmlPayload
+from replicaset.storage import DdlNeedsLock, Engine, SqlError
+from replicaset.storage.keys import SCHEMA_KEY
+from replicaset.storage.rows import DdlPayload, DmlPayload
+from wal import RecordType
 from tests.storage.enginekit import FakeClock, open_engine, run, select, ship, versions
 
 TXN_ID = 0x1234_5678
@@ -79,7 +81,7 @@ def test_quorum_row_survives_a_restart_through_replay(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("statement", "error"), [
-    ("CREATE TABLE other(id INTEGER PRIMARY KEY)", "DDL statement runs at consistency ONE"),
+    ("CREATE INDEX scratch_id ON scratch(id)", "DDL statement on local tables"),
     ("INSERT INTO scratch VALUES (1)", "local to each member"),
 ])
 def test_capture_refuses_what_a_quorum_cannot_carry(tmp_path: Path, statement: str, error: str) -> None:
@@ -89,3 +91,56 @@ def test_capture_refuses_what_a_quorum_cannot_carry(tmp_path: Path, statement: s
         capture(engine, statement)
     assert select(engine, "SELECT name FROM sqlite_schema WHERE name = 'other'") == []
     assert select(engine, "SELECT count(*) FROM scratch") == [[0]]
+
+
+# ------------------------------------------------------------------ DDL under the DDL lock
+
+
+@pytest.fixture
+def locked_pair(tmp_path: Path) -> tuple[Engine, Engine]:
+    """Two members as the server opens them: replicated DDL only under the DDL lock."""
+    clock = FakeClock()
+    first = open_engine(tmp_path / "a", 1, clock, ddl_lock=True, local_tables={"scratch"})
+    second = open_engine(tmp_path / "b", 2, clock, ddl_lock=True, local_tables={"scratch"})
+    return first, second
+
+
+def test_ddl_outside_the_lock_is_undone_and_local_ddl_is_not_held(locked_pair: tuple[Engine, Engine]) -> None:
+    first, _ = locked_pair
+    txn = first.begin()
+    with pytest.raises(DdlNeedsLock, match="DDL lock"):
+        first.execute(txn, "CREATE TABLE t(id INTEGER PRIMARY KEY)")
+    first.rollback(txn)
+    first.flush()
+    assert select(first, "SELECT name FROM sqlite_schema WHERE name = 't'") == []
+    run(first, "CREATE TABLE scratch(a)")
+    assert first.vclock.get(0) == 1 and first.vclock.get(1) == 0
+    txn = first.begin(quorum=True)
+    first.execute(txn, "CREATE INDEX scratch_a ON scratch(a)")
+    with pytest.raises(SqlError, match="local tables"):
+        first.capture(txn)
+
+
+def test_a_ddl_decided_under_the_lock_is_a_row_with_its_txn_everywhere(locked_pair: tuple[Engine, Engine]) -> None:
+    """The DDL is captured with the schema id as the lock key's version, leaves nothing
+    until decided, then is our next row; a peer applying it records the txn (which
+    releases its intent) and reads the new schema id as the lock key's version."""
+    first, second = locked_pair
+    txn = first.begin(quorum=True)
+    assert first.execute(txn, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)").row_count == 1, "as Tarantool says"
+    captured = first.capture(txn)
+    first.flush()
+    assert captured.rows == () and captured.reads == {SCHEMA_KEY: None} and captured.ddl is not None
+    assert select(first, "SELECT name FROM sqlite_schema WHERE name = 't'") == []
+    assert first.stored_versions([SCHEMA_KEY]) == second.stored_versions([SCHEMA_KEY]) == {}
+    record = first.commit_captured(captured, txn_id=TXN_ID, min_stamp=0)
+    first.flush()
+    assert (record.type, record.origin, record.lsn) == (RecordType.DDL, 1, 1)
+    assert DdlPayload.unpack(record.payload).quorum_txn == TXN_ID
+    assert first.flushed_quorum_rows == [(TXN_ID, 1, 1)] and first.quorum_row(TXN_ID) == (1, 1)
+    ship(first, second)
+    assert second.flushed_quorum_rows == [(TXN_ID, 1, 1)] and second.quorum_row(TXN_ID) == (1, 1)
+    assert first.stored_versions([SCHEMA_KEY]) == second.stored_versions([SCHEMA_KEY]) == {SCHEMA_KEY: (1, 1)}
+    txn = second.begin(quorum=True)
+    second.execute(txn, "ALTER TABLE t ADD COLUMN w TEXT")
+    assert second.capture(txn).reads == {SCHEMA_KEY: (1, 1)}
