@@ -53,19 +53,21 @@ def norm_vclock(raw: Any) -> dict[int, int]:
 class OurSet:
     """Three members of ours, started as `replicaset demo` does (bootstrap, join via the last)."""
 
-    def __init__(self, work: Path, *, name: str = "ours", consistency: str = "one") -> None:
+    def __init__(self, work: Path, *, name: str = "ours", consistency: str = "one", trace_file: str = "") -> None:
+        """`trace_file`: each member writes the driver's trace there, in its data directory."""
         self.name = name
         self.work = work / name
         self.work.mkdir()
         self.config = self.work / "config.toml"
-        self.config.write_text(OUR_CONFIG + f'[replication]\ndefault_write_consistency = "{consistency}"\n')
+        self.config.write_text(OUR_CONFIG + f'[replication]\ndefault_write_consistency = "{consistency}"\n'
+                               + (f'[debug]\ntrace_file = "{trace_file}"\n' if trace_file else ""))
         self.rs_uuid = str(uuid.uuid4())
         self.members: list[Proc] = []
         self.ports: list[int] = []
         self.startup_note: str | None = None
 
     def _start_member(self, n: int, args: list[str]) -> None:
-        member = Proc.ours(f"ours m{n}", [*args, "--uuid", self.rs_uuid, "--data-dir", str(self.work / f"m{n}"),
+        member = Proc.ours(f"ours m{n}", [*args, "--uuid", self.rs_uuid, "--data-dir", str(self.data_dir(n)),
                                           "--config", str(self.config)], self.work / f"m{n}.log")
         self.members.append(member)
         assert member.port is not None
@@ -98,6 +100,10 @@ class OurSet:
 
     def pids(self) -> list[int]:
         return [m.pid for m in self.members]
+
+    def data_dir(self, n: int) -> Path:
+        """Member `n`'s data directory (1-based, in start order)."""
+        return self.work / f"m{n}"
 
     def info(self, port: int) -> dict[str, Any]:
         with Client.connect(HOST, port, timeout_s=CLIENT_SOCKET_TIMEOUT_S) as client:
