@@ -7,7 +7,12 @@ A load starts all threads at one instant, runs a warm-up whose requests are not 
 `seconds` of measured requests; every thread records the latency of each request it started
 after the warm-up. ops/s = measured requests / (last measured reply - end of warm-up). Every
 loop is bounded by a count besides its deadline, and a thread gives up after
-MAX_ERRORS_PER_THREAD failures."""
+MAX_ERRORS_PER_THREAD failures.
+
+What one measured request is defaults to one `sql` statement with a random key and the
+thread's value on a connector connection; a load may instead pass its own `op` (several
+statements, a transaction) and `open_conn` (another client), as long as the op is one blocking
+call the thread can time."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import os
 import random
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeAlias
 
 from bench.kit.procs import HOST
 from bench.kit.report import percentile
@@ -30,6 +35,12 @@ CONNECTION_COUNTS = (1, 16)
 MAX_OPS_PER_THREAD = 5_000_000  # a bound on every client loop besides its deadline
 MAX_ERRORS_PER_THREAD = 50  # a client thread gives up after this many failed requests
 CLIENT_CONNECT_TIMEOUT_S = 5.0
+STALL_NS = 1_000_000_000  # a request slower than this, answered or failed, warm-up or not, is a stall
+
+Op: TypeAlias = Callable[[Any, random.Random, str], Any]
+"""One measured operation: (the thread's connection, its random source, its value) -> reply."""
+OpenConn: TypeAlias = Callable[[int, float], Any]
+"""(port, socket timeout in seconds) -> a connection with a `close()`."""
 
 
 def connect(port: int, socket_timeout_s: float) -> Any:
@@ -56,29 +67,34 @@ def first_value(response: Any) -> Any:
     return rows[0][0] if rows and rows[0] else None
 
 
-def _client_thread(conn: Any, sql: str, seed: int, start_ns: int, warm_end_ns: int, end_ns: int,
+def sql_op(sql: str) -> Op:
+    """The default operation: `sql` with [random key, the thread's value], through the connector."""
+    def op(conn: Any, rnd: random.Random, value: str) -> Any:
+        return conn.execute(sql, [rnd.randrange(KEY_RANGE), value])
+    return op
+
+
+def _client_thread(conn: Any, op: Op, seed: int, start_ns: int, warm_end_ns: int, end_ns: int,
                    out: dict[str, Any]) -> None:
-    """Run `sql` with (random key, value) until end_ns; keep the latencies of requests started
-    after warm-up."""
+    """Run `op` until end_ns; keep the latencies of operations started after warm-up."""
     rnd = random.Random(seed)
     value = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(VALUE_BYTES))
     latencies = array.array("q")
-    errors = 0
+    errors = stalls = 0
     samples: list[str] = []
     last_done = 0
     delay = (start_ns - time.monotonic_ns()) / 1e9
     if delay > 0:
         time.sleep(delay)
-    execute = conn.execute
     for _ in range(MAX_OPS_PER_THREAD):
         t0 = time.monotonic_ns()
         if t0 >= end_ns:
             break
-        key = rnd.randrange(KEY_RANGE)
         try:
-            execute(sql, [key, value])
+            op(conn, rnd, value)
         except Exception as exc:  # noqa: BLE001 - any failure is counted and reported
             errors += 1
+            stalls += time.monotonic_ns() - t0 > STALL_NS
             if len(samples) < 3:
                 samples.append(f"{type(exc).__name__}: {exc}")
             if errors >= MAX_ERRORS_PER_THREAD:
@@ -86,22 +102,26 @@ def _client_thread(conn: Any, sql: str, seed: int, start_ns: int, warm_end_ns: i
                 break
             continue
         t1 = time.monotonic_ns()
+        stalls += t1 - t0 > STALL_NS
         if t0 >= warm_end_ns:
             latencies.append(t1 - t0)
             last_done = t1
-    out.update(latencies=latencies, errors=errors, samples=samples, last_done=last_done)
+    out.update(latencies=latencies, errors=errors, stalls=stalls, samples=samples, last_done=last_done)
 
 
 def run_client_group(
     port: int, nconn: int, sql: str, seed: int, warmup_s: float, seconds: float, socket_timeout_s: float,
-    get_start_ns: Callable[[], int], on_ready: Callable[[], None] | None = None,
+    get_start_ns: Callable[[], int], on_ready: Callable[[], None] | None = None, *,
+    op: Op | None = None, open_conn: OpenConn = connect,
 ) -> dict[str, Any]:
-    """`nconn` threads in this process, each with its own connection; merged results.
-    `get_start_ns` is asked for the common start once every connection is open."""
+    """`nconn` threads in this process, each with its own connection (`open_conn`) running `op`
+    (default: `sql_op(sql)`); merged results. `get_start_ns` is asked for the common start once
+    every connection is open."""
+    run_op = op if op is not None else sql_op(sql)
     conns = []
     try:
         for _ in range(nconn):
-            conns.append(connect(port, socket_timeout_s))
+            conns.append(open_conn(port, socket_timeout_s))
         if on_ready is not None:
             on_ready()
         start_ns = get_start_ns()
@@ -110,7 +130,7 @@ def run_client_group(
         outs: list[dict[str, Any]] = [{} for _ in range(nconn)]
         threads = [
             threading.Thread(
-                target=_client_thread, args=(conns[i], sql, seed * 1000 + i, start_ns, warm_end_ns, end_ns, outs[i]),
+                target=_client_thread, args=(conns[i], run_op, seed * 1000 + i, start_ns, warm_end_ns, end_ns, outs[i]),
                 daemon=True,
             )
             for i in range(nconn)
@@ -130,17 +150,19 @@ def run_client_group(
     finally:
         close_quietly(conns)
     latencies = array.array("q")
-    errors = 0
+    errors = stalls = 0
     samples: list[str] = []
     last_done = 0
     for out in outs:
         latencies.extend(out.get("latencies", array.array("q")))
         errors += out.get("errors", 0)
+        stalls += out.get("stalls", 0)
         samples.extend(out.get("samples", []))
         last_done = max(last_done, out.get("last_done", 0))
     return {
         "latencies": latencies,
         "errors": errors,
+        "stalls": stalls,
         "samples": samples[:5],
         "warm_end_ns": warm_end_ns,
         "last_done": last_done,
@@ -222,9 +244,11 @@ def run_client_processes(
 
 def load_figures(groups: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures of one load from its groups' results: measured requests, ops/s,
-    p50/p99/max latency in ns, errors with a few samples, threads still running at the end."""
+    p50/p99/max latency in ns, requests slower than STALL_NS (failed ones and the warm-up's
+    included: a stall counts wherever it falls), errors with a few samples, threads still
+    running at the end."""
     latencies = array.array("q")
-    errors = 0
+    errors = stalls = 0
     samples: list[str] = []
     stuck = 0
     warm_end_ns = min(g["warm_end_ns"] for g in groups)
@@ -232,6 +256,7 @@ def load_figures(groups: list[dict[str, Any]]) -> dict[str, Any]:
     for group in groups:
         latencies.extend(group["latencies"])
         errors += group["errors"]
+        stalls += group["stalls"]
         samples.extend(group["samples"])
         stuck += group["stuck_threads"]
     ordered = sorted(latencies)
@@ -242,6 +267,7 @@ def load_figures(groups: list[dict[str, Any]]) -> dict[str, Any]:
         "p50_ns": percentile(ordered, 0.50),
         "p99_ns": percentile(ordered, 0.99),
         "max_ns": float(ordered[-1]) if ordered else float("nan"),
+        "stalls": stalls,
         "errors": errors,
         "error_samples": samples[:5],
         "stuck_threads": stuck,

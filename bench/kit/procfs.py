@@ -96,6 +96,74 @@ class CpuWindow:
         return self.shares
 
 
+class CpuMarks:
+    """CPU seconds each pid used over a load's measured window: timers read /proc at the end of
+    the warm-up and at the end, so the window falls on the clients' own instants (the start is
+    only known once every connection is open). `schedule` is the load's start callback."""
+
+    def __init__(self, pids: list[int], warmup_s: float, seconds: float) -> None:
+        self.pids = pids
+        self.warmup_s = warmup_s
+        self.seconds = seconds
+        self.marks: dict[str, list[float | None]] = {}
+        self._timers: list[threading.Timer] = []
+
+    def schedule(self, start_ns: int) -> None:
+        warm_end = start_ns + int(self.warmup_s * 1e9)
+        end = warm_end + int(self.seconds * 1e9)
+        for name, at in (("warm_end", warm_end), ("end", end)):
+            timer = threading.Timer(max(0.0, (at - time.monotonic_ns()) / 1e9), self._mark, args=(name,))
+            timer.daemon = True
+            self._timers.append(timer)
+            timer.start()
+
+    def _mark(self, name: str) -> None:
+        self.marks[name] = [read_cpu_seconds(pid) for pid in self.pids]
+
+    def used_s(self, timeout_s: float) -> list[float | None]:
+        """Wait (at most `timeout_s` per timer) for both marks; CPU seconds per pid, None where
+        a mark is missing or the process was gone."""
+        for timer in self._timers:
+            timer.join(timeout=timeout_s)
+        c0, c1 = self.marks.get("warm_end"), self.marks.get("end")
+        if c0 is None or c1 is None:
+            return [None for _ in self.pids]
+        return [b - a if a is not None and b is not None else None for a, b in zip(c0, c1)]
+
+
+class CpuSampler:
+    """CPU seconds of each pid sampled every `interval_s` against the wall clock (ns since the
+    epoch), from construction until stop(): for a tool that runs its own load and timestamps its
+    own requests, whose measured window is known only afterwards."""
+
+    def __init__(self, pids: list[int], interval_s: float) -> None:
+        self.pids = pids
+        self.interval_s = interval_s
+        self.samples: list[tuple[int, list[float | None]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time_ns(), [read_cpu_seconds(pid) for pid in self.pids]))
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def window(self, t0_ns: int, t1_ns: int) -> tuple[int, int, list[float | None]] | None:
+        """The first sample at or after `t0_ns` and the last at or before `t1_ns`: their instants
+        and the CPU seconds per pid between them (count the operations in the same window);
+        None when fewer than two samples fall inside."""
+        inside = [s for s in self.samples if t0_ns <= s[0] <= t1_ns]
+        if len(inside) < 2:
+            return None
+        (w0, c0), (w1, c1) = inside[0], inside[-1]
+        return w0, w1, [b - a if a is not None and b is not None else None for a, b in zip(c0, c1)]
+
+
 class RssWatch:
     """Polls VmRSS and VmHWM of one pid every `interval_s` in a thread, from construction until
     stop(): VmHWM alone would miss nothing, but a process that exits takes it along, and VmRSS

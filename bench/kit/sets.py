@@ -2,7 +2,12 @@
 `replicaset demo` does (bootstrap, then each joins through the last), and three Tarantool 2.6
 instances in a master-master full mesh, started at once. Both offer the same surface (`name`,
 `ports`, `pids()`, `vclock()`, `status()`, `stop()`, `log_notes()`), so a scenario drives
-either without knowing which it has."""
+either without knowing which it has.
+
+Each comes in the variant the quorum benchmark needs: ours with a default write consistency
+(every write at `quorum` without the client asking, since the connector cannot send the OPTIONS
+map), Tarantool with synchronous replication (`replication_synchro_quorum`, `kv` made
+`is_sync`). After a run, `divergent_keys` says which rows the members do not agree on."""
 
 from __future__ import annotations
 
@@ -48,20 +53,21 @@ def norm_vclock(raw: Any) -> dict[int, int]:
 class OurSet:
     """Three members of ours, started as `replicaset demo` does (bootstrap, join via the last)."""
 
-    name = "ours"
-
-    def __init__(self, work: Path) -> None:
-        self.work = work / "ours"
+    def __init__(self, work: Path, *, name: str = "ours", consistency: str = "one", trace_file: str = "") -> None:
+        """`trace_file`: each member writes the driver's trace there, in its data directory."""
+        self.name = name
+        self.work = work / name
         self.work.mkdir()
         self.config = self.work / "config.toml"
-        self.config.write_text(OUR_CONFIG)
+        self.config.write_text(OUR_CONFIG + f'[replication]\ndefault_write_consistency = "{consistency}"\n'
+                               + (f'[debug]\ntrace_file = "{trace_file}"\n' if trace_file else ""))
         self.rs_uuid = str(uuid.uuid4())
         self.members: list[Proc] = []
         self.ports: list[int] = []
         self.startup_note: str | None = None
 
     def _start_member(self, n: int, args: list[str]) -> None:
-        member = Proc.ours(f"ours m{n}", [*args, "--uuid", self.rs_uuid, "--data-dir", str(self.work / f"m{n}"),
+        member = Proc.ours(f"ours m{n}", [*args, "--uuid", self.rs_uuid, "--data-dir", str(self.data_dir(n)),
                                           "--config", str(self.config)], self.work / f"m{n}.log")
         self.members.append(member)
         assert member.port is not None
@@ -88,10 +94,16 @@ class OurSet:
             self.startup_note = (f"after the third member joined, statuses went {' -> '.join(map(str, seen))} "
                                  f"over {time.monotonic() - t0:.2f} s before all were running (writes refused meanwhile)")
         with Client.connect(HOST, self.ports[0]) as client:
-            client.execute(SQL_CREATE)
+            # The server runs DDL at ONE only (no quorum DDL lock yet) and refuses it at a
+            # QUORUM default: say ONE.
+            client.execute(SQL_CREATE, options={"consistency": "one"})
 
     def pids(self) -> list[int]:
         return [m.pid for m in self.members]
+
+    def data_dir(self, n: int) -> Path:
+        """Member `n`'s data directory (1-based, in start order)."""
+        return self.work / f"m{n}"
 
     def info(self, port: int) -> dict[str, Any]:
         with Client.connect(HOST, port, timeout_s=CLIENT_SOCKET_TIMEOUT_S) as client:
@@ -144,7 +156,7 @@ box.cfg{{
     wal_mode = 'write',
     read_only = false,
     memtx_memory = {memtx},
-    work_dir = '{work_dir}',
+    work_dir = '{work_dir}',{synchro_cfg}
 }}
 -- Runs once per set, on the instance that bootstraps it (the smallest UUID, not always the first):
 -- the others can only join once guest may replicate. They get the grant with the snapshot.
@@ -155,15 +167,26 @@ require('log').info('BENCH_READY')
 """
 
 
+SYNCHRO_CFG = """
+    replication_synchro_quorum = {quorum},
+    replication_synchro_timeout = {timeout_s},
+    replication_timeout = {replication_timeout_s},"""
+
+
 class TarantoolSet:
-    """Three Tarantool 2.6 instances, master-master full mesh, started at once."""
+    """Three Tarantool 2.6 instances, master-master full mesh, started at once. With
+    `synchro_quorum`, replication is synchronous: `kv` is `is_sync` and a write on member 1 is
+    answered once that many instances (member 1 included) have written it."""
 
-    name = "tarantool"
-
-    def __init__(self, work: Path, binary: str) -> None:
-        self.work = work / "tarantool"
+    def __init__(self, work: Path, binary: str, *, name: str = "tarantool", synchro_quorum: int | None = None,
+                 synchro_timeout_s: float = 5.0, replication_timeout_s: float = 1.0) -> None:
+        self.name = name
+        self.work = work / name
         self.work.mkdir()
         self.binary = binary
+        self.synchro_cfg = (SYNCHRO_CFG.format(quorum=synchro_quorum, timeout_s=synchro_timeout_s,
+                                               replication_timeout_s=replication_timeout_s)
+                            if synchro_quorum else "")
         self.members: list[Proc] = []
         self.ports: list[int] = []
 
@@ -173,12 +196,15 @@ class TarantoolSet:
         for n, port in enumerate(self.ports, start=1):
             self.members.append(spawn_tarantool(f"tarantool t{n}", self.binary, self.work / f"t{n}",
                                                 TARANTOOL_MEMBER_INIT, port=port, uris=uris, quorum=3,
-                                                memtx=TARANTOOL_MEMTX_BYTES))
+                                                memtx=TARANTOOL_MEMTX_BYTES, synchro_cfg=self.synchro_cfg))
         for member in self.members:
             wait_ready(member, START_TIMEOUT_S)
         conn = connect(self.ports[0], CLIENT_SOCKET_TIMEOUT_S)
         try:
             conn.execute(SQL_CREATE)
+            if self.synchro_cfg:
+                conn.eval("local s = box.space._space:get(box.space.KV.id); local flags = s[6]; flags.is_sync = true; "
+                          "box.space._space:update(s[1], {{'=', 6, flags}})")
         finally:
             conn.close()
         # The table was made on t1: wait until it exists on every member.
@@ -242,16 +268,28 @@ def wait_converged(rs: ReplicaSet, timeout_s: float = CONVERGE_TIMEOUT_S) -> tup
         time.sleep(0.02)
 
 
+def table_rows(port: int) -> dict[int, str]:
+    """kv of one member as {k: v}, through the connector (either server answers it)."""
+    conn = connect(port, socket_timeout_s=120)
+    try:
+        return {k: v for k, v in conn.execute("SELECT k, v FROM kv ORDER BY k")}
+    finally:
+        conn.close()
+
+
 def table_digest(port: int) -> tuple[int, int]:
     """(rows, xxh3 of every row in key order) of kv on one member, through the same connector."""
     import xxhash
 
-    conn = connect(port, socket_timeout_s=120)
-    try:
-        rows = list(conn.execute("SELECT k, v FROM kv ORDER BY k"))
-    finally:
-        conn.close()
     digest = xxhash.xxh3_64()
-    for k, v in rows:
+    rows = table_rows(port)
+    for k, v in rows.items():
         digest.update(f"{k}\x00{v}\x01".encode())
     return len(rows), digest.intdigest()
+
+
+def divergent_keys(tables: list[dict[int, str]]) -> list[int]:
+    """The keys whose row is not the same on every member (missing on some, or another value)."""
+    missing = object()
+    keys = set().union(*tables)
+    return sorted(k for k in keys if len({id(missing) if k not in t else t[k] for t in tables}) > 1)

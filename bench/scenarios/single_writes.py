@@ -10,14 +10,13 @@ one failing does not stop the others."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from bench.kit.client import (CONNECTION_COUNTS, KEY_RANGE, SQL_CREATE, VALUE_BYTES, connect, load_figures,
                               run_client_group, run_client_processes)
-from bench.kit.procfs import RssWatch, read_cpu_seconds, read_status_kb
+from bench.kit.procfs import CpuMarks, RssWatch, read_status_kb
 from bench.kit.procs import Proc, log_problems, read_lines, start_helper
 from bench.kit.report import fmt_int, fmt_ms, fmt_pct, fmt_ratio, progress, ratio
 from bench.kit.tarantool import spawn_tarantool, wait_ready
@@ -72,28 +71,14 @@ def run_load(server: Proc, nconn: int, warmup_s: float, seconds: float, client_p
     warm-up and at the end (timers, so the marks fall on the same instants as the clients'
     window) and its VmRSS sampled throughout."""
     assert server.port is not None
-    cpu_marks: dict[str, float | None] = {}
-    timers: list[threading.Timer] = []
-
-    def mark_cpu(name: str) -> None:
-        cpu_marks[name] = read_cpu_seconds(server.pid)
-
-    def schedule_cpu_marks(start_ns: int) -> None:
-        warm_end = start_ns + int(warmup_s * 1e9)
-        end = warm_end + int(seconds * 1e9)
-        for name, at in (("warm_end", warm_end), ("end", end)):
-            timer = threading.Timer(max(0.0, (at - time.monotonic_ns()) / 1e9), mark_cpu, args=(name,))
-            timer.daemon = True
-            timers.append(timer)
-            timer.start()
-
+    cpu = CpuMarks([server.pid], warmup_s, seconds)
     procs = max(1, min(client_procs, nconn))
     watch = RssWatch(server.pid, RSS_SAMPLE_INTERVAL_S)
     try:
         if procs == 1:
             def get_start_ns() -> int:
                 start_ns = time.monotonic_ns() + 50_000_000
-                schedule_cpu_marks(start_ns)
+                cpu.schedule(start_ns)
                 return start_ns
 
             result = run_client_group(server.port, nconn, SQL_INSERT, seed, warmup_s, seconds,
@@ -102,19 +87,17 @@ def run_load(server: Proc, nconn: int, warmup_s: float, seconds: float, client_p
             groups = [result]
         else:
             groups, client_cpu_s = run_client_processes(server.port, nconn, procs, SQL_INSERT, seed, warmup_s,
-                                                        seconds, CLIENT_SOCKET_TIMEOUT_S, schedule_cpu_marks)
+                                                        seconds, CLIENT_SOCKET_TIMEOUT_S, cpu.schedule)
     finally:
-        for timer in timers:
-            timer.join(timeout=warmup_s + seconds + 60)
+        server_cpu_s = cpu.used_s(warmup_s + seconds + 60)[0]
         watch.stop()
 
-    cpu0, cpu1 = cpu_marks.get("warm_end"), cpu_marks.get("end")
     return {
         "server": server.name,
         "conns": nconn,
         "client_procs": procs,
         **load_figures(groups),
-        "server_cpu": (cpu1 - cpu0) / seconds if cpu0 is not None and cpu1 is not None else None,
+        "server_cpu": server_cpu_s / seconds if server_cpu_s is not None else None,
         "client_cpu": client_cpu_s / seconds if client_cpu_s is not None else None,
         "peak_rss_kb": watch.rss_peak_kb,
     }
