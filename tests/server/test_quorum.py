@@ -14,25 +14,9 @@ from replicaset.iproto.client import Client
 from replicaset.iproto.constants import ErrorCode, Key
 from replicaset.iproto.errors import ServerError
 from replicaset.iproto.peer import PeerKey, PeerRequest
-from tests.server.conftest import REPLICASET_UUID, ReplicaSet, wait_for
+from tests.server.conftest import QUORUM, REPLICASET_UUID, SYNCHRO_TIMEOUT_S, wait_for
 from tests.server.test_cli import cli
 from tests.server.test_replicaset import rows
-
-SYNCHRO_TIMEOUT_S = 2.0
-QUORUM = {"consistency": "quorum"}
-
-
-@pytest.fixture
-def quorum_set(replicaset_factory):
-    rs: ReplicaSet = replicaset_factory(f"replication.synchro_timeout_s = {SYNCHRO_TIMEOUT_S}\n")
-    first = rs.bootstrap()
-    with first.client() as client:
-        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, n INTEGER DEFAULT 0)")
-    second = rs.join(first)
-    third = rs.join(second)
-    rs.wait_converged()
-    return rs, (first, second, third)
-
 
 def test_a_quorum_write_is_answered_with_a_vclock_any_member_can_read_at(quorum_set) -> None:
     rs, (first, second, third) = quorum_set
