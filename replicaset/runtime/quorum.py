@@ -133,7 +133,7 @@ class QuorumHost:
         if isinstance(client.error, RequestError):
             raise client.error
         if client.error is not None:
-            raise _client_error(client.error, level, len(members), timeout_s)
+            raise _client_error(client.error, timeout_s)
         if not client.done.is_set():
             where = f" as row {client.row[0]}:{client.row[1]}" if client.row else ""
             raise RequestError(ErrorCode.TIMEOUT, f"transaction {txn_id:#x} committed{where}, but fewer than "
@@ -354,7 +354,7 @@ class QuorumHost:
         return {PeerKey.DECISION: answer.decision.value if answer is not None else None}
 
 
-def _client_error(error: q.TxnError, level: q.Level, total: int, timeout_s: float) -> RequestError:
+def _client_error(error: q.TxnError, timeout_s: float) -> RequestError:
     if isinstance(error, q.Conflict):
         table, key = error.key
         why = (f"it is held by transaction {error.holder:#x}" if error.holder is not None
@@ -365,8 +365,9 @@ def _client_error(error: q.TxnError, level: q.Level, total: int, timeout_s: floa
         return RequestError(ErrorCode.QUORUM_WAIT, f"Couldn't wait for quorum {error.needed}: {error.answered} of "
                                                    f"{error.total} members prepared; the transaction was aborted")
     return RequestError(ErrorCode.SYNC_QUORUM_TIMEOUT,
-                        f"Quorum collection for a synchronous transaction is timed out: {q.needed(level, total)} of "
-                        f"{total} members did not prepare within {timeout_s} s; the transaction was aborted")
+                        f"Quorum collection for a synchronous transaction is timed out: {error.answered} of "
+                        f"{error.total} members prepared, {error.needed} needed, within {timeout_s} s; the "
+                        f"transaction was aborted")
 
 
 class _Link:
