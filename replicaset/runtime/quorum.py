@@ -128,6 +128,11 @@ class QuorumHost:
                                             deadline_s=start + timeout_s))
             with trio.move_on_after(timeout_s + TICK_S * 2):
                 await client.done.wait()
+            if not client.done.is_set():
+                # Past the deadline: a tick now aborts the transaction if it is undecided. A
+                # hung process or a slow loop can wake this wait before the ticking task,
+                # and the client would hear "committed" of a transaction the tick aborts.
+                self.carry_out(driver.txn_tick(trio.current_time()))
         finally:
             del self._clients[txn_id]
         if isinstance(client.error, RequestError):
