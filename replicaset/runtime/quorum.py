@@ -397,8 +397,11 @@ class _Link:
         self._waiting[sync] = send  # before sending: the reply may come before send_all returns
         try:
             async with self._send_lock:
-                await link.stream.send_all(encode_request(request_type, sync, body,
-                                                          replica_id=self._node.identity.instance_id))
+                try:
+                    await link.stream.send_all(encode_request(request_type, sync, body,
+                                                              replica_id=self._node.identity.instance_id))
+                except trio.ClosedResourceError:  # the reader closed it while we waited: the peer left
+                    raise PeerError(ErrorCode.NO_CONNECTION, f"member {self._member} closed the connection") from None
             reply = await receive.receive()
         finally:
             self._waiting.pop(sync, None)
