@@ -110,8 +110,13 @@ class QuorumNotReached:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Timeout:
-    """The client's deadline passed before a decision. After a decision the outcome is
-    known, and a deadline changes nothing."""
+    """The client's deadline passed before a decision, with `answered` of `total` members
+    PREPARED and `needed` wanted. After a decision the outcome is known, and a deadline
+    changes nothing."""
+
+    answered: int
+    needed: int
+    total: int
 
 
 TxnError = Conflict | QuorumNotReached | Timeout
@@ -314,7 +319,8 @@ class Transaction:
     def tick(self, now_s: float) -> list[Action]:
         if now_s < self.deadline_s:
             return []
-        return self._abort("the client's deadline passed", Timeout())
+        return self._abort("the client's deadline passed",
+                           Timeout(answered=len(self.votes), needed=self.needed, total=len(self.members)))
 
     @transition(TXN_TRANSITIONS)
     def query_decision(self, asker: int) -> list[Action]:

@@ -153,6 +153,11 @@ class QuorumHost:
                                             deadline_s=start + timeout_s))
             with trio.move_on_after(timeout_s + TICK_S * 2):
                 await client.done.wait()
+            if not client.done.is_set():
+                # Past the deadline: a tick now aborts the transaction if it is undecided. A
+                # hung process or a slow loop can wake this wait before the ticking task,
+                # and the client would hear "committed" of a transaction the tick aborts.
+                self.carry_out(driver.txn_tick(trio.current_time()))
         finally:
             del self._clients[txn_id]
             self._outcomes.setdefault(level, _Outcomes()).add(client.error is None and client.done.is_set(),
@@ -160,7 +165,7 @@ class QuorumHost:
         if isinstance(client.error, RequestError):
             raise client.error
         if client.error is not None:
-            raise _client_error(client.error, level, len(members), timeout_s)
+            raise _client_error(client.error, timeout_s)
         if not client.done.is_set():
             where = f" as row {client.row[0]}:{client.row[1]}" if client.row else ""
             raise RequestError(ErrorCode.TIMEOUT, f"transaction {txn_id:#x} committed{where}, but fewer than "
@@ -432,7 +437,7 @@ class QuorumHost:
         return {PeerKey.DECISION: answer.decision.value if answer is not None else None}
 
 
-def _client_error(error: q.TxnError, level: q.Level, total: int, timeout_s: float) -> RequestError:
+def _client_error(error: q.TxnError, timeout_s: float) -> RequestError:
     if isinstance(error, q.Conflict) and error.key == SCHEMA_KEY:
         if error.holder is None:
             return RequestError(ErrorCode.TRANSACTION_CONFLICT,
@@ -451,8 +456,9 @@ def _client_error(error: q.TxnError, level: q.Level, total: int, timeout_s: floa
         return RequestError(ErrorCode.QUORUM_WAIT, f"Couldn't wait for quorum {error.needed}: {error.answered} of "
                                                    f"{error.total} members prepared; the transaction was aborted")
     return RequestError(ErrorCode.SYNC_QUORUM_TIMEOUT,
-                        f"Quorum collection for a synchronous transaction is timed out: {q.needed(level, total)} of "
-                        f"{total} members did not prepare within {timeout_s} s; the transaction was aborted")
+                        f"Quorum collection for a synchronous transaction is timed out: {error.answered} of "
+                        f"{error.total} members prepared, {error.needed} needed, within {timeout_s} s; the "
+                        f"transaction was aborted")
 
 
 class _Link:
@@ -477,8 +483,11 @@ class _Link:
         self._waiting[sync] = send  # before sending: the reply may come before send_all returns
         try:
             async with self._send_lock:
-                await link.stream.send_all(encode_request(request_type, sync, body,
-                                                          replica_id=self._node.identity.instance_id))
+                try:
+                    await link.stream.send_all(encode_request(request_type, sync, body,
+                                                              replica_id=self._node.identity.instance_id))
+                except trio.ClosedResourceError:  # the reader closed it while we waited: the peer left
+                    raise PeerError(ErrorCode.NO_CONNECTION, f"member {self._member} closed the connection") from None
             reply = await receive.receive()
         finally:
             self._waiting.pop(sync, None)

@@ -61,7 +61,7 @@ def test_two_of_five_never_commit_and_the_deadline_aborts_them():
     assert coordinator.tick(9.9) == []
     actions = coordinator.tick(10.0)
     assert kinds(actions) == [q.DecideAbort, q.SendAbort, q.ReleaseIntents, q.FailClient]
-    assert actions[1].to == FIVE - {1} and actions[3].error == q.Timeout()
+    assert actions[1].to == FIVE - {1} and actions[3].error == q.Timeout(answered=2, needed=3, total=5)
     assert vote(coordinator, 3, 4, 5) == [], "a decided transaction is never decided again"
 
 

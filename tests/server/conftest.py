@@ -202,3 +202,26 @@ def replicaset_factory(tmp_path: Path) -> Iterator[Callable[..., ReplicaSet]]:
 @pytest.fixture
 def replicaset(replicaset_factory: Callable[..., ReplicaSet]) -> ReplicaSet:
     return replicaset_factory()
+
+
+SYNCHRO_TIMEOUT_S = 2.0
+QUORUM = {"consistency": "quorum"}
+
+
+def quorum_set_of(replicaset_factory: Callable[..., ReplicaSet], size: int) -> tuple[ReplicaSet, list[Server]]:
+    """`size` members with a short `synchro_timeout_s` and table `kv`, each joined through
+    the one before it, converged."""
+    rs = replicaset_factory(f"replication.synchro_timeout_s = {SYNCHRO_TIMEOUT_S}\n")
+    members = [rs.bootstrap()]
+    with members[0].client() as client:
+        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, n INTEGER DEFAULT 0)")
+    for _ in range(size - 1):
+        members.append(rs.join(members[-1]))
+    rs.wait_converged()
+    return rs, members
+
+
+@pytest.fixture
+def quorum_set(replicaset_factory: Callable[..., ReplicaSet]) -> tuple[ReplicaSet, list[Server]]:
+    """Three members for quorum writes (tests/server/test_quorum*.py)."""
+    return quorum_set_of(replicaset_factory, 3)

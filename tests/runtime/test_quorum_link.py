@@ -1,0 +1,65 @@
+"""The quorum host's link to one peer (`replicaset.runtime.quorum._Link`): when the peer
+leaves, every request on the link fails with an error the host takes for a lost message,
+never one that escapes into the node's nursery and stops the member."""
+
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace
+
+import trio
+
+from replicaset.iproto.codec import encode_greeting
+from replicaset.iproto.constants import GREETING_VERSION, RequestType
+from replicaset.runtime.links import PeerError
+from replicaset.runtime.quorum import _Link
+
+WAIT_S = 10.0
+
+
+def test_a_request_waiting_to_send_when_the_peer_leaves_fails_as_a_lost_message() -> None:
+    """A request took the link, then waited while another one sent; meanwhile the peer
+    left and the link's reader closed the link. Its send must fail as a PeerError, not
+    as trio.ClosedResourceError (which the host did not catch: kill -9 of one member
+    stopped another, seen in tests/server/test_quorum_faults.py's bank transfers)."""
+
+    async def main() -> None:
+        leave = trio.Event()
+
+        async def peer(stream: trio.SocketStream) -> None:
+            await stream.send_all(encode_greeting(version=GREETING_VERSION, instance_uuid=str(uuid.uuid4()),
+                                                  salt=bytes(32)))
+            await leave.wait()
+            await stream.aclose()
+
+        outcome: list[BaseException | None] = []
+
+        async def request(link: _Link) -> None:
+            try:
+                await link.request(RequestType.PING, {})
+            except Exception as exc:  # whatever it is, the test names it
+                outcome.append(exc)
+            else:
+                outcome.append(None)
+
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                listeners = await nursery.start(trio.serve_tcp, peer, 0)
+                port = listeners[0].socket.getsockname()[1]
+                node = SimpleNamespace(config=SimpleNamespace(max_frame_bytes=1 << 20), _nursery=nursery,
+                                       identity=SimpleNamespace(instance_id=1))
+                link = _Link(node, 2, f"127.0.0.1:{port}")  # type: ignore[arg-type]
+                async with link._send_lock:  # another request is sending
+                    nursery.start_soon(request, link)
+                    while link._link is None:  # the request opened the link and waits to send
+                        await trio.sleep(0.001)
+                    leave.set()
+                    while link._link is not None:  # the reader saw the peer leave and closed the link
+                        await trio.sleep(0.001)
+                    await trio.sleep(0.01)
+                while not outcome:
+                    await trio.sleep(0.001)
+                nursery.cancel_scope.cancel()
+        assert isinstance(outcome[0], PeerError), outcome
+
+    trio.run(main)
