@@ -36,6 +36,18 @@ environment (`Crash`, `Restart`). A row's changes are traced as
 every flush and restart the member's table is traced as `{key: [value id, stamp, origin]}`
 as it holds it, so TLC compares the values and versions it holds with the spec's
 last-writer-wins.
+
+With a quorum workload (`quorum=`: `Bank`, `KvQuorum`, or a scenario's `script`) the
+simulator also hosts the driver's quorum transaction events as the server's `QuorumHost`
+does (docs/design/quorum.md): each member keeps a metastore through `TxnRecords`, clients'
+transactions are captured and written with `commit_captured`, and PREPARE, answers, COMMIT,
+ABORT, questions, decisions and heartbeats are messages on a FIFO link per pair that the
+seed delays and drops, partitions cut and a crash of either end loses. Crashes are process
+crashes only. The end checks add: no commit without `needed(level, total)` members that
+answered PREPARED (seen as they answered, not as the coordinator counted), one row per
+transaction, every acknowledged transaction held, and the workload's own checks. The
+drivers' trace then carries `specs/QuorumCommit.tla`'s lines too. Without a quorum
+workload nothing of this runs and a seed's run and trace are what they were.
 """
 
 from __future__ import annotations

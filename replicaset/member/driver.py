@@ -26,7 +26,15 @@ Trace lines are named and parameterised as the actions of `specs/VClockReplicati
 crash cuts them, so a row taken is a row its sender still holds), `RecoveryAnswer` when a
 peer answered the recovery fetch (its first row of ours, or synced with it),
 `RecoveryGiveUp` and `RecoveryFinish` as the replica-set core decides, `WalSync` when a
-sync made new rows durable (`wal_synced`, which `synced` calls).
+sync made new rows durable (`wal_synced`, which `synced` calls). A COMMIT's row is taken
+like a relayed one (`txn_commit_took`, its sender being its origin).
+
+The quorum transaction events trace the actions of `specs/QuorumCommit.tla` on the same
+stream: `Begin` (with the version read), `Prepare` (a first PREPARED, the coordinator's own
+included), `DecideCommit` once the row is written (its LSN and stamp), `DecideAbort` when
+the coordinator decides on its own, `QueryDecision` when a question made it decide,
+`ParticipantAbort` when an ABORT releases another member's transaction here. A LocalWrite
+is the spec's WriteOne; the aborts of a restart are the host's `Restart` line.
 """
 
 from __future__ import annotations
