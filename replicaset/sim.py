@@ -36,6 +36,18 @@ environment (`Crash`, `Restart`). A row's changes are traced as
 every flush and restart the member's table is traced as `{key: [value id, stamp, origin]}`
 as it holds it, so TLC compares the values and versions it holds with the spec's
 last-writer-wins.
+
+With a quorum workload (`quorum=`: `Bank`, `KvQuorum`, or a scenario's `script`) the
+simulator also hosts the driver's quorum transaction events as the server's `QuorumHost`
+does (docs/design/quorum.md): each member keeps a metastore through `TxnRecords`, clients'
+transactions are captured and written with `commit_captured`, and PREPARE, answers, COMMIT,
+ABORT, questions, decisions and heartbeats are messages on a FIFO link per pair that the
+seed delays and drops, partitions cut and a crash of either end loses. Crashes are process
+crashes only. The end checks add: no commit without `needed(level, total)` members that
+answered PREPARED (seen as they answered, not as the coordinator counted), one row per
+transaction, every acknowledged transaction held, and the workload's own checks. The
+drivers' trace then carries `specs/QuorumCommit.tla`'s lines too. Without a quorum
+workload nothing of this runs and a seed's run and trace are what they were.
 """
 
 from __future__ import annotations
@@ -51,14 +63,20 @@ from typing import Any
 
 import trio
 
+from replicaset.core import quorum as q
 from replicaset.core import replication as repl
 from replicaset.core.replicaset import Refusal, ReplicaSet, must_recover
-from replicaset.member import Accepted, Action, ApplierAction, MemberDriver, Membership, RelayAction
+from replicaset.member import Accepted, Action, ApplierAction, MemberDriver, Membership, QuorumAction, RelayAction
 from replicaset.member.trace import value_id
-from replicaset.runtime.writer import Writer
-from replicaset.storage import ApplyError, Engine, EngineConfig, GapError, SchemaPending, SqlError
+from replicaset.member.txn_records import TxnRecords
+from replicaset.meta.recovery import recover_participant
+from replicaset.meta.store import MetaStore
+from replicaset.meta.txns import TxnStatus
+from replicaset.runtime.writer import Writer, WriteFailed
+from replicaset.storage import ApplyError, Captured, Engine, EngineConfig, GapError, SchemaPending, SqlError
 from replicaset.testing import lww
-from wal import GroupCommitPolicy, Record, VClock, WalMode
+from replicaset.storage.rows import DmlPayload
+from wal import GroupCommitPolicy, Record, RecordType, VClock, WalError, WalMode
 from wal.segment import list_segments
 
 TIMEOUT_S = 0.1
@@ -87,9 +105,11 @@ class Faults:
     os_crash_share: float = 0.5
     restart_after_s: float = 0.3
     sync_p: float = 0.3
+    txn_drop_p: float = 0.05
 
 
-NO_FAULTS = Faults(delay_max_s=0.01, cut_per_s=0, partition_per_s=0, duplicate_p=0, reorder_p=0, crash_per_s=0)
+NO_FAULTS = Faults(delay_max_s=0.01, cut_per_s=0, partition_per_s=0, duplicate_p=0, reorder_p=0, crash_per_s=0,
+                   txn_drop_p=0)
 
 
 @dataclass
@@ -118,12 +138,144 @@ class Member:
     outbox: list[Action] = field(default_factory=list)
     sync_wanted: bool = False  # the seed wants an fsync after the last flush
     flushed_since: bool = False  # rows waiting for their schema may go
+    # Quorum transactions (a run with a quorum workload): the metastore, bumped at every
+    # crash so that messages to or from an earlier incarnation are lost, the captured rows
+    # of undecided transactions of ours, and decided rows until COMMIT carries them.
+    records: TxnRecords | None = None
+    incarnation: int = 0
+    captured: dict[int, Captured] = field(default_factory=dict)
+    decided_rows: dict[int, Record] = field(default_factory=dict)
+    next_heartbeat_s: float = 0.0
+
+
+TXN_TIMEOUT_S = 1.0
+Statement = tuple[str, tuple[Any, ...]]
+
+
+@dataclass
+class Client:
+    """A client's quorum transaction, as the client sees it: acknowledged at its level
+    (`row`), failed (`error`), or neither (its coordinator crashed, or the deadline passed
+    after the decision: the outcome is unknown to the client)."""
+
+    txn_id: int
+    coordinator: int
+    incarnation: int
+    level: q.Level
+    deadline_s: float
+    what: Any = None
+    row: tuple[int, int] | None = None
+    error: q.TxnError | str | None = None
+
+
+class QuorumWorkload:
+    """Client transactions at QUORUM or ALL for a run: how many, at which level, what each
+    writes (`statements`), and the end checks it adds (`check`). This one sends none: the
+    transactions of a scenario are begun by its script (`Simulation.begin`)."""
+
+    transactions: int = 0
+    level: q.Level = q.Level.QUORUM
+    single_key_one_writes: bool = False
+
+    async def setup(self, sim: Simulation, writer: Writer) -> None:
+        """Tables the workload needs, made at consistency ONE on member 1 before the others open."""
+
+    async def statements(self, sim: Simulation, member: Member) -> tuple[list[Statement], Any] | None:
+        """The next transaction's statements at `member`, and what the checks know it by."""
+        return None
+
+    def check(self, sim: Simulation) -> None:
+        """End checks of the workload, after convergence."""
+
+
+@dataclass
+class KvQuorum(QuorumWorkload):
+    """Single-key QUORUM upserts of `kv` beside the run's ONE writes, themselves single-key
+    (no statement that moves a row to another key): the workload of a `QuorumCommit` trace,
+    whose transactions write one key each."""
+
+    transactions: int = 20
+    level: q.Level = q.Level.QUORUM
+    single_key_one_writes: bool = True
+
+    async def statements(self, sim: Simulation, member: Member) -> tuple[list[Statement], Any] | None:
+        key = sim.rng.randrange(sim.keys)
+        value = f"q{member.id}-{self.transactions}"
+        return [("INSERT INTO kv(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", (key, value))], key
+
+
+@dataclass
+class Bank(QuorumWorkload):
+    """Transfers between accounts, each one QUORUM transaction of three rows (two balances
+    and its line in the `xfer` log), from every member at once.
+
+    The end checks: every member holds the same accounts; each balance is its opening
+    balance plus what the logged transfers moved (so the total never changed and no
+    transfer was applied twice or in part); every acknowledged transfer is logged; every
+    logged transfer is one a client asked for, with its amounts; and no quorum transaction's
+    row is held at two places in the log."""
+
+    transactions: int = 40
+    accounts: int = 6
+    opening: int = 100
+    level: q.Level = q.Level.QUORUM
+    asked: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # transfer id -> (src, dst, amount)
+
+    async def setup(self, sim: Simulation, writer: Writer) -> None:
+        await writer.execute("CREATE TABLE acct(id INTEGER PRIMARY KEY, bal INTEGER NOT NULL)")
+        await writer.execute("CREATE TABLE xfer(id INTEGER PRIMARY KEY, src INTEGER, dst INTEGER, amount INTEGER)")
+        for account in range(self.accounts):
+            await writer.execute("INSERT INTO acct(id, bal) VALUES (?, ?)", (account, self.opening))
+
+    async def statements(self, sim: Simulation, member: Member) -> tuple[list[Statement], Any] | None:
+        src, dst = sim.rng.sample(range(self.accounts), 2)
+        amount = sim.rng.randint(1, 30)
+        assert member.engine is not None
+        try:
+            balances = dict(_rows(member.engine, "SELECT id, bal FROM acct WHERE id IN (?, ?)", (src, dst)))
+        except SqlError:  # the accounts have not reached this member yet
+            return None
+        if len(balances) < 2 or balances[src] < amount:
+            return None
+        transfer = len(self.asked) + 1
+        self.asked[transfer] = (src, dst, amount)
+        return [("UPDATE acct SET bal = ? WHERE id = ?", (balances[src] - amount, src)),
+                ("UPDATE acct SET bal = ? WHERE id = ?", (balances[dst] + amount, dst)),
+                ("INSERT INTO xfer(id, src, dst, amount) VALUES (?, ?, ?, ?)", (transfer, src, dst, amount))], transfer
+
+    def check(self, sim: Simulation) -> None:
+        where = f"seed {sim.seed}"
+        acked = {client.what for client in sim.clients.values() if client.row is not None}
+        for i, member in sim.members.items():
+            assert member.engine is not None
+            balances = dict(_rows(member.engine, "SELECT id, bal FROM acct"))
+            logged = {row[0]: tuple(row[1:]) for row in _rows(member.engine, "SELECT id, src, dst, amount FROM xfer")}
+            expected = {account: self.opening for account in range(self.accounts)}
+            for transfer, (src, dst, amount) in logged.items():
+                assert self.asked.get(transfer) == (src, dst, amount), f"{where}: member {i} logs transfer {transfer} nobody asked for"
+                expected[src] -= amount
+                expected[dst] += amount
+            assert balances == expected, f"{where}: member {i}: balances {balances}, the logged transfers make {expected}"
+            assert sum(balances.values()) == self.opening * self.accounts
+            lost = acked - set(logged)
+            assert not lost, f"{where}: member {i} lost acknowledged transfers {sorted(lost)}"
+
+
+def _rows(engine: Engine, sql: str, binds: tuple[Any, ...] = ()) -> list[list[Any]]:
+    result = engine.query(sql, binds)
+    assert result is not None, f"{sql!r} is no read"
+    return result.rows
 
 
 class Simulation:
     def __init__(self, root: Path, *, seed: int, members: int = 3, writes: int = 60, faults: Faults = Faults(),
                  keys: int = 6, fault_phase_s: float = 3.0, wal_mode: WalMode = WalMode.WRITE,
-                 trace: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 trace: Callable[[dict[str, Any]], None] | None = None, quorum: QuorumWorkload | None = None,
+                 script: Sequence[tuple[float, Callable[[Simulation], Any]]] = ()) -> None:
+        """`quorum` adds client transactions at QUORUM or ALL (with it every member keeps a
+        metastore, and crashes are process crashes only); `script` calls each function at
+        its time in the fault phase (an async one is awaited): a scenario's partitions,
+        crashes and transactions (`begin`, `partition`, `crash`, `drop_txn_messages`)."""
         self.seed = seed
         self.wal_mode = WalMode(wal_mode)
         self.rng = random.Random(seed)
@@ -147,6 +299,17 @@ class Simulation:
         self._trace_out = trace
         self.traced_steps = 0
         self.members = {i: Member(i, root / f"m{i}") for i in range(1, members + 1)}
+        self.quorum = quorum
+        self.members_crashed = 0
+        self.os_crashes = 0
+        self.script = list(script)
+        self.txns_left = quorum.transactions if quorum is not None else 0
+        self.clients: dict[int, Client] = {}
+        # Who answered PREPARED for each transaction, seen on the way out of each member,
+        # never by the coordinator's count: a commit needs a quorum of them.
+        self.prepared_by: dict[int, set[int]] = {}
+        self.drop_txn: Callable[[int, int, str], bool] = lambda src, dst, kind: False
+        self._txn_last_delivery: dict[tuple[int, int], float] = {}
 
     # ---------------------------------------------------------------- plumbing
 
@@ -194,6 +357,11 @@ class Simulation:
         )
         membership = Membership(members=len(self.members), upstreams=frozenset(str(p) for p in self.members if p != member.id),
                                 ids={str(p): p for p in self.members})
+        participant = None
+        if self.quorum is not None:  # as the server's QuorumHost: the participant its metastore left
+            meta = MetaStore.open(member.data_dir / "meta")
+            member.records = TxnRecords(meta, member.id)
+            participant = recover_participant(meta, member.id, 4 * TIMEOUT_S, self.now_s)
         member.driver = MemberDriver(
             instance_id=member.id,
             store=member.engine,
@@ -204,6 +372,7 @@ class Simulation:
             backoff_max_s=0.4,
             trace=self.trace if self._trace_out is not None else None,
             traced_table=lambda: self._traced_table(member),
+            participant=participant,
         )
         for peer in self.members:
             if peer != member.id:
@@ -222,12 +391,18 @@ class Simulation:
         await self._open(first)
         assert first.writer is not None
         await first.writer.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, u INTEGER UNIQUE)")
+        if self.quorum is not None:
+            await self.quorum.setup(self, first.writer)
         await self._settle(first)
         for member in self.members.values():
             if member.engine is None:
                 await self._open(member)
             self._at(TICK_S, "tick", member.id)
         self._at(0.01, "write")
+        if self.txns_left:
+            self._at(0.02, "txn")
+        for at_s, step in self.script:
+            self._at(at_s, "script", step)
         self._at(self.fault_phase_s, "heal")
         for _ in range(max_events):
             if not self._queue:
@@ -235,7 +410,7 @@ class Simulation:
             self.now_s, _, kind, args = heapq.heappop(self._queue)
             await getattr(self, f"_on_{kind}")(*args)
             self.check_invariants()
-            if self.healed and self.writes_left == 0 and self._converged():
+            if self.healed and self.writes_left == 0 and self.txns_left == 0 and self._converged():
                 self.trace({"event": "End", "steps": self.traced_steps})
                 return
         raise AssertionError(f"seed {self.seed}: no convergence after {max_events} events: {self.vclocks()}")
@@ -253,6 +428,8 @@ class Simulation:
         if member.driver is None:
             return
         await self._do(member, member.driver.tick(self.now_s))
+        if self.quorum is not None:
+            await self._txn_tick(member)
         if not self.healed:
             await self._maybe_fault(member)
 
@@ -270,7 +447,9 @@ class Simulation:
             self._at(rng.uniform(*f.partition_s), "unpartition", pair)
         crash_rate = f.crash_per_s * (f.registrar_crash_share if member.id == 1 else 1.0)
         if rng.random() < crash_rate * TICK_S:
-            await self._crash(member, os_crash=rng.random() < f.os_crash_share)
+            # The quorum spec's crashes are process crashes (an OS crash losing a decided
+            # row is VClockReplication's business): a quorum workload's runs have no other.
+            await self._crash(member, os_crash=rng.random() < f.os_crash_share and self.quorum is None)
 
     async def _on_unpartition(self, pair: frozenset[int]) -> None:
         self.partitioned.discard(pair)
@@ -288,15 +467,26 @@ class Simulation:
         member.vclock_at_crash = None
         self.trace({"event": "Restart", "member": member_id, "vclock": self._clock_of(member),
                     "table": self._traced_table(member), "t": self.now_s})
+        if member.records is not None:  # as the server's QuorumHost.run: settle what the crash left
+            assert member.driver is not None and member.engine is not None
+            await self._do(member, member.records.restart(member.driver, member.engine, self.now_s))
 
     async def _crash(self, member: Member, *, os_crash: bool) -> None:
         """A process crash loses nothing the WAL holds; an OS crash under wal_mode=write
         also loses the WAL bytes written since the member's last sync point."""
         assert member.engine is not None
         self.trace({"event": "Crash", "member": member.id, "os": os_crash, "t": self.now_s})
+        self.members_crashed += 1
+        self.os_crashes += os_crash
         member.vclock_at_crash = member.engine.wal.vclock
         member.engine.close()
         member.engine = member.writer = None
+        if member.records is not None:  # memory is lost; the metastore is not
+            member.records.meta.close()
+            member.records = None
+            member.incarnation += 1
+            member.captured.clear()
+            member.decided_rows.clear()
         assert member.driver is not None
         for conn in list(member.links.values()) + list(member.driver.relays):
             await self._cut(conn, "crash")
@@ -342,6 +532,8 @@ class Simulation:
         if self.wal_mode is WalMode.FSYNC:
             self._mark_durable(member)  # every flush is an fsync
         member.outbox += member.driver.flushed(self.now_s, records)
+        if member.records is not None and member.engine is not None and member.engine.flushed_quorum_rows:
+            member.records.rows_applied(member.driver, self.now_s, member.engine.flushed_quorum_rows)
         if self.wal_mode is WalMode.WRITE and self.rng.random() < self.faults.sync_p:
             member.sync_wanted = True
 
@@ -349,6 +541,9 @@ class Simulation:
         assert member.driver is not None
         self._mark_durable(member)
         member.outbox += member.driver.synced(self.now_s, advanced=advanced)
+        if member.records is not None:  # our own word that our rows are durable
+            assert member.engine is not None
+            member.outbox += member.driver.txn_durable(self.now_s, member.id, member.engine.durable_vclock.to_dict())
 
     async def _settle(self, member: Member) -> None:
         """After a call of the member's writer: the fsync the seed wanted, then the actions
@@ -450,7 +645,7 @@ class Simulation:
         await self._do(member, driver.applier_heartbeat(str(link.relay_on), self.now_s, VClock(vclock)))
 
     async def _recv_ack(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict) -> None:
-        driver.relay_ack(conn, self.now_s, VClock(vclock))
+        await self._do(member, driver.relay_ack(conn, self.now_s, VClock(vclock)))
 
     # ---------------------------------------------------------------- actions
 
@@ -461,6 +656,8 @@ class Simulation:
                 await self._applier_act(member, int(tagged.key), tagged.action)
             elif isinstance(tagged, RelayAction):
                 await self._relay_act(member, tagged.conn, tagged.action)
+            elif isinstance(tagged, QuorumAction) and member.records is not None:
+                await self._txn_act(member, tagged.action)
 
     async def _applier_act(self, member: Member, peer: int, action: repl.Action) -> None:
         if isinstance(action, repl.Connect):
@@ -532,13 +729,16 @@ class Simulation:
         member = self.rng.choice(candidates)
         assert member.writer is not None
         key, rng = self.rng.randrange(self.keys), self.rng
-        statement = rng.choice([
+        statements = [
             ("INSERT INTO kv(k, v, u) VALUES (?, ?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v, u = excluded.u",
              (key, f"v{member.id}-{self.writes_left}", rng.randrange(self.keys * 2))),
             ("UPDATE kv SET v = ? WHERE k = ?", (f"u{member.id}-{self.writes_left}", key)),
             ("DELETE FROM kv WHERE k = ?", (key,)),
             ("UPDATE kv SET k = ? WHERE k = ?", (rng.randrange(self.keys), key)),
-        ])
+        ]
+        if self.quorum is not None and self.quorum.single_key_one_writes:
+            statements = statements[:3]
+        statement = rng.choice(statements)
         acked = len(self.acked)
         try:
             await member.writer.execute(*statement)
@@ -547,6 +747,259 @@ class Simulation:
         if len(self.acked) > acked:
             self.writes_left -= 1
         await self._settle(member)
+
+    # ---------------------------------------------------------------- quorum transactions
+
+    async def _on_txn(self) -> None:
+        """The workload's next client transaction, at a member that takes writes."""
+        if self.txns_left <= 0:
+            return
+        self._at(self.rng.uniform(0.01, 0.08), "txn")
+        candidates = [m.id for m in self.members.values()
+                      if m.driver is not None and m.driver.write_refusal(self.now_s) is None]
+        if not candidates:
+            return
+        assert self.quorum is not None
+        member = self.members[self.rng.choice(candidates)]
+        made = await self.quorum.statements(self, member)
+        if made is None:
+            return
+        statements, what = made
+        if await self.begin(member.id, statements, self.quorum.level, what=what) is not None:
+            self.txns_left -= 1
+
+    async def begin(self, member_id: int, statements: Sequence[Statement], level: q.Level = q.Level.QUORUM, *,
+                    what: Any = None) -> Client | None:
+        """A client's transaction at `member_id`, as the server's writer and QuorumHost.commit
+        take it: the statements run in one transaction whose rows are captured with the
+        versions read and rolled back; its PENDING record goes to the metastore; then the
+        driver begins it. None when there is nothing to write (or a statement failed)."""
+        member = self.members[member_id]
+        writer, driver, engine, records = member.writer, member.driver, member.engine, member.records
+        if writer is None or driver is None or engine is None or records is None:
+            return None
+        txn = await writer.begin_stream()
+        try:
+            for sql, binds in statements:
+                writer.stream_execute(txn, sql, binds)
+        except SqlError:
+            writer.rollback_stream(txn)
+            return None
+        captured = writer.capture_stream(txn)
+        if not captured.rows:
+            return None
+        txn_id = engine.hlc.now(self._clock_ms())
+        members = frozenset(self.members)
+        reads = {key: q.Version(hlc=v[0], origin=v[1]) if v else q.NO_VERSION for key, v in captured.reads.items()}
+        records.begun(txn_id, members=members, level=level, keys=reads)
+        member.captured[txn_id] = captured
+        client = self.clients[txn_id] = Client(txn_id=txn_id, coordinator=member_id, incarnation=member.incarnation,
+                                               level=level, deadline_s=self.now_s + TXN_TIMEOUT_S, what=what)
+        await self._do(member, driver.txn_begin(self.now_s, txn_id, reads=reads, members=members, level=level,
+                                                deadline_s=client.deadline_s))
+        return client
+
+    async def _txn_tick(self, member: Member) -> None:
+        """As the server's QuorumHost.run: tick the cores, and every `replication_timeout`
+        tell the members of each undecided transaction of ours that we are alive."""
+        driver = member.driver
+        assert driver is not None
+        await self._do(member, driver.txn_tick(self.now_s))
+        if self.now_s < member.next_heartbeat_s:
+            return
+        member.next_heartbeat_s = self.now_s + TIMEOUT_S
+        by_member: dict[int, list[int]] = {}
+        for txn_id, to in driver.txn_unfinished().items():
+            for other in sorted(to):
+                by_member.setdefault(other, []).append(txn_id)
+        for other, ids in by_member.items():
+            self._txn_send(member.id, other, "heartbeat", tuple(ids))
+
+    async def _txn_act(self, member: Member, action: Any) -> None:
+        """Carry out an action of the member's coordinator or participant, as QuorumHost does."""
+        driver, records = member.driver, member.records
+        assert driver is not None and records is not None
+        if isinstance(action, q.Prepared):
+            self.prepared_by.setdefault(action.txn_id, set()).add(member.id)
+        elif isinstance(action, q.SendPrepare):
+            for other in sorted(action.to):
+                self._txn_send(member.id, other, "prepare", action.txn_id, dict(action.reads), action.members)
+        elif isinstance(action, q.DecideCommit):
+            await self._write_decided(member, action)
+        elif isinstance(action, q.SendCommit):
+            record = member.decided_rows.pop(action.txn_id, None)
+            if record is not None:
+                for other in sorted(action.to):
+                    self._txn_send(member.id, other, "commit", action.txn_id, record)
+        elif isinstance(action, q.DecideAbort):
+            member.captured.pop(action.txn_id, None)
+            records.decided(action.txn_id, TxnStatus.ABORTED)
+        elif isinstance(action, q.SendAbort):
+            for other in sorted(action.to):
+                self._txn_send(member.id, other, "abort", action.txn_id)
+        elif isinstance(action, q.ReleaseIntents):
+            driver.txn_abort(self.now_s, action.txn_id)
+        elif isinstance(action, q.QueryDecision):
+            coordinator = driver.txn_coordinator(action.txn_id)
+            for other in sorted(action.ask):
+                self._txn_send(member.id, other, "query", action.txn_id, coordinator)
+        elif isinstance(action, q.SendDecision):
+            self._txn_send(member.id, action.to, "decision", action.txn_id, action.decision)
+        elif isinstance(action, q.AckClient | q.FailClient):
+            client = self.clients.get(action.txn_id)
+            if client is not None and client.incarnation == member.incarnation and client.coordinator == member.id:
+                if isinstance(action, q.AckClient):
+                    client.row = (action.origin, action.lsn)
+                else:
+                    client.error = action.error
+
+    async def _write_decided(self, member: Member, action: q.DecideCommit) -> None:
+        """The decision is our next WAL row (QuorumHost._write_row): written and applied
+        through the apply path, reported to the coordinator, then synced for our own word
+        that it is durable."""
+        writer, driver = member.writer, member.driver
+        assert writer is not None and driver is not None
+        prepared = self.prepared_by.get(action.txn_id, set())
+        txn = driver.coordinator.txns[action.txn_id]
+        assert len(prepared & txn.members) >= q.needed(txn.level, len(txn.members)), (
+            f"seed {self.seed}: transaction {action.txn_id:#x} commits with {sorted(prepared)} prepared "
+            f"of {sorted(txn.members)}")
+        captured = member.captured.pop(action.txn_id)
+        try:
+            record = await writer.commit_captured(captured, txn_id=action.txn_id, min_stamp=action.min_stamp)
+        except (ApplyError, SqlError, WriteFailed) as exc:
+            client = self.clients.get(action.txn_id)
+            if client is not None:
+                client.error = f"the transaction's row could not be written: {exc}"
+            await self._settle(member)
+            await self._do(member, driver.txn_write_failed(self.now_s, action.txn_id))
+            return
+        self.acked.append((record.origin, record.lsn, record.payload))
+        self._last_ack[(record.origin, record.lsn)] = record.payload
+        await self._settle(member)
+        member.decided_rows[action.txn_id] = record
+        await self._do(member, driver.txn_committed(self.now_s, action.txn_id, record.origin, record.lsn))
+        if member.writer is not None:
+            await member.writer.sync_wal()
+            await self._settle(member)
+
+    def _txn_send(self, src: int, dst: int, kind: str, *payload: Any) -> None:
+        """A quorum message on the pair's request link: FIFO, delayed; lost when the pair is
+        partitioned, when either end crashes before it arrives, at the seed's whim while
+        faults last, or when the scenario drops it."""
+        if frozenset({src, dst}) in self.partitioned or self.drop_txn(src, dst, kind):
+            return
+        if not self.healed and self.rng.random() < self.faults.txn_drop_p:
+            return
+        pair = (src, dst)
+        deliver = max(self.now_s + self.rng.uniform(self.faults.delay_min_s, self.faults.delay_max_s),
+                      self._txn_last_delivery.get(pair, 0.0))
+        self._txn_last_delivery[pair] = deliver
+        incarnations = (self.members[src].incarnation, self.members[dst].incarnation)
+        heapq.heappush(self._queue, (deliver, next(self._seq), "txn_deliver", (src, dst, incarnations, kind, payload)))
+
+    async def _on_txn_deliver(self, src: int, dst: int, incarnations: tuple[int, int], kind: str,
+                              payload: tuple[Any, ...]) -> None:
+        member = self.members[dst]
+        if (self.members[src].incarnation, member.incarnation) != incarnations or member.records is None:
+            return
+        if frozenset({src, dst}) in self.partitioned:
+            return
+        await getattr(self, f"_txn_{kind}")(member, src, *payload)
+
+    async def _txn_prepare(self, member: Member, src: int, txn_id: int, reads: dict[q.Key, q.Version],
+                           members: frozenset[int]) -> None:
+        driver, records = member.driver, member.records
+        assert driver is not None and records is not None
+        answer = driver.txn_prepare(self.now_s, txn_id, coordinator=src, members=members, reads=reads)
+        if isinstance(answer, q.Prepared):
+            records.prepared(txn_id, coordinator=src, members=members, keys=reads)
+            self.prepared_by.setdefault(txn_id, set()).add(member.id)
+        if answer is not None:
+            self._txn_send(member.id, src, "answer", answer)
+
+    async def _txn_answer(self, member: Member, src: int, answer: q.Prepared | q.Conflicted) -> None:
+        assert member.driver is not None
+        await self._do(member, member.driver.txn_answered(self.now_s, src, answer))
+
+    async def _txn_commit(self, member: Member, src: int, txn_id: int, record: Record) -> None:
+        """QuorumHost.serve for COMMIT: the row is applied when it is the next of its
+        origin (else the relay brings it), and the answer is what we hold."""
+        driver, writer, engine = member.driver, member.writer, member.engine
+        assert driver is not None and writer is not None and engine is not None
+        driver.txn_heartbeat(self.now_s, txn_id)
+        if engine.pending_vclock.get(record.origin) == record.lsn - 1:
+            try:
+                await writer.apply([record], took=partial(driver.txn_commit_took, self.now_s) if driver.tracing else None)
+            except (ApplyError, WriteFailed, WalError):
+                pass  # the relay brings the row again
+            await self._settle(member)
+        if member.engine is not None:
+            self._txn_send(member.id, src, "held", member.engine.vclock.to_dict())
+
+    async def _txn_held(self, member: Member, src: int, vclock: dict[int, int]) -> None:
+        assert member.driver is not None
+        await self._do(member, member.driver.txn_durable(self.now_s, src, vclock))
+
+    async def _txn_abort(self, member: Member, src: int, txn_id: int) -> None:
+        assert member.driver is not None and member.records is not None
+        member.driver.txn_abort(self.now_s, txn_id)
+        member.records.decided(txn_id, TxnStatus.ABORTED)
+
+    async def _txn_heartbeat(self, member: Member, src: int, txn_ids: tuple[int, ...]) -> None:
+        assert member.driver is not None
+        for txn_id in txn_ids:
+            member.driver.txn_heartbeat(self.now_s, txn_id)
+
+    async def _txn_query(self, member: Member, src: int, txn_id: int, coordinator: int) -> None:
+        assert member.driver is not None
+        await self._do(member, member.driver.txn_query(self.now_s, txn_id, coordinator=coordinator, asker=src))
+
+    async def _txn_decision(self, member: Member, src: int, txn_id: int, decision: q.Decision) -> None:
+        assert member.driver is not None and member.records is not None
+        member.driver.txn_decision(self.now_s, txn_id, decision)
+        if decision is q.Decision.ABORT:
+            member.records.decided(txn_id, TxnStatus.ABORTED)
+
+    def _txns_settled(self) -> bool:
+        """No client waits, no transaction is undecided, no intent is held."""
+        for member in self.members.values():
+            if member.driver is None:
+                return False
+            if member.driver.participant.pending or member.driver.txn_unfinished():
+                return False
+        return not any(self._waiting(client) for client in self.clients.values())
+
+    def _waiting(self, client: Client) -> bool:
+        """A client still waits: its coordinator is the process it asked, and its deadline
+        (with the server's slack) has not passed."""
+        if client.row is not None or client.error is not None:
+            return False
+        return (self.members[client.coordinator].incarnation == client.incarnation
+                and self.now_s < client.deadline_s + 2 * TICK_S)
+
+    # ---------------------------------------------------------------- a scenario's steps
+
+    async def _on_script(self, step: Callable[[Simulation], Any]) -> None:
+        result = step(self)
+        if hasattr(result, "__await__"):
+            await result
+
+    async def partition(self, *sides: Sequence[int]) -> None:
+        """Cut every pair of members on different sides until the heal."""
+        for a, b in itertools.combinations(sides, 2):
+            for x in a:
+                for y in b:
+                    self.partitioned.add(frozenset({x, y}))
+        for link in list(self.links.values()):
+            if frozenset({link.applier_of, link.relay_on}) in self.partitioned:
+                await self._cut(link.conn, "partition")
+
+    async def crash(self, member_id: int) -> None:
+        """A process crash; the member restarts `restart_after_s` later."""
+        member = self.members[member_id]
+        if member.engine is not None:
+            await self._crash(member, os_crash=False)
 
     # ---------------------------------------------------------------- checks
 
@@ -562,7 +1015,9 @@ class Simulation:
         if any(m.driver is None or m.driver.recovering for m in self.members.values()):
             return False
         clocks = list(self.vclocks().values())
-        return all(c == clocks[0] for c in clocks)
+        if not all(c == clocks[0] for c in clocks):
+            return False
+        return self.quorum is None or self._txns_settled()
 
     def check_invariants(self) -> None:
         """After every event (TigerBeetle style): every engine's, and every driver's (its
@@ -619,14 +1074,39 @@ class Simulation:
                     f"{where}: acknowledged durable write {origin}:{lsn} is lost on member {i}")
             assert payloads[(origin, lsn)] == payload, (
                 f"{where}: acknowledged durable write {origin}:{lsn} was overwritten by another write at its LSN")
+        if self.quorum is not None:
+            self._check_quorum(records)
         expected = lww.Model().add_all(records).state()
         for i, member in self.members.items():
             assert member.engine is not None
             wrong = lww.differences(expected, lww.engine_state(member.engine))
             assert not wrong, f"{where}: member {i} differs from the reference model: " + "; ".join(wrong)
 
+    def _check_quorum(self, records: list[Record]) -> None:
+        """Each quorum transaction's row is held at one `(origin, lsn)` only, every member
+        holds the row of every transaction acknowledged at its level, and the workload's
+        own checks hold."""
+        where = f"seed {self.seed}"
+        rows: dict[int, tuple[int, int]] = {}
+        for record in records:
+            if record.type == RecordType.DML:
+                txn_id = DmlPayload.unpack(record.payload).quorum_txn
+                if txn_id is not None:
+                    assert txn_id not in rows, f"{where}: transaction {txn_id:#x} holds two rows"
+                    rows[txn_id] = (record.origin, record.lsn)
+        for client in self.clients.values():
+            if client.row is not None:
+                assert rows.get(client.txn_id) == client.row, f"{where}: acknowledged {client.txn_id:#x} is lost"
+            if client.error is not None and not isinstance(client.error, str):
+                assert client.txn_id not in rows, f"{where}: failed {client.txn_id:#x} committed"
+        assert self.quorum is not None
+        self.quorum.check(self)
+
     def close(self) -> None:
         for member in self.members.values():
+            if member.records is not None:
+                member.records.meta.close()
+                member.records = None
             if member.engine is not None:
                 member.engine.close()
                 member.engine = member.writer = None

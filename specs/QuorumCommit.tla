@@ -115,15 +115,20 @@ Init ==
     /\ crashes = 0
 
 (* A ONE write: committed locally at once (it waits for no intent), then  *)
-(* replicated by the relays.                                              *)
-WriteOne(m, k) ==
+(* replicated by the relays.  Its stamp s is any above the member's clock  *)
+(* (the implementation's HLC); WriteOne takes the smallest, and the trace  *)
+(* check the implementation's (specs/QuorumCommitTrace.tla).              *)
+WriteOneAt(m, k, s) ==
     /\ m \in OneWriters /\ Up(m) /\ ones < MaxOne
-    /\ LET r == [origin |-> m, lsn |-> Len(rows[m]) + 1, hlc |-> hlc[m] + 1,
+    /\ s > hlc[m]
+    /\ LET r == [origin |-> m, lsn |-> Len(rows[m]) + 1, hlc |-> s,
                  key |-> k, txn |-> ONE]
        IN /\ rows' = [rows EXCEPT ![m] = Append(@, r)]
           /\ Applied(m, r)
     /\ ones' = ones + 1
     /\ UNCHANGED <<status, txn, votes, decision, decidedWith, aborted, crashes>>
+
+WriteOne(m, k) == WriteOneAt(m, k, hlc[m] + 1)
 
 (* A client's QUORUM transaction starts on coordinator c: it reads the     *)
 (* version of key k that c stores.                                        *)
@@ -150,19 +155,24 @@ Prepare(p, t) ==
                    ones, crashes>>
 
 (* The coordinator decides COMMIT: next LSN and commit stamp together,     *)
-(* the row in its WAL, applied locally.                                   *)
-DecideCommit(t) ==
+(* the row in its WAL, applied locally.  The stamp s is any at or above    *)
+(* CommitStamp(t) (the implementation's HLC takes one above its clock and  *)
+(* the version read); DecideCommit takes CommitStamp(t) itself.           *)
+DecideCommitAt(t, s) ==
     /\ Begun(t) /\ decision[t] = "none"
     /\ Up(Coord(t))
     /\ HasQuorum(Coord(t), votes[t])
+    /\ s >= CommitStamp(t)
     /\ LET c == Coord(t)
-           r == [origin |-> c, lsn |-> Len(rows[c]) + 1, hlc |-> CommitStamp(t),
+           r == [origin |-> c, lsn |-> Len(rows[c]) + 1, hlc |-> s,
                  key |-> txn[t].key, txn |-> t]
        IN /\ rows' = [rows EXCEPT ![c] = Append(@, r)]
           /\ Applied(c, r)
     /\ decision' = [decision EXCEPT ![t] = "commit"]
     /\ decidedWith' = [decidedWith EXCEPT ![t] = votes[t]]
     /\ UNCHANGED <<status, txn, votes, aborted, ones, crashes>>
+
+DecideCommit(t) == DecideCommitAt(t, CommitStamp(t))
 
 (* The coordinator decides ABORT (a timeout, or CONFLICT answers): no LSN. *)
 DecideAbort(t) ==

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Check a trace of the replication core against `VClockReplication` with TLC.
+"""Check a trace of the member driver against `VClockReplication` (the replication cores)
+or `QuorumCommit` (the quorum transaction cores) with TLC.
 
-    python specs/check_trace.py TRACE.jsonl [...]
-    python specs/check_trace.py --simulate SEED [--wal-mode write|fsync]
+    python specs/check_trace.py [--spec VClockReplication|QuorumCommit] TRACE.jsonl [...]
+    python specs/check_trace.py --simulate SEED [--wal-mode write|fsync] [--quorum N]
                                 [--faults none|links|all] [--writes N] [--save TRACE.jsonl]
 
 A trace is what `replicaset.sim.Simulation(trace=...)` logs, one JSON object a line: an
@@ -27,8 +28,19 @@ origin]}` for every key with a version. Stamps become their rank among the trace
 (LWW uses their order only, and TLC's integers are 32-bit). The key `"schema"` is the one a
 DDL row changes; no table lists it.
 
+`QuorumCommit` (`--spec QuorumCommit`, and the default with `--quorum N`) checks the lines
+of that spec in the same trace, beside `QuorumCommitTrace.tla`: `Begin` (the coordinator
+`member`, the `txn` id, the version `reads` of its one key), `Prepare`, `DecideCommit` (the
+row's `lsn` and stamp `hlc`), `DecideAbort`, `QueryDecision` (the asking `member`),
+`ParticipantAbort`, `ApplierReceive`, `Crash` and `Restart`; a `LocalWrite` is the spec's
+`WriteOne` (its one key, LSN and stamp), and the replication-only lines (`WalFlush`,
+`WalSync`, `RelaySend`, the recovery lines) are left out. Txn ids become names `t1`,
+`t2`, ... in order of appearance; the spec's transactions and ONE rows write one key each.
+
 `--simulate` runs the deterministic simulator with that seed and checks its trace (the
-`replicaset` package must be importable: use the project's `.venv/bin/python`).
+`replicaset` package must be importable: use the project's `.venv/bin/python`); with
+`--quorum N` the run adds N single-key QUORUM transactions (`replicaset.sim.KvQuorum`) and
+crashes only processes.
 Exit code: 0 accepted, 1 rejected, 2 when TLC cannot run or the trace cannot be read.
 """
 
@@ -51,7 +63,11 @@ if str(SPECS_DIR) not in sys.path:
 
 import run_tlc  # noqa: E402  (a sibling script, not a package)
 
+VCLOCK = "VClockReplication"
+QUORUM = "QuorumCommit"
 SPEC_MODULES = ("VClockReplication", "VClockReplicationTrace")
+QUORUM_INVARIANTS = ("TypeOK", "NoLostUpdate", "QuorumOnTotal", "NoSplitDecision", "LsnOrderIsHlcOrder",
+                     "AbortsTakeNoLsn")
 INVARIANTS = (
     "NoDoubleApply", "PerOriginOrder", "Agreement", "EqualVClocksEqualTables",
     "TableIsWalReplay", "NoAckedWriteLost", "VersionsBelowClock", "HlcFollowsLsn",
@@ -237,17 +253,123 @@ INVARIANTS
     return module, cfg
 
 
-def check(events: list[dict[str, Any]], *, timeout_s: float = TIMEOUT_S, keep: Path | None = None) -> Verdict:
-    """Run TLC on the trace; `keep` receives the generated module and TLC's output."""
+QUORUM_EVENTS = ("Begin", "Prepare", "DecideCommit", "DecideAbort", "QueryDecision", "ParticipantAbort",
+                 "ApplierReceive", "Crash", "Restart")
+
+
+def quorum_steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lines of `QuorumCommit` in a trace, a LocalWrite becoming the WriteOne it is."""
+    steps = []
+    for event in steps_of(events):
+        if event["event"] == "LocalWrite":
+            if len(event["ops"]) != 1:
+                raise TraceError(f"a ONE row of QuorumCommit writes one key: {event}")
+            steps.append({"event": "WriteOne", "member": event["member"], "key": event["ops"][0][0],
+                          "lsn": event["lsn"], "hlc": event["hlc"]})
+        elif event["event"] in QUORUM_EVENTS:
+            steps.append(event)
+    return steps
+
+
+def quorum_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trace as QuorumCommit sees it: its Init line, its steps, an End line counting them."""
+    steps = quorum_steps(events)
+    return [events[0], *steps, {"event": "End", "steps": len(steps)}]
+
+
+def _read_version(event: dict[str, Any]) -> tuple[str, int, int]:
+    reads = event["reads"]
+    if len(reads) != 1:
+        raise TraceError(f"a transaction of QuorumCommit writes one key: {event}")
+    (key, (stamp, origin)), = reads.items()
+    return key, int(stamp), int(origin)
+
+
+def to_quorum_module(events: list[dict[str, Any]], name: str) -> tuple[str, str]:
+    """The TLA+ module holding a trace's QuorumCommit lines, and its TLC configuration."""
+    steps = steps_of(events)
+    try:
+        members = sorted(int(m) for m in events[0]["members"])
+        txns: dict[int, str] = {}
+        for e in steps:
+            if "txn" in e:
+                txns.setdefault(int(e["txn"]), f"t{len(txns) + 1}")
+        stamps = {int(e["hlc"]) for e in steps if e["event"] in ("WriteOne", "DecideCommit")}
+        stamps |= {_read_version(e)[1] for e in steps if e["event"] == "Begin"}
+        ranks = {stamp: rank for rank, stamp in enumerate(sorted(stamps - {0}), start=1)} | {0: 0}
+        keys = sorted({e["key"] for e in steps if e["event"] == "WriteOne"}
+                      | {_read_version(e)[0] for e in steps if e["event"] == "Begin"})
+        lines = []
+        for e in steps:
+            fields = {"event": tla_value(e["event"])}
+            for field in ("member", "origin", "lsn"):
+                if field in e:
+                    fields[field] = tla_value(int(e[field]))
+            if "txn" in e:
+                fields["txn"] = tla_value(txns[int(e["txn"])])
+            if e["event"] in ("WriteOne", "DecideCommit"):
+                fields["hlc"] = tla_value(ranks[int(e["hlc"])])
+            if e["event"] == "WriteOne":
+                fields["key"] = tla_value(e["key"])
+            if e["event"] == "Begin":
+                key, stamp, origin = _read_version(e)
+                fields |= {"key": tla_value(key), "hlc": tla_value(ranks[stamp]), "origin": tla_value(origin)}
+            lines.append(_record(fields))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise TraceError(f"malformed trace line: {exc!r}") from exc
+    as_set = lambda values: "{" + ", ".join(values) + "}"  # noqa: E731
+    module = f"""---- MODULE {name} ----
+EXTENDS QuorumCommitTrace
+
+TraceMembers == {as_set(map(str, members))}
+TraceKeys == {as_set(map(tla_value, keys))}
+TraceTxns == {as_set(map(tla_value, txns.values()))}
+TraceOnes == {sum(e["event"] == "WriteOne" for e in steps)}
+TraceCrashes == {sum(e["event"] == "Crash" for e in steps)}
+Log == <<
+    {(","+chr(10)+"    ").join(lines)}
+>>
+====
+"""
+    cfg = f"""CONSTANTS
+    Members <- TraceMembers
+    Keys <- TraceKeys
+    Txns <- TraceTxns
+    Coordinators <- TraceMembers
+    OneWriters <- TraceMembers
+    MaxOne <- TraceOnes
+    MaxCrashes <- TraceCrashes
+    TraceLog <- Log
+INIT TraceInit
+NEXT TraceNext
+INVARIANTS
+    {chr(10).join("    " + i for i in QUORUM_INVARIANTS).strip()}
+"""
+    return module, cfg
+
+
+SPECS = {
+    VCLOCK: (SPEC_MODULES, to_module),
+    QUORUM: (("QuorumCommit", "QuorumCommitTrace"), to_quorum_module),
+}
+
+
+def check(events: list[dict[str, Any]], *, spec: str = VCLOCK, timeout_s: float = TIMEOUT_S,
+          keep: Path | None = None) -> Verdict:
+    """Run TLC on the trace against `spec`; `keep` receives the generated module and TLC's
+    output. A QuorumCommit verdict counts the lines of that spec (`quorum_steps`)."""
     name = "TraceRun"
-    module, cfg = to_module(events, name)
     why = incomplete(events)
+    if spec == QUORUM:
+        events = quorum_events(events)
+    modules, build = SPECS[spec]
+    module, cfg = build(events, name)
     if why is not None:
         return Verdict(accepted=False, lines=len(steps_of(events)), matched=0, reason=why, seconds=0.0, output="")
     with tempfile.TemporaryDirectory(prefix="trace-") as tmp:
         work = Path(tmp)
-        for spec in SPEC_MODULES:
-            shutil.copy(SPECS_DIR / f"{spec}.tla", work)
+        for spec_module in modules:
+            shutil.copy(SPECS_DIR / f"{spec_module}.tla", work)
         (work / f"{name}.tla").write_text(module)
         (work / f"{name}.cfg").write_text(cfg)
         # -deadlock: a trace's last state has no successor; that is its end, not an error.
@@ -281,14 +403,16 @@ def judge(events: list[dict[str, Any]], output: str, seconds: float, timed_out: 
     return Verdict(accepted=False, lines=len(steps), matched=matched, reason=reason, seconds=seconds, output=output)
 
 
-def simulate(seed: int, *, wal_mode: str, faults: str, writes: int) -> list[dict[str, Any]]:
-    """Run the simulator and return its trace (it must also pass its own end checks)."""
-    from replicaset.sim import NO_FAULTS, Faults, Simulation
+def simulate(seed: int, *, wal_mode: str, faults: str, writes: int, quorum: int = 0) -> list[dict[str, Any]]:
+    """Run the simulator and return its trace (it must also pass its own end checks);
+    `quorum` single-key QUORUM transactions beside the writes, when not 0."""
+    from replicaset.sim import NO_FAULTS, Faults, KvQuorum, Simulation
 
     chosen = {"none": NO_FAULTS, "links": Faults(crash_per_s=0), "all": Faults()}[faults]
     events: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sim-") as tmp:
-        sim = Simulation(Path(tmp), seed=seed, faults=chosen, wal_mode=wal_mode, writes=writes, trace=events.append)
+        sim = Simulation(Path(tmp), seed=seed, faults=chosen, wal_mode=wal_mode, writes=writes, trace=events.append,
+                         quorum=KvQuorum(transactions=quorum) if quorum else None)
         try:
             sim.run()
             sim.check()
@@ -305,6 +429,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", choices=("none", "links", "all"), default="all",
                         help="links: delays, cuts, partitions, duplicates, reorders; all: crashes too")
     parser.add_argument("--writes", type=int, default=30)
+    parser.add_argument("--quorum", type=int, default=0, metavar="N",
+                        help="add N single-key QUORUM transactions to the simulated run")
+    parser.add_argument("--spec", choices=tuple(SPECS), help="the spec to check against (default: QuorumCommit "
+                                                              "with --quorum, else VClockReplication)")
     parser.add_argument("--save", type=Path, metavar="TRACE.jsonl", help="write the simulated trace here")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the generated module and TLC's output")
     args = parser.parse_args(argv)
@@ -315,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         print(missing, file=sys.stderr)
         return 2
     if args.simulate is not None:
-        events = simulate(args.simulate, wal_mode=args.wal_mode, faults=args.faults, writes=args.writes)
+        events = simulate(args.simulate, wal_mode=args.wal_mode, faults=args.faults, writes=args.writes,
+                          quorum=args.quorum)
         if args.save:
             args.save.write_text("".join(json.dumps(e) + "\n" for e in events))
         runs = [(f"seed {args.simulate} ({args.wal_mode}, faults {args.faults})", events)]
@@ -328,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     rejected = 0
     for label, events in runs:
         try:
-            verdict = check(events, keep=args.keep)
+            verdict = check(events, spec=args.spec or (QUORUM if args.quorum else VCLOCK), keep=args.keep)
         except TraceError as exc:
             print(f"{label}: {exc}", file=sys.stderr)
             return 2

@@ -26,7 +26,15 @@ Trace lines are named and parameterised as the actions of `specs/VClockReplicati
 crash cuts them, so a row taken is a row its sender still holds), `RecoveryAnswer` when a
 peer answered the recovery fetch (its first row of ours, or synced with it),
 `RecoveryGiveUp` and `RecoveryFinish` as the replica-set core decides, `WalSync` when a
-sync made new rows durable (`wal_synced`, which `synced` calls).
+sync made new rows durable (`wal_synced`, which `synced` calls). A COMMIT's row is taken
+like a relayed one (`txn_commit_took`, its sender being its origin).
+
+The quorum transaction events trace the actions of `specs/QuorumCommit.tla` on the same
+stream: `Begin` (with the version read), `Prepare` (a first PREPARED, the coordinator's own
+included), `DecideCommit` once the row is written (its LSN and stamp), `DecideAbort` when
+the coordinator decides on its own, `QueryDecision` when a question made it decide,
+`ParticipantAbort` when an ABORT releases another member's transaction here. A LocalWrite
+is the spec's WriteOne; the aborts of a restart are the host's `Restart` line.
 """
 
 from __future__ import annotations
@@ -201,15 +209,24 @@ class MemberDriver:
         """The store took these rows from upstream `key`, before the flush that makes them
         durable (the spec's ApplierReceive, and RecoveryAnswer at a first row of ours).
         Only the trace hears of it: call it only when `tracing`."""
-        if self._trace is None:
-            return
-        peer = self._peer_id(key)
+        if self._trace is not None:
+            self._trace_took(self._peer_id(key), now_s, records)
+
+    def txn_commit_took(self, now_s: float, records: Sequence[Record]) -> None:
+        """The store took a COMMIT's row from its coordinator, before the flush (the spec's
+        ApplierReceive, the sender being the row's origin). Only the trace hears of it."""
+        if self._trace is not None:
+            self._trace_took(None, now_s, records)
+
+    def _trace_took(self, peer: int | None, now_s: float, records: Sequence[Record]) -> None:
+        assert self._trace is not None
         for record in records:
             if record.origin == self.instance_id:
                 if self.recovering:
                     self._trace_answer(peer, now_s)
                 continue
-            self._trace({"event": "RelaySend", "peer": peer, "member": self.instance_id, "origin": record.origin,
+            self._trace({"event": "RelaySend", "peer": record.origin if peer is None else peer,
+                         "member": self.instance_id, "origin": record.origin,
                          "lsn": record.lsn, "t": now_s})
             self._trace({"event": "ApplierReceive", "member": self.instance_id, "origin": record.origin,
                          "lsn": record.lsn, "ops": traced_ops(record), "t": now_s})
@@ -410,7 +427,8 @@ class MemberDriver:
         """A client's QUORUM or ALL transaction starts here (spec Begin): PREPARE for the
         others, and this member's own answer, first, for the host to make durable."""
         actions = self._of_quorum(self.coordinator.begin(now_s, txn_id, reads, members, level, deadline_s))
-        answer = self.participant.prepare(now_s, txn_id, self.instance_id, members, reads, self._stored(reads))
+        self._trace_txn("Begin", txn_id, now_s, reads={_traced_key(k): [v.hlc, v.origin] for k, v in reads.items()})
+        answer = self._prepare(now_s, txn_id, self.instance_id, members, reads)
         assert answer is not None, "a transaction just begun has no outcome yet"
         return [QuorumAction(action=answer)] + actions + self._answered_by(now_s, self.instance_id, answer)
 
@@ -419,7 +437,15 @@ class MemberDriver:
                     reads: Mapping[quorum.Key, quorum.Version]) -> quorum.Prepared | quorum.Conflicted | None:
         """A PREPARE from `coordinator` (spec Prepare): the answer, which the host makes
         durable before sending it; None for a transaction whose outcome is known here."""
-        return self.participant.prepare(now_s, txn_id, coordinator, members, reads, self._stored(reads))
+        return self._prepare(now_s, txn_id, coordinator, members, reads)
+
+    def _prepare(self, now_s: float, txn_id: int, coordinator: int, members: frozenset[int],
+                 reads: Mapping[quorum.Key, quorum.Version]) -> quorum.Prepared | quorum.Conflicted | None:
+        again = txn_id in self.participant.pending
+        answer = self.participant.prepare(now_s, txn_id, coordinator, members, reads, self._stored(reads))
+        if isinstance(answer, quorum.Prepared) and not again:
+            self._trace_txn("Prepare", txn_id, now_s)
+        return answer
 
     @_event
     def txn_answered(self, now_s: float, member: int, answer: quorum.Prepared | quorum.Conflicted) -> list[Action]:
@@ -428,13 +454,16 @@ class MemberDriver:
 
     @_event
     def txn_committed(self, now_s: float, txn_id: int, origin: int, lsn: int) -> list[Action]:
-        """The row of a DecideCommit is written and applied here at `(origin, lsn)`."""
+        """The row of a DecideCommit is written and applied here at `(origin, lsn)` (spec
+        DecideCommit: the decision is the row)."""
+        if self._trace is not None:
+            self._trace_txn("DecideCommit", txn_id, now_s, lsn=lsn, hlc=self._store.txn_at(origin, lsn))
         return self._of_quorum(self.coordinator.committed(now_s, txn_id, origin, lsn))
 
     @_event
     def txn_write_failed(self, now_s: float, txn_id: int) -> list[Action]:
         """The row of a DecideCommit could not be written: the transaction aborts."""
-        return self._of_quorum(self.coordinator.write_failed(now_s, txn_id))
+        return self._decided(now_s, self.coordinator.write_failed(now_s, txn_id))
 
     @_event
     def txn_durable(self, now_s: float, member: int, vclock: Mapping[int, int]) -> list[Action]:
@@ -443,13 +472,15 @@ class MemberDriver:
 
     @_event
     def txn_rows_applied(self, now_s: float, txn_ids: Sequence[int]) -> None:
-        """Rows of quorum transactions were applied here, ours included (spec ApplierReceive)."""
+        """Rows of quorum transactions were applied here, ours included (spec ApplierReceive,
+        traced when the row was taken)."""
         for txn_id in txn_ids:
             self.participant.row_applied(txn_id)
 
     @_event
     def txn_abort(self, now_s: float, txn_id: int) -> None:
         """An ABORT from the coordinator, or this member's own ReleaseIntents."""
+        self._participant_abort(now_s, txn_id)
         self.participant.abort(txn_id)
 
     def txn_tick(self, now_s: float) -> list[Action]:
@@ -462,13 +493,19 @@ class MemberDriver:
 
     @_event
     def _txn_tick(self, now_s: float) -> list[Action]:
-        return self._of_quorum(self.coordinator.tick(now_s) + self.participant.tick(now_s))
+        return self._decided(now_s, self.coordinator.tick(now_s)) + self._of_quorum(self.participant.tick(now_s))
 
     def txn_unfinished(self) -> dict[int, frozenset[int]]:
         """The transactions this member coordinates and has not decided, with the members
         they were sent to: the host's heartbeats keep those members from asking."""
         return {txn.txn_id: txn.members - {self.instance_id} for txn in self.coordinator.txns.values()
                 if txn.state in (quorum.TxnState.PREPARING, quorum.TxnState.COMMITTING)}
+
+    def txn_coordinator(self, txn_id: int) -> int:
+        """The coordinator a question about `txn_id` names: the one its PREPARE named, this
+        member for its own transactions."""
+        pending = self.participant.pending.get(txn_id)
+        return pending.coordinator if pending is not None else self.instance_id
 
     @_event
     def txn_heartbeat(self, now_s: float, txn_id: int) -> None:
@@ -478,13 +515,18 @@ class MemberDriver:
     def txn_query(self, now_s: float, txn_id: int, *, coordinator: int, asker: int) -> list[Action]:
         """`asker` wants the decision (spec QueryDecision): the coordinator answers, deciding
         ABORT if there is none; any other member passes on what it learned."""
-        if coordinator == self.instance_id:
-            return self._of_quorum(self.coordinator.query_decision(now_s, txn_id, asker))
-        return self._of_quorum(self.participant.query_decision(now_s, txn_id, asker))
+        if coordinator != self.instance_id:
+            return self._of_quorum(self.participant.query_decision(now_s, txn_id, asker))
+        actions = self.coordinator.query_decision(now_s, txn_id, asker)
+        if any(isinstance(a, quorum.DecideAbort) for a in actions):
+            self._trace_txn("QueryDecision", txn_id, now_s, member=asker, coordinator=self.instance_id)
+        return self._of_quorum(actions)
 
     @_event
     def txn_decision(self, now_s: float, txn_id: int, decision: quorum.Decision) -> None:
         """An answer to a QueryDecision of ours."""
+        if decision is quorum.Decision.ABORT:
+            self._participant_abort(now_s, txn_id)
         self.participant.decision_learned(txn_id, decision)
 
     @_event
@@ -496,15 +538,35 @@ class MemberDriver:
     @_event
     def txn_recover(self, now_s: float, txn_id: int, *, members: frozenset[int], level: quorum.Level,
                     aborted: bool) -> list[Action]:
-        """A transaction this member coordinated before it restarted, from its record."""
+        """A transaction this member coordinated before it restarted, from its record (the
+        aborts this decides are the spec's Restart, which the host traces)."""
         return self._of_quorum(self.coordinator.recover(now_s, txn_id, members, level, self._store.quorum_row(txn_id),
                                                         aborted))
 
     def _answered_by(self, now_s: float, member: int, answer: quorum.Prepared | quorum.Conflicted) -> list[Action]:
         if isinstance(answer, quorum.Prepared):
             return self._of_quorum(self.coordinator.prepared(now_s, answer.txn_id, member))
-        return self._of_quorum(self.coordinator.conflict(now_s, answer.txn_id, member, answer.key, answer.holder,
-                                                         answer.holder_member))
+        return self._decided(now_s, self.coordinator.conflict(now_s, answer.txn_id, member, answer.key, answer.holder,
+                                                              answer.holder_member))
+
+    def _decided(self, now_s: float, actions: Sequence[quorum.Action]) -> list[Action]:
+        """Actions of the coordinator that may decide ABORT on its own (spec DecideAbort)."""
+        for action in actions:
+            if isinstance(action, quorum.DecideAbort):
+                self._trace_txn("DecideAbort", action.txn_id, now_s)
+        return self._of_quorum(actions)
+
+    def _participant_abort(self, now_s: float, txn_id: int) -> None:
+        """Spec ParticipantAbort, traced when ABORT releases the intents of another member's
+        transaction (the coordinator's own go with its DecideAbort)."""
+        pending = self.participant.pending.get(txn_id)
+        if pending is not None and pending.coordinator != self.instance_id and self.participant.intents.keys.get(txn_id):
+            self._trace_txn("ParticipantAbort", txn_id, now_s)
+
+    def _trace_txn(self, event: str, txn_id: int, now_s: float, **fields: Any) -> None:
+        """A line of `specs/QuorumCommit.tla`: `member` is this member unless given."""
+        if self._trace is not None:
+            self._trace({"event": event, "member": self.instance_id, "txn": txn_id, **fields, "t": now_s})
 
     def _stored(self, reads: Mapping[quorum.Key, quorum.Version]) -> dict[quorum.Key, quorum.Version]:
         stored = self._store.stored_versions(reads)
@@ -601,3 +663,8 @@ class MemberDriver:
 
     def _peer_id(self, key: str) -> int | None:
         return self._membership().ids.get(key)
+
+
+def _traced_key(key: quorum.Key) -> str:
+    """An intent key `(table, key)` as traced rows name it (the row key names its table)."""
+    return str(key[1]) if isinstance(key, tuple) else str(key)

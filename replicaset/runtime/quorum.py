@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +34,10 @@ from replicaset.iproto.constants import ErrorCode, Key
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.member import Action, QuorumAction
-from replicaset.meta import txns
+from replicaset.member.txn_records import TxnRecords
 from replicaset.meta.recovery import recover_participant
 from replicaset.meta.store import MetaStore
-from replicaset.meta.txns import TxnRecord, TxnStatus
+from replicaset.meta.txns import TxnStatus
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import RECEIVE_BYTES, PeerError, PeerLink
 from replicaset.runtime.relay import record_bytes
@@ -88,6 +89,7 @@ class QuorumHost:
         self._node = node
         self._id = node.identity.instance_id
         self.meta = MetaStore.open(node.data_dir / META_DIR)
+        self.records = TxnRecords(self.meta, self._id)  # kept as the simulator keeps them
         self._clients: dict[int, _Client] = {}
         self._captured: dict[int, Captured] = {}  # our undecided transactions' rows
         self._records: dict[int, Record] = {}  # our decided rows, until COMMIT carries them
@@ -108,14 +110,8 @@ class QuorumHost:
 
     async def run(self) -> None:
         """Settle what a restart left, then tick the cores and send heartbeats."""
-        driver, now = self._node.driver, trio.current_time()
-        driver.txn_restart(now)
-        for record in list(txns.records(self.meta)):
-            if record.coordinator == self._id:
-                self.carry_out(driver.txn_recover(now, record.txn_id, members=record.members, level=record.level,
-                                                  aborted=record.status is TxnStatus.ABORTED))
-        rows = {record.txn_id: self._node.engine.quorum_row(record.txn_id) for record in txns.pending(self.meta)}
-        self._rows_applied([(txn_id, *row) for txn_id, row in rows.items() if row is not None])
+        driver = self._node.driver
+        self.carry_out(self.records.restart(driver, self._node.engine, trio.current_time()))
         interval = self._node.config.replication_timeout
         next_heartbeat = trio.current_time() + interval
         while True:
@@ -144,8 +140,7 @@ class QuorumHost:
         txn_id = node.engine.hlc.now(time.time_ns() // 1_000_000)
         members = self._members()
         reads = {key: q.Version(hlc=v[0], origin=v[1]) if v else q.NO_VERSION for key, v in captured.reads.items()}
-        txns.put_txn(self.meta, TxnRecord(txn_id=txn_id, coordinator=self._id, members=members, level=level,
-                                          status=TxnStatus.PENDING, keys=frozenset(reads)))
+        self.records.begun(txn_id, members=members, level=level, keys=reads)
         client = self._clients[txn_id] = _Client()
         self._captured[txn_id] = captured
         try:
@@ -245,14 +240,14 @@ class QuorumHost:
         elif isinstance(action, q.DecideAbort):
             self._node.log.info("txn_aborted", txn_id=action.txn_id, reason=action.reason)
             self._captured.pop(action.txn_id, None)
-            self._decide(action.txn_id, TxnStatus.ABORTED)
+            self.records.decided(action.txn_id, TxnStatus.ABORTED)
         elif isinstance(action, q.SendAbort):
             for member in action.to:
                 self._spawn(self._send, member, PeerRequest.TXN_ABORT, {PeerKey.TXN_ID: action.txn_id})
         elif isinstance(action, q.ReleaseIntents):
             self._node.driver.txn_abort(now, action.txn_id)
         elif isinstance(action, q.QueryDecision):
-            coordinator = self._pending_coordinator(action.txn_id)
+            coordinator = self._node.driver.txn_coordinator(action.txn_id)
             for member in action.ask:
                 self._spawn(self._query, member, action.txn_id, coordinator)
         elif isinstance(action, q.AckClient):
@@ -266,25 +261,10 @@ class QuorumHost:
                 client.error = action.error
                 client.done.set()
 
-    def _pending_coordinator(self, txn_id: int) -> int:
-        pending = self._node.driver.participant.pending.get(txn_id)
-        return pending.coordinator if pending is not None else self._id
-
-    def _decide(self, txn_id: int, status: TxnStatus, row: tuple[int, int] | None = None) -> None:
-        record = txns.txn(self.meta, txn_id)
-        if record is not None and record.status is TxnStatus.PENDING:
-            origin, lsn = row if row else (None, None)
-            txns.decide(self.meta, txn_id, status, origin=origin, lsn=lsn)
-
     def rows_flushed(self) -> None:
         """The writer flushed rows: those of quorum transactions are applied here now."""
         if self._node.engine.flushed_quorum_rows:
-            self._rows_applied(self._node.engine.flushed_quorum_rows)
-
-    def _rows_applied(self, rows: Sequence[tuple[int, int, int]]) -> None:
-        for txn_id, origin, lsn in rows:
-            self._decide(txn_id, TxnStatus.COMMITTED, (origin, lsn))
-        self._node.driver.txn_rows_applied(trio.current_time(), [txn_id for txn_id, _, _ in rows])
+            self.records.rows_applied(self._node.driver, trio.current_time(), self._node.engine.flushed_quorum_rows)
 
     def synced(self) -> None:
         """Our WAL is durable further: our own acknowledgement, for our transactions."""
@@ -350,7 +330,7 @@ class QuorumHost:
             return
         self._node.driver.txn_decision(trio.current_time(), txn_id, q.Decision(decision))
         if decision == "abort":
-            self._decide(txn_id, TxnStatus.ABORTED)
+            self.records.decided(txn_id, TxnStatus.ABORTED)
 
     async def _send(self, member: int, request_type: int, body: dict[int, Any]) -> None:
         await self._request(member, request_type, body)
@@ -397,10 +377,8 @@ class QuorumHost:
             answer = driver.txn_prepare(now, prepare.request.txn_id, coordinator=prepare.coordinator,
                                         members=prepare.members, reads=reads)
             if isinstance(answer, q.Prepared):
-                if txns.txn(self.meta, answer.txn_id) is None:
-                    txns.put_txn(self.meta, TxnRecord(
-                        txn_id=answer.txn_id, coordinator=prepare.coordinator, members=prepare.members,
-                        level=q.Level.QUORUM, status=TxnStatus.PENDING, keys=frozenset(reads)))
+                self.records.prepared(answer.txn_id, coordinator=prepare.coordinator, members=prepare.members,
+                                      keys=reads)
                 return {PeerKey.VOTE: "prepared"}
             if isinstance(answer, q.Conflicted):
                 table, key = answer.key
@@ -414,7 +392,8 @@ class QuorumHost:
             driver.txn_heartbeat(now, request.txn_id)
             if node.engine.pending_vclock.get(record.origin) == record.lsn - 1:
                 try:
-                    await node.writer.apply([record])
+                    await node.writer.apply([record], took=partial(driver.txn_commit_took, now) if driver.tracing
+                                            else None)
                 except (ApplyError, WriteFailed, WalError) as exc:  # the relay brings the row again
                     node.log.info("txn_commit_row_deferred", txn_id=request.txn_id, error=str(exc))
             return {Key.VCLOCK: node.engine.vclock.to_dict()}
@@ -422,7 +401,7 @@ class QuorumHost:
         self._check_sender(request)
         if kind == PeerRequest.TXN_ABORT:
             driver.txn_abort(now, request.txn_id)
-            self._decide(request.txn_id, TxnStatus.ABORTED)
+            self.records.decided(request.txn_id, TxnStatus.ABORTED)
             return {}
         if kind == PeerRequest.TXN_HEARTBEAT:
             for txn_id in request.txn_ids:

@@ -298,3 +298,117 @@ def test_the_verdict_names_the_first_line_no_behaviour_takes() -> None:
     assert done.accepted
     broken = check_trace.judge(trace, output + "Error: Invariant Agreement is violated.\n", 1.0, False)
     assert not broken.accepted and "Agreement" in broken.reason
+
+
+# ---------------------------------------------------------------- QuorumCommit
+
+
+def quorum_trace(seed: int) -> Trace:
+    """Single-key QUORUM transactions beside single-key ONE writes, with process crashes."""
+    return check_trace.simulate(seed, wal_mode="fsync", faults="all", writes=20, quorum=25)
+
+
+@pytest.fixture(scope="module")
+def crashing_quorum_trace() -> Trace:
+    return quorum_trace(13)
+
+
+def assert_quorum_accepted(trace: Trace) -> check_trace.Verdict:
+    verdict = check_trace.check(trace, spec=check_trace.QUORUM, timeout_s=600)
+    assert verdict.accepted, f"seed {trace[0]['seed']}: {verdict.line()}\n{verdict.output[-3000:]}"
+    assert verdict.matched == len(check_trace.quorum_steps(trace)) > 0
+    return verdict
+
+
+def quorum_rejected_at(trace: Trace, edited: dict[str, Any]) -> check_trace.Verdict:
+    """The behaviour got as far as the QuorumCommit line before `edited`, and no further."""
+    verdict = check_trace.check(recount(trace), spec=check_trace.QUORUM)
+    assert not verdict.accepted, "the edited trace was accepted"
+    line = next(i for i, step in enumerate(check_trace.quorum_steps(trace)) if step is edited)
+    assert verdict.matched == line, verdict.reason
+    return verdict
+
+
+@needs_tlc
+@pytest.mark.parametrize("seed", [13, 19])
+def test_simulated_quorum_traces_are_behaviours_of_quorum_commit(seed: int, crashing_quorum_trace: Trace) -> None:
+    trace = crashing_quorum_trace if seed == 13 else quorum_trace(seed)
+    events = {line["event"] for line in trace}
+    assert {"Begin", "Prepare", "DecideCommit", "DecideAbort", "ParticipantAbort", "Crash", "Restart"} <= events
+    assert_quorum_accepted(trace)
+
+
+@needs_tlc
+def test_a_question_that_finds_no_decision_aborts_and_the_trace_is_accepted(tmp_path) -> None:
+    """The coordinator hears no answer and sends no heartbeat: the participants ask, and
+    the question decides ABORT (the spec's QueryDecision)."""
+    from replicaset.sim import NO_FAULTS, QuorumWorkload, Simulation
+
+    upsert = "INSERT INTO kv(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v"
+    trace: Trace = []
+    sim = Simulation(tmp_path / "run", seed=1, faults=NO_FAULTS, writes=5, wal_mode="fsync", trace=trace.append,
+                     quorum=QuorumWorkload(), script=[(0.5, lambda s: s.begin(1, [(upsert, (1, "asked"))]))],
+                     fault_phase_s=1.5)
+    sim.drop_txn = lambda src, dst, kind: dst == 1 and kind == "answer" or kind == "heartbeat"
+    try:
+        sim.run()
+        sim.check()
+    finally:
+        sim.close()
+    assert "QueryDecision" in {line["event"] for line in trace}
+    assert_quorum_accepted(trace)
+
+
+@needs_tlc
+def test_a_commit_without_a_quorum_of_prepared_members_is_rejected(crashing_quorum_trace: Trace) -> None:
+    trace = copy.deepcopy(crashing_quorum_trace)
+    for commit, line in enumerate(trace):
+        if line["event"] == "DecideCommit":
+            prepares = [i for i in range(commit) if trace[i]["event"] == "Prepare" and trace[i]["txn"] == line["txn"]]
+            if len(prepares) == 2:
+                break
+    else:
+        raise AssertionError("no commit decided with two members prepared")
+    other = next(i for i in prepares if trace[i]["member"] != line["member"])
+    del trace[other]
+    verdict = quorum_rejected_at(trace, trace[commit - 1])
+    assert "DecideCommit" in verdict.reason
+
+
+@needs_tlc
+def test_a_prepare_on_a_key_an_intent_holds_is_rejected(crashing_quorum_trace: Trace) -> None:
+    """A member prepares a transaction for a key that its intent for that very
+    transaction holds already: a second intent on a key is no step."""
+    trace = copy.deepcopy(crashing_quorum_trace)
+    prepare = index_of(trace, "Prepare")
+    trace.insert(prepare + 1, dict(trace[prepare]))
+    quorum_rejected_at(trace, trace[prepare + 1])
+
+
+@needs_tlc
+def test_a_quorum_row_applied_twice_is_rejected(crashing_quorum_trace: Trace) -> None:
+    trace = copy.deepcopy(crashing_quorum_trace)
+    commit = index_of(trace, "DecideCommit")
+    receive = index_of(trace, "ApplierReceive", after=commit, origin=trace[commit]["member"])
+    trace.insert(receive + 1, dict(trace[receive]))
+    quorum_rejected_at(trace, trace[receive + 1])
+
+
+def test_a_quorum_trace_becomes_a_sequence_literal() -> None:
+    trace = [
+        {"event": "Init", "members": [1, 2, 3], "wal_mode": "fsync"},
+        {"event": "LocalWrite", "member": 3, "lsn": 1, "hlc": 500, "ops": [["kv:1", "v00c0de"]]},
+        {"event": "WalFlush", "member": 3, "vclock": {"3": 1}, "table": {}},
+        {"event": "Begin", "member": 1, "txn": 77, "reads": {"kv:1": [0, 0]}},
+        {"event": "Prepare", "member": 1, "txn": 77},
+        {"event": "DecideCommit", "member": 1, "txn": 77, "lsn": 1, "hlc": 900},
+        {"event": "End", "steps": 5},
+    ]
+    module, cfg = check_trace.to_quorum_module(check_trace.quorum_events(trace), "T")
+    assert '[event |-> "WriteOne", member |-> 3, lsn |-> 1, hlc |-> 1, key |-> "kv:1"]' in module
+    assert '[event |-> "Begin", member |-> 1, txn |-> "t1", key |-> "kv:1", hlc |-> 0, origin |-> 0]' in module
+    assert '[event |-> "DecideCommit", member |-> 1, lsn |-> 1, txn |-> "t1", hlc |-> 2]' in module
+    assert "WalFlush" not in module and 'TraceTxns == {"t1"}' in module and "TraceOnes == 1" in module
+    assert "NoLostUpdate" in cfg and "TraceLog <- Log" in cfg
+    with pytest.raises(check_trace.TraceError, match="one key"):
+        check_trace.quorum_steps([trace[0], {**trace[1], "ops": [["kv:1", "a"], ["kv:2", "b"]]}])
