@@ -94,9 +94,7 @@ class OurSet:
             self.startup_note = (f"after the third member joined, statuses went {' -> '.join(map(str, seen))} "
                                  f"over {time.monotonic() - t0:.2f} s before all were running (writes refused meanwhile)")
         with Client.connect(HOST, self.ports[0]) as client:
-            # The server runs DDL at ONE only (no quorum DDL lock yet) and refuses it at a
-            # QUORUM default: say ONE.
-            client.execute(SQL_CREATE, options={"consistency": "one"})
+            client.execute(SQL_CREATE)  # takes the set's DDL lock at any default level
 
     def pids(self) -> list[int]:
         return [m.pid for m in self.members]
