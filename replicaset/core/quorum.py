@@ -392,11 +392,14 @@ class Transaction:
 @dataclass
 class Coordinator:
     """The transactions one member coordinates, and what each member acknowledged as
-    durable (its vclock), which is how the client's wait for the level ends."""
+    durable (its vclock), which is how the client's wait for the level ends. `txns` keeps
+    every decision (a later question must get it, never a fresh ABORT); `_open` the ones
+    not ACKED or ABORTED, which are all that ticks and acknowledgements walk."""
 
     member: int
     txns: dict[int, Transaction] = field(default_factory=dict)
     durable: dict[int, dict[int, int]] = field(default_factory=dict)
+    _open: dict[int, Transaction] = field(default_factory=dict, repr=False)
 
     def __str__(self) -> str:
         return f"coordinator {self.member}"
@@ -409,8 +412,9 @@ class Coordinator:
         if self.member not in members:
             raise LocalProtocolError(f"{self}: member {self.member} is not in {sorted(members)}")
         min_stamp = max((version.hlc for version in keys_read.values()), default=0)
-        self.txns[txn_id] = Transaction(txn_id=txn_id, coordinator=self.member, members=members, level=level,
-                                        deadline_s=deadline_s, min_stamp=min_stamp)
+        self.txns[txn_id] = self._open[txn_id] = Transaction(
+            txn_id=txn_id, coordinator=self.member, members=members, level=level, deadline_s=deadline_s,
+            min_stamp=min_stamp)
         others = members - {self.member}
         if not others:
             return []
@@ -488,15 +492,27 @@ class Coordinator:
         txn = Transaction(txn_id=txn_id, coordinator=self.member, members=members, level=level, deadline_s=now_s,
                           min_stamp=0, state=T.ABORTED if aborted else T.COMMITTING, recovered=True)
         self.txns[txn_id] = txn
-        return [] if aborted else txn.restart(row)
+        if aborted:
+            return []
+        self._open[txn_id] = txn
+        return txn.restart(row)
+
+    def undecided(self) -> list[Transaction]:
+        """The transactions with no decision yet, or decided COMMIT but not yet written."""
+        return self._in(T.PREPARING, T.COMMITTING)
 
     def _in(self, *states: TxnState) -> list[Transaction]:
-        return [txn for txn in self.txns.values() if txn.state in states]
+        """The open transactions in `states`; those finished since leave `_open` here."""
+        for txn_id in [i for i, txn in self._open.items() if txn.state in (T.ACKED, T.ABORTED)]:
+            del self._open[txn_id]
+        return [txn for txn in self._open.values() if txn.state in states]
 
     def check_invariants(self) -> None:
         for txn_id, txn in self.txns.items():
             assert txn.txn_id == txn_id and txn.coordinator == self.member
+            assert txn.state in (T.ACKED, T.ABORTED) or self._open.get(txn_id) is txn, f"{txn} is open but not listed"
             txn.check_invariants()
+        assert all(self.txns.get(txn_id) is txn for txn_id, txn in self._open.items()), "_open lists an unknown txn"
 
 
 # ---------------------------------------------------------------- participant

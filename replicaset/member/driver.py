@@ -498,8 +498,7 @@ class MemberDriver:
     def txn_unfinished(self) -> dict[int, frozenset[int]]:
         """The transactions this member coordinates and has not decided, with the members
         they were sent to: the host's heartbeats keep those members from asking."""
-        return {txn.txn_id: txn.members - {self.instance_id} for txn in self.coordinator.txns.values()
-                if txn.state in (quorum.TxnState.PREPARING, quorum.TxnState.COMMITTING)}
+        return {txn.txn_id: txn.members - {self.instance_id} for txn in self.coordinator.undecided()}
 
     def txn_coordinator(self, txn_id: int) -> int:
         """The coordinator a question about `txn_id` names: the one its PREPARE named, this

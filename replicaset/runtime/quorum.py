@@ -178,8 +178,7 @@ class QuorumHost:
         driver, total = self._node.driver, len(self._members())
         participant = driver.participant
         now = trio.current_time()
-        undecided = [t for t in driver.coordinator.txns.values()
-                     if t.state in (q.TxnState.PREPARING, q.TxnState.COMMITTING)]
+        undecided = driver.coordinator.undecided()
         coordinators: dict[int, int] = {}
         for pending in participant.pending.values():
             coordinators[pending.coordinator] = coordinators.get(pending.coordinator, 0) + 1
@@ -208,8 +207,8 @@ class QuorumHost:
         `box.info.replication`: how many await its answer, how many it prepared or refused,
         and how long ago it last answered a PREPARE."""
         counts = {"awaiting": 0, "prepared": 0, "conflicts": 0}
-        for txn in self._node.driver.coordinator.txns.values():
-            if member not in txn.members or txn.state not in (q.TxnState.PREPARING, q.TxnState.COMMITTING):
+        for txn in self._node.driver.coordinator.undecided():
+            if member not in txn.members:
                 continue
             kind = "prepared" if member in txn.votes else "conflicts" if member in txn.conflicts else "awaiting"
             counts[kind] += 1

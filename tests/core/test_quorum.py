@@ -173,6 +173,25 @@ def test_the_client_is_acknowledged_once_needed_members_hold_the_row():
     coordinator.check_invariants()
 
 
+def test_finished_transactions_are_kept_for_questions_but_no_longer_walked():
+    """Every decision stays answerable; ticks and acknowledgements walk only the open ones,
+    so a long-lived coordinator does not slow down with the transactions it finished."""
+    coordinator = q.Coordinator(member=1)
+    for lsn, txn_id in enumerate(range(0x100, 0x140), start=1):
+        coordinator.begin(0.0, txn_id, {"k": V0}, THREE, Level.QUORUM, 10.0)
+        coordinator.prepared(0.1, txn_id, 1)
+        coordinator.prepared(0.1, txn_id, 2)
+        coordinator.committed(0.2, txn_id, 1, lsn)
+    coordinator.begin(0.0, 0x200, {"k": V0}, THREE, Level.QUORUM, 1.0)
+    assert [t.txn_id for t in coordinator.undecided()] == [0x200]
+    assert len(coordinator.acked(0.3, 1, {1: 0x40})) == 0, "the coordinator alone is 1 of 2"
+    assert len(coordinator.acked(0.3, 2, {1: 0x40})) == 0x40, "each committed transaction acknowledged once"
+    assert q.DecideAbort in kinds(coordinator.tick(2.0)), "the open one reached its deadline"
+    assert coordinator.undecided() == [] and coordinator._open == {}
+    assert coordinator.query_decision(3.0, 0x120, 2) == [q.SendDecision(txn_id=0x120, to=2, decision=Decision.COMMIT)]
+    coordinator.check_invariants()
+
+
 def test_an_answer_from_a_member_the_prepare_never_went_to_is_refused():
     coordinator = started(THREE)
     with pytest.raises(q.RemoteProtocolError, match="member 7"):
