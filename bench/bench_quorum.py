@@ -48,7 +48,7 @@ from bench.kit.limits import measure_fsync_limit, measure_loopback_limit  # noqa
 from bench.kit.procs import pin_children_to_this_checkout  # noqa: E402
 from bench.kit.report import (fmt_int, fmt_ms, fmt_ratio, header_lines, load_average, notes_lines, progress,  # noqa: E402
                               ratio, run_facts, target_lines)
-from bench.kit.sets import OurSet, TarantoolSet, wait_converged  # noqa: E402
+from bench.kit.sets import OurSet, TarantoolSet, run_set, wait_converged  # noqa: E402
 from bench.kit.tarantool import INSTALL_HINT, find_tarantool, tarantool_version  # noqa: E402
 from bench.scenarios import dqlite_peer, quorum_timeline, quorum_writes  # noqa: E402
 
@@ -65,26 +65,14 @@ MARMOT_REFERENCE = ("Marmot v2 README (quoted in the issue, not measured here): 
 
 
 def bench_set(rs: OurSet | TarantoolSet, args: argparse.Namespace, warmup_s: float, report: dict[str, Any]) -> None:
-    """Start one set, run its loads and checks, stop it; one set failing must not stop the rest."""
-    entry: dict[str, Any] = {"loads": {}, "notes": []}
-    report["sets"][rs.name] = entry
-    entry["loadavg_start"] = load_average()
-    try:
-        progress(f"{rs.name}: starting three members")
-        rs.start()
-        if getattr(rs, "startup_note", None):
-            entry["notes"].append(rs.startup_note)
+    """One set's loads and checks (`run_set` starts and stops it)."""
+
+    def measure(entry: dict[str, Any]) -> None:
         wait_converged(rs)
         progress(f"{rs.name}: up on ports {rs.ports}")
         quorum_writes.run(rs, args.seconds, warmup_s, entry)
-    except Exception as exc:  # noqa: BLE001 - one set failing must not stop the rest
-        entry["failure"] = f"{type(exc).__name__}: {exc}"
-        progress(f"{rs.name}: FAILED: {entry['failure']}")
-    finally:
-        entry["exit_codes"] = rs.stop()
-        entry["log_notes"] = rs.log_notes()
-        entry["loadavg_end"] = load_average()
-        progress(f"{rs.name}: stopped, exit codes {entry['exit_codes']}")
+
+    run_set(rs, report["sets"], measure)
 
 
 def measure_limits(work: Path, args: argparse.Namespace, warmup_s: float) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from bench.kit.client import CONNECTION_COUNTS  # noqa: E402
 from bench.kit.procs import pin_children_to_this_checkout  # noqa: E402
 from bench.kit.report import (fmt_ratio, header_lines, load_average, notes_lines, progress, ratio,  # noqa: E402
                               run_facts, target_lines)
-from bench.kit.sets import OurSet, TarantoolSet, table_digest, wait_converged  # noqa: E402
+from bench.kit.sets import OurSet, TarantoolSet, run_set, table_digest, wait_converged  # noqa: E402
 from bench.kit.tarantool import INSTALL_HINT, find_tarantool, tarantool_version  # noqa: E402
 from bench.scenarios import join_ours, join_tarantool, lag, set_writes  # noqa: E402
 
@@ -59,16 +59,10 @@ TARANTOOL_QUOTED_JOIN = "Tarantool 2.6 joined a 412 MB snapshot at 24 MB/s on th
 
 
 def bench_set(rs: OurSet | TarantoolSet, args: argparse.Namespace, warmup_s: float, report: dict[str, Any]) -> None:
-    """Steps 1 and 2 on one set, then whether its members agree; one set failing must not
-    stop the rest."""
-    entry: dict[str, Any] = {"loads": {}, "converge": {}, "lag": {}, "notes": []}
-    report["sets"][rs.name] = entry
-    entry["loadavg_start"] = load_average()
-    try:
-        progress(f"{rs.name}: starting three members")
-        rs.start()
-        if getattr(rs, "startup_note", None):
-            entry["notes"].append(rs.startup_note)
+    """Steps 1 and 2 on one set, then whether its members agree (`run_set` starts and
+    stops it)."""
+
+    def measure(entry: dict[str, Any]) -> None:
         took, vclocks = wait_converged(rs)
         entry["ports"] = list(rs.ports)
         entry["statuses"] = [rs.status(p) for p in rs.ports]
@@ -83,14 +77,8 @@ def bench_set(rs: OurSet | TarantoolSet, args: argparse.Namespace, warmup_s: flo
         if len(set(digests)) != 1:
             entry["notes"].append(f"DIVERGENCE: kv differs between members: {digests}")
         entry["statuses_end"] = [rs.status(p) for p in rs.ports]
-    except Exception as exc:  # noqa: BLE001 - one set failing must not stop the rest
-        entry["failure"] = f"{type(exc).__name__}: {exc}"
-        progress(f"{rs.name}: FAILED: {entry['failure']}")
-    finally:
-        entry["exit_codes"] = rs.stop()
-        entry["log_notes"] = rs.log_notes()
-        entry["loadavg_end"] = load_average()
-        progress(f"{rs.name}: stopped, exit codes {entry['exit_codes']}")
+
+    run_set(rs, report["sets"], measure, converge={}, lag={})
 
 
 def join_lines(report: dict[str, Any], join_mb: int) -> list[str]:

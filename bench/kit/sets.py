@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from bench.kit.client import SQL_CREATE, connect
 from bench.kit.procs import HOST, Proc, log_events, log_problems, read_lines
-from bench.kit.report import MIB, progress
+from bench.kit.report import MIB, load_average, progress
 from bench.kit.tarantool import spawn_tarantool, wait_ready
 from replicaset.iproto.client import Client
 from replicaset.testing.processes import free_port
@@ -248,6 +249,30 @@ class TarantoolSet:
             notes.append(f"{member.name}: {len(lines)} log lines, {len(bad)} E>/W>")
             notes.extend(f"{member.name}:   {line}" for line in bad[:4])
         return notes
+
+
+def run_set(rs: OurSet | TarantoolSet, sets: dict[str, Any], body: Callable[[dict[str, Any]], None],
+            **fields: Any) -> None:
+    """Start `rs`, run `body` on its report entry (`sets[rs.name]`, holding `fields` too),
+    and stop it. A failure is recorded in the entry instead of raised: one set failing must
+    not stop the rest of a benchmark."""
+    entry: dict[str, Any] = {"loads": {}, "notes": [], **fields}
+    sets[rs.name] = entry
+    entry["loadavg_start"] = load_average()
+    try:
+        progress(f"{rs.name}: starting three members")
+        rs.start()
+        if getattr(rs, "startup_note", None):
+            entry["notes"].append(rs.startup_note)
+        body(entry)
+    except Exception as exc:  # noqa: BLE001 - one set failing must not stop the rest
+        entry["failure"] = f"{type(exc).__name__}: {exc}"
+        progress(f"{rs.name}: FAILED: {entry['failure']}")
+    finally:
+        entry["exit_codes"] = rs.stop()
+        entry["log_notes"] = rs.log_notes()
+        entry["loadavg_end"] = load_average()
+        progress(f"{rs.name}: stopped, exit codes {entry['exit_codes']}")
 
 
 def wait_converged(rs: ReplicaSet, timeout_s: float = CONVERGE_TIMEOUT_S) -> tuple[float | None, list[dict[int, int]]]:

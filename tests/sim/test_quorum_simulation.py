@@ -15,20 +15,9 @@ import pytest
 
 from replicaset.core import quorum as q
 from replicaset.sim import NO_FAULTS, Bank, Client, Faults, QuorumWorkload, Simulation, Statement, _rows
+from tests.sim.simkit import simulate
 
 UPSERT = "INSERT INTO kv(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v"
-
-
-def simulate(tmp_path: Path, seed: int, **kwargs: Any) -> Simulation:
-    sim = Simulation(tmp_path / f"seed{seed}", seed=seed, **kwargs)
-    try:
-        sim.run()
-        sim.check()
-    except BaseException as exc:
-        raise AssertionError(f"simulation failed; reproduce with seed={seed} {kwargs}: {exc}") from exc
-    finally:
-        sim.close()
-    return sim
 
 
 def outcomes(sim: Simulation) -> dict[str, int]:

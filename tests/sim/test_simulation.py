@@ -6,22 +6,11 @@ import apsw
 import pytest
 
 from replicaset.sim import NO_FAULTS, Simulation
+from tests.sim.simkit import simulate
 
 SEEDS = range(8)
 FSYNC_SEEDS = range(8, 16)
 DEEP_SEEDS = range(8, 208)
-
-
-def simulate(tmp_path, seed: int, **kwargs) -> Simulation:
-    sim = Simulation(tmp_path / f"seed{seed}", seed=seed, **kwargs)
-    try:
-        sim.run()
-        sim.check()
-    except BaseException as exc:
-        raise AssertionError(f"simulation failed; reproduce with seed={seed} {kwargs}: {exc}") from exc
-    finally:
-        sim.close()
-    return sim
 
 
 def test_without_faults_three_members_converge(tmp_path):
