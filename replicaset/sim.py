@@ -149,6 +149,7 @@ class Member:
 
 
 TXN_TIMEOUT_S = 1.0
+SYNC_AFTER_S = 0.04  # a coordinator's fsync of its row, after its COMMIT could leave
 Statement = tuple[str, tuple[Any, ...]]
 
 
@@ -447,9 +448,7 @@ class Simulation:
             self._at(rng.uniform(*f.partition_s), "unpartition", pair)
         crash_rate = f.crash_per_s * (f.registrar_crash_share if member.id == 1 else 1.0)
         if rng.random() < crash_rate * TICK_S:
-            # The quorum spec's crashes are process crashes (an OS crash losing a decided
-            # row is VClockReplication's business): a quorum workload's runs have no other.
-            await self._crash(member, os_crash=rng.random() < f.os_crash_share and self.quorum is None)
+            await self._crash(member, os_crash=rng.random() < f.os_crash_share)
 
     async def _on_unpartition(self, pair: frozenset[int]) -> None:
         self.partitioned.discard(pair)
@@ -464,12 +463,16 @@ class Simulation:
         if member.vclock_at_crash is not None and not member.vclock_at_crash <= member.engine.vclock:
             # An OS crash took rows: what is left on disk after a reboot is durable.
             self._mark_durable(member)
+        # A WAL opened after an unclean stop counts only its first segment's start as durable,
+        # so a relay withholds our rows until a sync says more: the SyncWal it asks must run.
+        member.unsynced = member.unsynced or member.engine.durable_vclock != member.engine.vclock
         member.vclock_at_crash = None
         self.trace({"event": "Restart", "member": member_id, "vclock": self._clock_of(member),
                     "table": self._traced_table(member), "t": self.now_s})
         if member.records is not None:  # as the server's QuorumHost.run: settle what the crash left
             assert member.driver is not None and member.engine is not None
             await self._do(member, member.records.restart(member.driver, member.engine, self.now_s))
+            self._at(SYNC_AFTER_S, "sync", member.id, member.incarnation)
 
     async def _crash(self, member: Member, *, os_crash: bool) -> None:
         """A process crash loses nothing the WAL holds; an OS crash under wal_mode=write
@@ -533,7 +536,9 @@ class Simulation:
             self._mark_durable(member)  # every flush is an fsync
         member.outbox += member.driver.flushed(self.now_s, records)
         if member.records is not None and member.engine is not None and member.engine.flushed_quorum_rows:
-            member.records.rows_applied(member.driver, self.now_s, member.engine.flushed_quorum_rows)
+            if member.records.rows_flushed(member.driver, self.now_s, member.engine.flushed_quorum_rows,
+                                           member.engine.durable_vclock.to_dict()):
+                self._at(SYNC_AFTER_S, "sync", member.id, member.incarnation)
         if self.wal_mode is WalMode.WRITE and self.rng.random() < self.faults.sync_p:
             member.sync_wanted = True
 
@@ -541,9 +546,11 @@ class Simulation:
         assert member.driver is not None
         self._mark_durable(member)
         member.outbox += member.driver.synced(self.now_s, advanced=advanced)
-        if member.records is not None:  # our own word that our rows are durable
+        if member.records is not None:  # rows applied count; our own word that our rows are durable
             assert member.engine is not None
-            member.outbox += member.driver.txn_durable(self.now_s, member.id, member.engine.durable_vclock.to_dict())
+            durable = member.engine.durable_vclock.to_dict()
+            member.records.synced(member.driver, self.now_s, durable)
+            member.outbox += member.driver.txn_durable(self.now_s, member.id, durable)
 
     async def _settle(self, member: Member) -> None:
         """After a call of the member's writer: the fsync the seed wanted, then the actions
@@ -879,7 +886,17 @@ class Simulation:
         await self._settle(member)
         member.decided_rows[action.txn_id] = record
         await self._do(member, driver.txn_committed(self.now_s, action.txn_id, record.origin, record.lsn))
-        if member.writer is not None:
+        if member.engine is not None and member.engine.durable_vclock.get(record.origin) >= record.lsn:
+            self._on_synced(member, False)  # wal_mode = fsync: the flush was the sync
+            await self._settle(member)
+        else:
+            self._at(SYNC_AFTER_S, "sync", member.id, member.incarnation)
+
+    async def _on_sync(self, member_id: int, incarnation: int) -> None:
+        """The fsync a coordinator asks for its row, run later as the server's syncer task
+        runs it: an OS crash may come first."""
+        member = self.members[member_id]
+        if member.writer is not None and member.incarnation == incarnation:
             await member.writer.sync_wal()
             await self._settle(member)
 

@@ -249,7 +249,8 @@ TXN_TRANSITIONS: dict[TxnState, dict[str, frozenset[TxnState]]] = {
                    "write_failed": frozenset({T.ABORTED}),
                    "restart": frozenset({T.COMMITTED, T.ABORTED})},
     T.COMMITTED: {"prepared": frozenset({T.COMMITTED}), "conflict": frozenset({T.COMMITTED}),
-                  "query_decision": frozenset({T.COMMITTED}), "acked": frozenset({T.COMMITTED, T.ACKED})},
+                  "query_decision": frozenset({T.COMMITTED}), "durable": frozenset({T.COMMITTED}),
+                  "acked": frozenset({T.COMMITTED, T.ACKED})},
     T.ACKED: {"prepared": frozenset({T.ACKED}), "conflict": frozenset({T.ACKED}),
               "query_decision": frozenset({T.ACKED})},
     T.ABORTED: {"prepared": frozenset({T.ABORTED}), "conflict": frozenset({T.ABORTED}),
@@ -276,6 +277,7 @@ class Transaction:
     origin: int | None = None
     lsn: int | None = None
     recovered: bool = False  # rebuilt from its record after a restart: the votes are gone
+    row_durable: bool = False  # the row is in our WAL beyond an OS crash: others may hold it
 
     def __str__(self) -> str:
         return f"transaction {self.txn_id:#x}"
@@ -324,9 +326,11 @@ class Transaction:
 
     @transition(TXN_TRANSITIONS)
     def query_decision(self, asker: int) -> list[Action]:
-        """While the host writes the row the answer waits: the row, from COMMIT or a relay,
-        or the next question, brings it."""
-        if self.state is T.COMMITTING:
+        """While the host writes the row, and until an OS crash can no longer take it, the
+        answer waits: the row, from COMMIT or a relay, or the next question, brings it. A
+        COMMIT answered for a row our WAL may still lose would outlive the row: the restart
+        finds no row and aborts."""
+        if self.state is T.COMMITTING or (self.state is T.COMMITTED and not self.row_durable):
             return []
         actions: list[Action] = []
         if self.state is T.PREPARING:
@@ -339,7 +343,18 @@ class Transaction:
     @transition(TXN_TRANSITIONS)
     def committed(self, origin: int, lsn: int) -> list[Action]:
         self.state, self.origin, self.lsn = T.COMMITTED, origin, lsn
-        return [SendCommit(txn_id=self.txn_id, to=self.decided_with - {self.coordinator}, origin=origin, lsn=lsn)]
+        return []
+
+    @transition(TXN_TRANSITIONS)
+    def durable(self) -> list[Action]:
+        """The row is in our WAL beyond an OS crash: only now may a peer hold it (FINDINGS
+        F1, as relays ship our rows), so only now does COMMIT carry it."""
+        if self.row_durable:
+            return []
+        self.row_durable = True
+        to = self.decided_with - {self.coordinator}
+        assert self.origin is not None and self.lsn is not None
+        return [SendCommit(txn_id=self.txn_id, to=to, origin=self.origin, lsn=self.lsn)] if to else []
 
     @transition(TXN_TRANSITIONS)
     def write_failed(self) -> list[Action]:
@@ -350,7 +365,9 @@ class Transaction:
 
     @transition(TXN_TRANSITIONS)
     def acked(self, holders: frozenset[int]) -> list[Action]:
-        if len(holders & self.members) < self.needed:
+        """Peers may hold a row that a restart found before our own sync says it is durable
+        here: the acknowledgement waits for that sync too."""
+        if not self.row_durable or len(holders & self.members) < self.needed:
             return []
         assert self.origin is not None and self.lsn is not None
         self.state = T.ACKED
@@ -387,6 +404,8 @@ class Transaction:
             assert len(self.decided_with) >= self.needed, "QuorumOnTotal"
             assert self.decided_with <= self.members
         assert (self.lsn is not None) == (self.state in (T.COMMITTED, T.ACKED)), "AbortsTakeNoLsn"
+        if self.state is T.ACKED:
+            assert self.row_durable, "a client is acknowledged only once the coordinator's row is durable"
 
 
 @dataclass
@@ -457,7 +476,7 @@ class Coordinator:
         txn = self.txns.get(txn_id)
         if txn is None:
             raise LocalProtocolError(f"{self}: committed an unknown transaction {txn_id:#x}")
-        return txn.committed(origin, lsn) + self._ack_if_held(txn)
+        return txn.committed(origin, lsn) + self._ship_if_durable(txn) + self._ack_if_held(txn)
 
     def write_failed(self, now_s: float, txn_id: int) -> list[Action]:
         return self.txns[txn_id].write_failed()
@@ -467,7 +486,15 @@ class Coordinator:
         held = self.durable.setdefault(member, {})
         for origin, lsn in vclock.items():
             held[origin] = max(held.get(origin, 0), lsn)
-        return [action for txn in self._in(T.COMMITTED) for action in self._ack_if_held(txn)]
+        committed = self._in(T.COMMITTED)
+        shipped = [action for txn in committed for action in self._ship_if_durable(txn)] if member == self.member else []
+        return shipped + [action for txn in committed for action in self._ack_if_held(txn)]
+
+    def _ship_if_durable(self, txn: Transaction) -> list[Action]:
+        assert txn.origin is not None and txn.lsn is not None
+        if self.durable.get(self.member, {}).get(txn.origin, 0) < txn.lsn:
+            return []
+        return txn.durable()
 
     def _ack_if_held(self, txn: Transaction) -> list[Action]:
         assert txn.origin is not None and txn.lsn is not None

@@ -4,15 +4,25 @@ member driver (the server's `QuorumHost` and the simulator).
 The cores decide; a record only makes a decision, or a vote, outlive the process. The
 order is `replicaset.meta.recovery`'s: the coordinator's PENDING record before any
 PREPARE leaves; a participant's intents (inside its `place`), then its PENDING record,
-then its answer; a decision, then the release. At start the records are what the cores
+then its answer; a decision, then the release. Two writes per transaction are synced:
+the coordinator's PENDING record and a participant's, each before a message relies on it
+(the participant's also makes its intents durable). A decision is not: lost in a crash,
+it is found again, since the row it names is durable before it is recorded (a restart
+finds it, `rows_flushed`) and an abort is what a coordinator's restart decides for a
+transaction without a row, and what a participant asking about it hears. At start the records are what the cores
 are rebuilt from (`restart`): this member's own transactions go back to its coordinator
 (committed when the row is here, aborted otherwise), and a pending one whose row is
 already here is decided COMMITTED, releasing its intents.
+
+A row of a quorum transaction counts as applied here only once an OS crash can no longer
+take it from our WAL (under `wal_mode = write`, after the next sync). Released earlier,
+an intent could be followed by a PREPARE read at the version the crash brings back, and
+a transaction decided on that stale read would overwrite the lost one (a lost update).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from replicaset.core import quorum as q
 from replicaset.member.actions import Action
@@ -29,6 +39,7 @@ class TxnRecords:
     def __init__(self, meta: MetaStore, member: int) -> None:
         self.meta = meta
         self._member = member
+        self._undurable: list[tuple[int, int, int]] = []  # rows applied, not yet beyond an OS crash
 
     def begun(self, txn_id: int, *, members: frozenset[int], level: q.Level, keys: Iterable[q.Key]) -> None:
         """A transaction this member coordinates, before its PREPARE leaves: a restart finds
@@ -37,30 +48,45 @@ class TxnRecords:
                                           status=TxnStatus.PENDING, keys=frozenset(keys)))
 
     def prepared(self, txn_id: int, *, coordinator: int, members: frozenset[int], keys: Iterable[q.Key]) -> None:
-        """A PREPARED answer of ours, before it is sent (a PREPARE sent again finds the
-        record there already)."""
+        """A PREPARED answer of ours, before it is sent: the record, synced, which makes the
+        intents just placed durable too (a PREPARE sent again finds the record and syncs)."""
         if txns.txn(self.meta, txn_id) is None:
             txns.put_txn(self.meta, TxnRecord(txn_id=txn_id, coordinator=coordinator, members=members,
                                               level=q.Level.QUORUM, status=TxnStatus.PENDING, keys=frozenset(keys)))
+        else:
+            self.meta.sync()
 
     def decided(self, txn_id: int, status: TxnStatus, row: tuple[int, int] | None = None) -> None:
         """A decision learned or taken; a record decided already stays as it is."""
         record = txns.txn(self.meta, txn_id)
         if record is not None and record.status is TxnStatus.PENDING:
             origin, lsn = row if row else (None, None)
-            txns.decide(self.meta, txn_id, status, origin=origin, lsn=lsn)
+            txns.decide(self.meta, txn_id, status, origin=origin, lsn=lsn, sync=False)
 
-    def rows_applied(self, driver: MemberDriver, now_s: float, rows: Sequence[tuple[int, int, int]]) -> None:
+    def rows_flushed(self, driver: MemberDriver, now_s: float, rows: Sequence[tuple[int, int, int]],
+                     durable: Mapping[int, int]) -> bool:
         """Rows `(txn_id, origin, lsn)` of quorum transactions, ours or a peer's, are applied
-        here: their records are decided COMMITTED, then the participant releases them."""
-        for txn_id, origin, lsn in rows:
-            self.decided(txn_id, TxnStatus.COMMITTED, (origin, lsn))
-        driver.txn_rows_applied(now_s, [txn_id for txn_id, _, _ in rows])
+        here; those our WAL holds `durable`ly count now, the others at a later `synced`.
+        True when some wait for a sync, which the host then asks for."""
+        self._undurable += rows
+        return self.synced(driver, now_s, durable)
+
+    def synced(self, driver: MemberDriver, now_s: float, durable: Mapping[int, int]) -> bool:
+        """Our WAL is durable up to `durable`: the rows it covers are decided COMMITTED in
+        their records, then the participant releases their intents. True when some still wait."""
+        ready = [row for row in self._undurable if row[2] <= durable.get(row[1], 0)]
+        if ready:
+            self._undurable = [row for row in self._undurable if row[2] > durable.get(row[1], 0)]
+            for txn_id, origin, lsn in ready:
+                self.decided(txn_id, TxnStatus.COMMITTED, (origin, lsn))
+            driver.txn_rows_applied(now_s, [txn_id for txn_id, _, _ in ready])
+        return bool(self._undurable)
 
     def restart(self, driver: MemberDriver, store: MemberStore, now_s: float) -> list[Action]:
         """What a restart left, settled: the participant's pending transactions get a full
         timeout from now, this member's own transactions are rebuilt into its coordinator,
-        and pending ones whose row is here are applied."""
+        and pending ones whose row is here are applied (they count at the host's next sync:
+        the WAL an unclean stop left may not be durable)."""
         driver.txn_restart(now_s)
         actions: list[Action] = []
         for record in list(txns.records(self.meta)):
@@ -68,5 +94,6 @@ class TxnRecords:
                 actions += driver.txn_recover(now_s, record.txn_id, members=record.members, level=record.level,
                                               aborted=record.status is TxnStatus.ABORTED)
         rows = {record.txn_id: store.quorum_row(record.txn_id) for record in txns.pending(self.meta)}
-        self.rows_applied(driver, now_s, [(txn_id, *row) for txn_id, row in rows.items() if row is not None])
+        self._undurable = [(txn_id, *row) for txn_id, row in rows.items() if row is not None]
+        self.synced(driver, now_s, store.durable_vclock.to_dict())
         return actions

@@ -2,11 +2,13 @@
 member that crashes after answering PREPARED still refuses the rows it promised.
 
 Each intent is two keys written in one batch: `/intent/{table}/{key}` -> txn id (what
-`holder` reads) and `/intent_txn/{txn_id}/{table}/{key}` (what `release` scans). Placing
-is synced, since PREPARED is answered only once the intents are durable. Releasing is not:
-it follows a decision, which is durable by then, and an intent that outlives a crash
-belongs to a decided transaction, which recovery releases again
-(`replicaset.meta.recovery`). `IntentFilter` answers most `holder` calls from memory.
+`holder` reads) and `/intent_txn/{txn_id}/{table}/{key}` (what `release` scans). Neither
+placing nor releasing is synced: RocksDB keeps one log and a synced write makes every
+earlier write durable, so the PENDING record the host syncs before PREPARED leaves makes
+the intents durable too (one fsync per PREPARE, not two), and a crash keeps a prefix of
+the writes. An intent that outlives a crash belongs to a transaction that is pending (it
+is resolved by asking) or decided (recovery releases it: `replicaset.meta.recovery`).
+`IntentFilter` answers most `holder` calls from memory.
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ class StoredIntents:
         return None if value is None else _txn_id(path, value)
 
     def place(self, txn_id: int, placed: Iterable[IntentKey]) -> None:
-        """Durable when it returns. A key this transaction holds already is left as it is."""
+        """Durable with the next synced write. A key this transaction holds already is left
+        as it is."""
         new = []
         for key in frozenset(placed):
             held = self.holder(key)
@@ -91,7 +94,7 @@ class StoredIntents:
                 new.append(key)
             elif held != txn_id:
                 raise LocalProtocolError(f"{key!r} is held by transaction {held:#x}, not {txn_id:#x}")
-        with self._store.batch(sync=True) as batch:
+        with self._store.batch(sync=False) as batch:
             for key in new:
                 batch.put(paths.intent(key), txn_id)
                 batch.put(paths.intent_txn(txn_id, key), list(key))

@@ -1,12 +1,14 @@
 """A member's participant, rebuilt from its metastore at start (DESIGN 4.5: pending
 transactions are recovered and resolved by asking their members).
 
-The host writes in this order: at PREPARE the intents (synced), then the PENDING record
-(synced), then the answer; at a decision the decision (synced), then the release. A crash
-can therefore leave intents whose transaction has no record (PREPARED was never sent, so
-no coordinator counted the vote) or a decided record (the decision is durable): recovery
-releases both kinds, which is the Marmot rule that a finished transaction's intent may be
-overwritten, applied once at start.
+The host writes in this order: at PREPARE the intents, then the PENDING record (synced,
+which makes the intents durable too), then the answer; at a decision the decision, then
+the release (neither synced). A crash keeps a prefix of these writes (RocksDB recovers
+its one log to a point in time), so it can leave intents whose transaction has no record
+(PREPARED was never sent, so no coordinator counted the vote), a decided record whose
+intents were not released yet, or a PENDING record whose decision was lost (resolved by
+asking, as any pending one): recovery releases the first two kinds, which is the Marmot
+rule that a finished transaction's intent may be overwritten, applied once at start.
 """
 
 from __future__ import annotations

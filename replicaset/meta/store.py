@@ -3,9 +3,11 @@
 
 Every write goes through a batch, so one logical change (an intent and its index entry, a
 decision and the move out of the pending index) lands whole or not at all. A batch says
-whether it is synced: `sync=True` makes it durable before `batch` returns, which a member
-needs before it answers a peer (a PREPARE's intents, a decision); an unsynced batch may be
-lost in a crash, which is fine for what recovery can redo or does not need.
+whether it is synced: `sync=True` makes it durable before `batch` returns, with every
+write before it (one log, recovered to a point in time), which a member needs before it
+answers a peer (a PREPARE's intents and record); an unsynced batch may be lost in a
+crash, with every write after it, which is fine for what recovery can redo or does not
+need.
 """
 
 from __future__ import annotations
@@ -75,8 +77,11 @@ class MetaStore:
     def open(cls, path: str | os.PathLike[str]) -> MetaStore:
         """Open (creating) the metastore in directory `path`."""
         path = Path(path)
+        options = rocksdict.Options(raw_mode=True)
+        # A crash keeps a prefix of the writes: what makes one synced write cover those before it.
+        options.set_wal_recovery_mode(rocksdict.DBRecoveryMode.point_in_time())
         try:
-            db = rocksdict.Rdict(str(path), rocksdict.Options(raw_mode=True))
+            db = rocksdict.Rdict(str(path), options)
         except Exception as error:
             if "LOCK" in str(error):
                 raise MetaError(f"metastore {str(path)!r} is already open (its RocksDB LOCK is held)") from error
@@ -118,6 +123,10 @@ class MetaStore:
         bounds = rocksdict.ReadOptions()
         bounds.set_iterate_upper_bound(prefix_end(prefix))
         yield from self._open_db().items(from_key=prefix, read_opt=bounds)
+
+    def sync(self) -> None:
+        """Every write so far durable: RocksDB's one log, fsynced."""
+        self._open_db().flush_wal(sync=True)
 
     @contextmanager
     def batch(self, *, sync: bool) -> Iterator[Batch]:

@@ -3,9 +3,10 @@ coordinated, durable across a crash.
 
 A record is PENDING from PREPARE until its decision; the pending index lists exactly those,
 so a restarted member knows what to resolve without reading every record. `decide` writes
-the decision and takes the transaction out of the pending index in one synced batch (a
-committed one enters the index by WAL row), and a decided transaction is never decided
-again. Records are never deleted here: retention is later work.
+the decision and takes the transaction out of the pending index in one batch (a committed
+one enters the index by WAL row), and a decided transaction is never decided again. The
+caller says whether a write is synced. Records are never deleted here: retention is later
+work.
 """
 
 from __future__ import annotations
@@ -107,9 +108,9 @@ def records(store: MetaStore) -> Iterator[TxnRecord]:
 
 
 def decide(store: MetaStore, txn_id: int, status: TxnStatus, *, origin: int | None = None,
-           lsn: int | None = None) -> TxnRecord:
-    """Record the decision (synced) and move the transaction out of the pending index. The
-    same decision again changes nothing (it may be learned twice); another raises."""
+           lsn: int | None = None, sync: bool) -> TxnRecord:
+    """Record the decision and move the transaction out of the pending index. The same
+    decision again changes nothing (it may be learned twice); another raises."""
     if status is TxnStatus.PENDING:
         raise ValueError(f"transaction {txn_id:#x}: PENDING is not a decision")
     record = txn(store, txn_id)
@@ -121,7 +122,7 @@ def decide(store: MetaStore, txn_id: int, status: TxnStatus, *, origin: int | No
             raise MetaError(f"transaction {txn_id:#x} is {record.status.value} at {(record.origin, record.lsn)}, "
                             f"told {status.value} at {(origin, lsn)}: a decided transaction is never decided again")
         return record
-    with store.batch(sync=True) as batch:
+    with store.batch(sync=sync) as batch:
         batch.put(keys.txn(txn_id), decided.to_value())
         batch.delete(keys.txn_pending(txn_id))
         index_key = _index_key(decided)

@@ -12,9 +12,9 @@ row, atomically); flushed rows of quorum transactions, ours or a peer's, release
 intents they held. The client hears once the level's members hold the row durably: the
 COMMIT answers and the relays' acknowledgements both say so.
 
-Metastore writes follow `replicaset.meta.recovery`'s order: intents (synced, inside the
-participant's `place`), the PENDING record (synced), then the answer; the decision
-(synced), then the release.
+Metastore writes follow `replicaset.meta.recovery`'s order: intents (inside the
+participant's `place`), the PENDING record (synced, for both), then the answer; the
+decision, then the release.
 """
 
 from __future__ import annotations
@@ -112,6 +112,7 @@ class QuorumHost:
         """Settle what a restart left, then tick the cores and send heartbeats."""
         driver = self._node.driver
         self.carry_out(self.records.restart(driver, self._node.engine, trio.current_time()))
+        self._node.writer.request_sync()  # rows and decisions the restart found count once durable
         interval = self._node.config.replication_timeout
         next_heartbeat = trio.current_time() + interval
         while True:
@@ -261,14 +262,19 @@ class QuorumHost:
                 client.done.set()
 
     def rows_flushed(self) -> None:
-        """The writer flushed rows: those of quorum transactions are applied here now."""
-        if self._node.engine.flushed_quorum_rows:
-            self.records.rows_applied(self._node.driver, trio.current_time(), self._node.engine.flushed_quorum_rows)
+        """The writer flushed rows: those of quorum transactions are applied here now, and
+        count once durable."""
+        engine = self._node.engine
+        if engine.flushed_quorum_rows and self.records.rows_flushed(
+                self._node.driver, trio.current_time(), engine.flushed_quorum_rows, engine.durable_vclock.to_dict()):
+            self._node.writer.request_sync()
 
     def synced(self) -> None:
-        """Our WAL is durable further: our own acknowledgement, for our transactions."""
-        self.carry_out(self._node.driver.txn_durable(trio.current_time(), self._id,
-                                                     self._node.engine.durable_vclock.to_dict()))
+        """Our WAL is durable further: rows applied here count, and our own acknowledgement
+        goes to our transactions."""
+        now, durable = trio.current_time(), self._node.engine.durable_vclock.to_dict()
+        self.records.synced(self._node.driver, now, durable)
+        self.carry_out(self._node.driver.txn_durable(now, self._id, durable))
 
     # ---------------------------------------------------------------- the coordinator's tasks
 
@@ -290,7 +296,10 @@ class QuorumHost:
             client.row = (record.origin, record.lsn)
         self._records[action.txn_id] = record
         self.carry_out(driver.txn_committed(trio.current_time(), action.txn_id, record.origin, record.lsn))
-        self._node.writer.request_sync()  # our own word that the row is durable comes with the sync
+        if self._node.engine.durable_vclock.get(record.origin) >= record.lsn:  # wal_mode = fsync
+            self.synced()
+        else:  # COMMIT carries the row once the sync makes it durable, and our own word comes with it
+            self._node.writer.request_sync()
 
     async def _prepare(self, member: int, txn_id: int, body: dict[int, Any]) -> None:
         reply = await self._request(member, PeerRequest.TXN_PREPARE, {PeerKey.TXN_ID: txn_id, **body})

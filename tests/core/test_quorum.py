@@ -111,6 +111,8 @@ def test_a_question_is_answered_with_the_decision_once_the_row_is_written():
     vote(coordinator, 1, 2)
     assert coordinator.query_decision(2.0, TXN, asker=3) == [], "the row is not written yet: no answer, no abort"
     coordinator.committed(2.0, TXN, 1, 4)
+    assert coordinator.query_decision(2.5, TXN, asker=3) == [], "an OS crash could still take the row: no answer"
+    coordinator.acked(2.6, 1, {1: 4})
     assert coordinator.query_decision(3.0, TXN, asker=3) == [q.SendDecision(txn_id=TXN, to=3, decision=Decision.COMMIT)]
 
 
@@ -163,10 +165,10 @@ def test_an_abort_takes_no_lsn():
 def test_the_client_is_acknowledged_once_needed_members_hold_the_row():
     coordinator = started(FIVE)
     assert coordinator.acked(1.0, 4, {1: 4}) == [], "an acknowledgement before the row counts later"
-    sends = commit(coordinator, (1, 2, 3), lsn=4)
-    assert sends == [q.SendCommit(txn_id=TXN, to=frozenset({2, 3}), origin=1, lsn=4)]
+    assert commit(coordinator, (1, 2, 3), lsn=4) == [], "COMMIT waits until an OS crash cannot take the row here"
     assert coordinator.acked(2.0, 2, {1: 3}) == [], "member 2 does not hold 1:4 yet"
-    assert coordinator.acked(2.0, 1, {1: 4}) == [], "the coordinator's own durable row: 2 of 3"
+    assert coordinator.acked(2.0, 1, {1: 4}) == [q.SendCommit(txn_id=TXN, to=frozenset({2, 3}), origin=1, lsn=4)], \
+        "the coordinator's own durable row: COMMIT leaves, and 2 of 3 hold it"
     assert coordinator.acked(2.1, 2, {1: 4}) == [q.AckClient(txn_id=TXN, origin=1, lsn=4)]
     assert coordinator.acked(2.2, 3, {1: 4}) == [], "acknowledged once"
     assert coordinator.txns[TXN].state is q.TxnState.ACKED
@@ -184,7 +186,7 @@ def test_finished_transactions_are_kept_for_questions_but_no_longer_walked():
         coordinator.committed(0.2, txn_id, 1, lsn)
     coordinator.begin(0.0, 0x200, {"k": V0}, THREE, Level.QUORUM, 1.0)
     assert [t.txn_id for t in coordinator.undecided()] == [0x200]
-    assert len(coordinator.acked(0.3, 1, {1: 0x40})) == 0, "the coordinator alone is 1 of 2"
+    assert kinds(coordinator.acked(0.3, 1, {1: 0x40})) == [q.SendCommit] * 0x40, "durable here: COMMITs leave, 1 of 2"
     assert len(coordinator.acked(0.3, 2, {1: 0x40})) == 0x40, "each committed transaction acknowledged once"
     assert q.DecideAbort in kinds(coordinator.tick(2.0)), "the open one reached its deadline"
     assert coordinator.undecided() == [] and coordinator._open == {}

@@ -45,9 +45,9 @@ def test_abort_and_row_applied_release_the_intents(tmp_path):
         participant = participant_on(store)
         prepare(store, participant, 0xA, ROW1)
         prepare(store, participant, 0xB, ROW2)
-        decide(store, 0xA, TxnStatus.ABORTED)
+        decide(store, 0xA, TxnStatus.ABORTED, sync=True)
         participant.abort(0xA)
-        decide(store, 0xB, TxnStatus.COMMITTED, origin=1, lsn=7)
+        decide(store, 0xB, TxnStatus.COMMITTED, origin=1, lsn=7, sync=True)
         participant.row_applied(0xB)
         participant.check_invariants()
         assert participant.intents.holder(ROW1) is None and participant.intents.holder(ROW2) is None
@@ -61,9 +61,9 @@ def test_a_restarted_member_keeps_its_intents_pending_and_outcomes(tmp_path):
         prepare(store, participant, 0xA, ROW1, ROW3)
         prepare(store, participant, 0xB, ROW2)
         prepare(store, participant, 0xD, ("t", "t:9"))
-        decide(store, 0xB, TxnStatus.ABORTED)
+        decide(store, 0xB, TxnStatus.ABORTED, sync=True)
         participant.abort(0xB)
-        decide(store, 0xD, TxnStatus.COMMITTED, origin=1, lsn=3)
+        decide(store, 0xD, TxnStatus.COMMITTED, origin=1, lsn=3, sync=True)
     with MetaStore.open(tmp_path) as store:
         participant = recover_participant(store, member=2, timeout_s=5.0, now_s=100.0)
         participant.check_invariants()

@@ -29,8 +29,8 @@ def test_the_pending_index_lists_exactly_the_undecided_after_reopen(tmp_path):
     with MetaStore.open(tmp_path) as store:
         for txn_id in range(1, 7):
             put_txn(store, record(txn_id))
-        decide(store, 2, TxnStatus.COMMITTED, origin=3, lsn=41)
-        decide(store, 4, TxnStatus.ABORTED)
+        decide(store, 2, TxnStatus.COMMITTED, origin=3, lsn=41, sync=True)
+        decide(store, 4, TxnStatus.ABORTED, sync=True)
         put_txn(store, record(7, status=TxnStatus.ABORTED))
     with MetaStore.open(tmp_path) as store:
         assert [r.txn_id for r in pending(store)] == [1, 3, 5, 6]
@@ -44,27 +44,27 @@ def test_the_pending_index_lists_exactly_the_undecided_after_reopen(tmp_path):
 def test_a_decision_learned_twice_changes_nothing_and_a_contrary_one_raises(tmp_path):
     with MetaStore.open(tmp_path) as store:
         put_txn(store, record(9))
-        first = decide(store, 9, TxnStatus.COMMITTED, origin=1, lsn=5)
-        assert decide(store, 9, TxnStatus.COMMITTED, origin=1, lsn=5) == first
+        first = decide(store, 9, TxnStatus.COMMITTED, origin=1, lsn=5, sync=True)
+        assert decide(store, 9, TxnStatus.COMMITTED, origin=1, lsn=5, sync=False) == first
         with pytest.raises(MetaError, match="never decided again"):
-            decide(store, 9, TxnStatus.ABORTED)
+            decide(store, 9, TxnStatus.ABORTED, sync=True)
         with pytest.raises(MetaError, match="never decided again"):
-            decide(store, 9, TxnStatus.COMMITTED, origin=1, lsn=6)
+            decide(store, 9, TxnStatus.COMMITTED, origin=1, lsn=6, sync=True)
 
 
 def test_bad_decisions_and_records_are_refused(tmp_path):
     with MetaStore.open(tmp_path) as store:
         with pytest.raises(MetaError, match="no record"):
-            decide(store, 5, TxnStatus.ABORTED)
+            decide(store, 5, TxnStatus.ABORTED, sync=True)
         put_txn(store, record(5))
         with pytest.raises(MetaError, match="record already"):
             put_txn(store, record(5))
         with pytest.raises(ValueError, match="not a decision"):
-            decide(store, 5, TxnStatus.PENDING)
+            decide(store, 5, TxnStatus.PENDING, sync=True)
         with pytest.raises(ValueError, match="committed transaction has both"):
-            decide(store, 5, TxnStatus.COMMITTED)
+            decide(store, 5, TxnStatus.COMMITTED, sync=True)
         with pytest.raises(ValueError, match="committed transaction has both"):
-            decide(store, 5, TxnStatus.ABORTED, origin=1, lsn=2)
+            decide(store, 5, TxnStatus.ABORTED, origin=1, lsn=2, sync=True)
         assert list(pending(store)) == [record(5)]
     with pytest.raises(ValueError, match="not in"):
         record(1, coordinator=9)

@@ -1,0 +1,121 @@
+"""The metastore records of quorum transactions as both hosts keep them (`TxnRecords`):
+what is synced, and when a row of a quorum transaction counts as applied here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from replicaset.core import quorum as q
+from replicaset.core.replicaset import ReplicaSet
+from replicaset.member import MemberDriver
+from replicaset.member.txn_records import TxnRecords
+from replicaset.meta import txns
+from replicaset.meta.recovery import recover_participant
+from replicaset.meta.store import MetaStore
+from replicaset.meta.txns import TxnStatus
+from tests.member.store import Store, membership, row
+
+OWN = 2
+COORDINATOR = 1
+MEMBERS = frozenset({1, 2, 3})
+TXN = 0x70
+KEY = ("kv", "kv:1")
+
+
+class QuorumStore(Store):
+    """The log store with the two reads a participant's host makes."""
+
+    def stored_versions(self, keys: Mapping[q.Key, Any]) -> dict[q.Key, tuple[int, int]]:
+        return {}
+
+    def quorum_row(self, txn_id: int) -> tuple[int, int] | None:
+        return next(((r.origin, r.lsn) for r in self.log if r.txn_id == txn_id), None)
+
+
+class CountingMeta(MetaStore):
+    """A metastore that counts the writes it makes durable (each one an fsync)."""
+
+    synced = 0
+
+    def sync(self) -> None:
+        self.synced += 1
+        super().sync()
+
+    @contextmanager
+    def batch(self, *, sync: bool) -> Iterator[Any]:
+        self.synced += sync
+        with super().batch(sync=sync) as batch:
+            yield batch
+
+
+@pytest.fixture
+def meta(tmp_path: Path) -> Iterator[CountingMeta]:
+    store = MetaStore.open(tmp_path / "meta")
+    store.__class__ = CountingMeta
+    yield store  # type: ignore[misc]
+    store.close()
+
+
+def driver_for(meta: MetaStore, store: QuorumStore) -> MemberDriver:
+    return MemberDriver(
+        instance_id=OWN, store=store,
+        replicaset=ReplicaSet(instance_id=OWN, configured_quorum=None, connect_deadline_s=10.0),
+        membership=lambda: membership(OWN, len(MEMBERS)), timeout_s=1.0, backoff_max_s=4.0,
+        participant=recover_participant(meta, OWN, 4.0, 0.0))
+
+
+def prepare(driver: MemberDriver, records: TxnRecords, txn_id: int = TXN) -> None:
+    answer = driver.txn_prepare(0.0, txn_id, coordinator=COORDINATOR, members=MEMBERS, reads={KEY: q.NO_VERSION})
+    assert isinstance(answer, q.Prepared)
+    records.prepared(txn_id, coordinator=COORDINATOR, members=MEMBERS, keys=[KEY])
+
+
+def test_a_prepare_costs_one_fsync_and_a_decision_none(meta: CountingMeta) -> None:
+    records, driver = TxnRecords(meta, OWN), driver_for(meta, QuorumStore())
+    prepare(driver, records)
+    assert meta.synced == 1, "the intents and the PENDING record go down with one fsync"
+    prepare(driver, records)
+    assert meta.synced == 2, "a PREPARE sent again syncs again before its answer"
+    records.begun(0x71, members=MEMBERS, level=q.Level.QUORUM, keys=[("kv", "kv:2")])
+    assert meta.synced == 3, "a coordinator's PENDING record is synced before any PREPARE leaves"
+    records.decided(TXN, TxnStatus.ABORTED)
+    driver.txn_abort(0.0, TXN)
+    assert meta.synced == 3, "a lost decision is found again: the row, or the coordinator's abort"
+    assert txns.txn(meta, TXN).status is TxnStatus.ABORTED  # type: ignore[union-attr]
+
+
+def test_a_quorum_row_counts_as_applied_only_once_durable_here(meta: CountingMeta) -> None:
+    """An intent released on a row an OS crash can still take would let a PREPARE read at
+    the version the crash brings back: the stale read commits over the lost row."""
+    records, store = TxnRecords(meta, OWN), QuorumStore()
+    driver = driver_for(meta, store)
+    prepare(driver, records)
+    assert records.rows_flushed(driver, 1.0, [(TXN, COORDINATOR, 5)], durable={COORDINATOR: 4}), "a sync is wanted"
+    assert driver.participant.intents.holder(KEY) == TXN
+    assert txns.txn(meta, TXN).status is TxnStatus.PENDING  # type: ignore[union-attr]
+    other = driver.txn_prepare(1.0, 0x99, coordinator=3, members=MEMBERS, reads={KEY: q.NO_VERSION})
+    assert isinstance(other, q.Conflicted) and other.holder == TXN
+    assert not records.synced(driver, 2.0, {COORDINATOR: 5}), "nothing waits once the sync covers the row"
+    assert driver.participant.intents.holder(KEY) is None
+    record = txns.txn(meta, TXN)
+    assert record is not None and (record.status, record.origin, record.lsn) == (TxnStatus.COMMITTED, COORDINATOR, 5)
+
+
+def test_rows_a_restart_finds_count_at_the_first_sync(meta: CountingMeta) -> None:
+    store = QuorumStore()
+    driver = driver_for(meta, store)
+    records = TxnRecords(meta, OWN)
+    prepare(driver, records)
+    store.log.append(row(COORDINATOR, 1, txn=TXN))
+    restarted = driver_for(meta, store)
+    assert records.restart(restarted, store, 5.0) == []
+    assert restarted.participant.intents.holder(KEY) == TXN, "the WAL an unclean stop left may not be durable"
+    store.sync()
+    records.synced(restarted, 5.5, store.durable_vclock.to_dict())
+    assert restarted.participant.intents.holder(KEY) is None
+    assert txns.txn(meta, TXN).status is TxnStatus.COMMITTED  # type: ignore[union-attr]
