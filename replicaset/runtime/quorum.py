@@ -96,6 +96,7 @@ class QuorumHost:
         self._links: dict[int, _Link] = {}
         self._outcomes: dict[q.Level, _Outcomes] = {}  # for the console
         self._last_answer_s: dict[int, float] = {}  # each peer's last answer to a PREPARE of ours
+        self._recording: dict[int, trio.Event] = {}  # PREPARED records being synced, by txn id
 
     def participant(self) -> q.Participant:
         """This member's participant as its metastore left it; it asks about a silent
@@ -141,7 +142,8 @@ class QuorumHost:
         txn_id = node.engine.hlc.now(time.time_ns() // 1_000_000)
         members = self._members()
         reads = {key: q.Version(hlc=v[0], origin=v[1]) if v else q.NO_VERSION for key, v in captured.reads.items()}
-        self.records.begun(txn_id, members=members, level=level, keys=reads)
+        # An fsync: in a thread, so that the other connections, links and relays move meanwhile.
+        await trio.to_thread.run_sync(partial(self.records.begun, txn_id, members=members, level=level, keys=reads))
         client = self._clients[txn_id] = _Client()
         self._captured[txn_id] = captured
         try:
@@ -373,6 +375,19 @@ class QuorumHost:
             raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {request.instance_uuid} is not registered as id "
                                                           f"{request.sender} in this replica set")
 
+    async def _record_prepared(self, txn_id: int, **record: Any) -> None:
+        """The PENDING record of a PREPARED answer, synced in a thread (other requests move
+        meanwhile, and RocksDB makes one fsync for the records synced at once). A PREPARE
+        sent again waits for the first one's record, then syncs again for its own intents."""
+        while (busy := self._recording.get(txn_id)) is not None:
+            await busy.wait()
+        done = self._recording[txn_id] = trio.Event()
+        try:
+            await trio.to_thread.run_sync(partial(self.records.prepared, txn_id, **record))
+        finally:
+            del self._recording[txn_id]
+            done.set()
+
     async def serve(self, frame: Frame) -> dict[int, Any]:
         """A quorum transaction request from a peer, and the body of its reply."""
         node, now = self._node, trio.current_time()
@@ -385,8 +400,8 @@ class QuorumHost:
             answer = driver.txn_prepare(now, prepare.request.txn_id, coordinator=prepare.coordinator,
                                         members=prepare.members, reads=reads)
             if isinstance(answer, q.Prepared):
-                self.records.prepared(answer.txn_id, coordinator=prepare.coordinator, members=prepare.members,
-                                      keys=reads)
+                await self._record_prepared(answer.txn_id, coordinator=prepare.coordinator, members=prepare.members,
+                                            keys=reads)
                 return {PeerKey.VOTE: "prepared"}
             if isinstance(answer, q.Conflicted):
                 table, key = answer.key
