@@ -2,8 +2,9 @@
 member driver (the server's `QuorumHost` and the simulator).
 
 The cores decide; a record only makes a decision, or a vote, outlive the process. The
-order is `replicaset.meta.recovery`'s: the coordinator's PENDING record before any
-PREPARE leaves; a participant's intents (inside its `place`), then its PENDING record,
+order is `replicaset.meta.recovery`'s: the coordinator's PENDING record before its row
+(the server syncs it while PREPARE goes out; the simulator writes it first); a
+participant's intents (inside its `place`), then its PENDING record,
 then its answer; a decision, then the release. Two writes per transaction are synced:
 the coordinator's PENDING record and a participant's, each before a message relies on it
 (the participant's also makes its intents durable). A decision is not: lost in a crash,
@@ -42,8 +43,9 @@ class TxnRecords:
         self._undurable: list[tuple[int, int, int]] = []  # rows applied, not yet beyond an OS crash
 
     def begun(self, txn_id: int, *, members: frozenset[int], level: q.Level, keys: Iterable[q.Key]) -> None:
-        """A transaction this member coordinates, before its PREPARE leaves: a restart finds
-        it, and aborts it unless its row is here."""
+        """A transaction this member coordinates, durable before its row: a restart finds
+        it, and aborts it unless its row is here. Without it a restart knows nothing of the
+        transaction and answers ABORT when asked, so it need not precede the PREPAREs."""
         txns.put_txn(self.meta, TxnRecord(txn_id=txn_id, coordinator=self._member, members=members, level=level,
                                           status=TxnStatus.PENDING, keys=frozenset(keys)))
 

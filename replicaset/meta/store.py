@@ -135,6 +135,8 @@ class MetaStore:
         db = self._open_db()
         batch = Batch()
         yield batch
-        options = rocksdict.WriteOptions()
-        options.sync = sync
-        db.write(batch._batch, options)
+        db.write(batch._batch)
+        if sync:
+            # Not `WriteOptions.sync`: rocksdict holds the GIL through that fsync, so a sync in
+            # a worker thread would stop the event loop all the same; `flush_wal` lets it go.
+            db.flush_wal(sync=True)

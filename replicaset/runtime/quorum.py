@@ -3,8 +3,8 @@ coordinator and participant.
 
 Theory of operation. The cores decide; this module does what their actions say and
 reports what followed. A client's QUORUM or ALL transaction is captured by the writer
-(its rows and the versions read, rolled back), recorded PENDING in the metastore before
-any PREPARE leaves, then begun in the driver. PREPARE, COMMIT (the exact WAL row), ABORT,
+(its rows and the versions read, rolled back) and begun in the driver; its PENDING
+record is synced in the metastore while PREPARE goes out, and its row waits for it. PREPARE, COMMIT (the exact WAL row), ABORT,
 the question for a decision and the heartbeat travel on one request/response link per
 peer, opened on first use. The decision to commit is the coordinator's own WAL row,
 written through the apply path with the txn id inside it (`_rs_quorum` keeps it with the
@@ -20,7 +20,7 @@ decision, then the release.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -97,6 +97,7 @@ class QuorumHost:
         self._outcomes: dict[q.Level, _Outcomes] = {}  # for the console
         self._last_answer_s: dict[int, float] = {}  # each peer's last answer to a PREPARE of ours
         self._recording: dict[int, trio.Event] = {}  # PREPARED records being synced, by txn id
+        self._begun: dict[int, trio.Event] = {}  # our PENDING records on their way to disk, for the row
 
     def participant(self) -> q.Participant:
         """This member's participant as its metastore left it; it asks about a silent
@@ -142,10 +143,11 @@ class QuorumHost:
         txn_id = node.engine.hlc.now(time.time_ns() // 1_000_000)
         members = self._members()
         reads = {key: q.Version(hlc=v[0], origin=v[1]) if v else q.NO_VERSION for key, v in captured.reads.items()}
-        # An fsync: in a thread, so that the other connections, links and relays move meanwhile.
-        await trio.to_thread.run_sync(partial(self.records.begun, txn_id, members=members, level=level, keys=reads))
         client = self._clients[txn_id] = _Client()
         self._captured[txn_id] = captured
+        recorded = self._begun[txn_id] = trio.Event()
+        self._spawn(self._record_begun, recorded, partial(self.records.begun, txn_id, members=members, level=level,
+                                                          keys=reads))
         try:
             self.carry_out(driver.txn_begin(start, txn_id, reads=reads, members=members, level=level,
                                             deadline_s=start + timeout_s))
@@ -242,7 +244,11 @@ class QuorumHost:
         elif isinstance(action, q.DecideAbort):
             self._node.log.info("txn_aborted", txn_id=action.txn_id, reason=action.reason)
             self._captured.pop(action.txn_id, None)
-            self.records.decided(action.txn_id, TxnStatus.ABORTED)
+            recorded = self._begun.pop(action.txn_id, None)
+            if recorded is not None and not recorded.is_set():  # decided once its PENDING record is there
+                self._spawn(self._decide_when_recorded, recorded, action.txn_id)
+            else:
+                self.records.decided(action.txn_id, TxnStatus.ABORTED)
         elif isinstance(action, q.SendAbort):
             for member in action.to:
                 self._spawn(self._send, member, PeerRequest.TXN_ABORT, {PeerKey.TXN_ID: action.txn_id})
@@ -280,9 +286,23 @@ class QuorumHost:
 
     # ---------------------------------------------------------------- the coordinator's tasks
 
+    async def _record_begun(self, recorded: trio.Event, write: Callable[[], None]) -> None:
+        """The PENDING record, synced in a thread while PREPARE goes out. It need not be
+        durable before PREPARE leaves, only before the row: a restart that finds neither
+        knows nothing of the transaction and answers ABORT when asked, which is what it
+        decides for a record without a row too. A metastore that cannot write stops the
+        member, as a WAL that cannot sync does."""
+        await trio.to_thread.run_sync(write)
+        recorded.set()
+
+    async def _decide_when_recorded(self, recorded: trio.Event, txn_id: int) -> None:
+        await recorded.wait()
+        self.records.decided(txn_id, TxnStatus.ABORTED)
+
     async def _write_row(self, action: q.DecideCommit) -> None:
         driver = self._node.driver
         captured = self._captured.pop(action.txn_id)
+        await self._begun.pop(action.txn_id).wait()
         try:
             record = await self._node.writer.commit_captured(captured, txn_id=action.txn_id, min_stamp=action.min_stamp)
         except (ApplyError, SqlError, WriteFailed) as exc:
