@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -73,6 +73,9 @@ class _Outcomes:
 
     def info(self) -> dict[str, Any]:
         return {"committed": self.committed, "failed": self.failed, "last_ms": self.last_ms, "max_ms": self.max_ms}
+
+
+_Answer = TypeVar("_Answer")
 
 
 @dataclass
@@ -324,10 +327,10 @@ class QuorumHost:
             self._node.writer.request_sync()
 
     async def _prepare(self, member: int, txn_id: int, body: dict[int, Any]) -> None:
-        reply = await self._request(member, PeerRequest.TXN_PREPARE, {PeerKey.TXN_ID: txn_id, **body})
-        if reply is None:
+        vote = await self._answer(member, PeerRequest.TXN_PREPARE, {PeerKey.TXN_ID: txn_id, **body},
+                                  peer_messages.txn_vote)
+        if vote is None:
             return
-        vote = peer_messages.txn_vote(reply)
         self._last_answer_s[member] = trio.current_time()
         if vote.prepared:
             answer: q.Prepared | q.Conflicted = q.Prepared(txn_id=txn_id)
@@ -348,19 +351,33 @@ class QuorumHost:
                 nursery.start_soon(self._commit_one, member, body)
 
     async def _commit_one(self, member: int, body: dict[int, Any]) -> None:
-        reply = await self._request(member, PeerRequest.TXN_COMMIT, body)
-        if reply is not None:
-            vclock = peer_messages.ack(reply)
+        vclock = await self._answer(member, PeerRequest.TXN_COMMIT, body, peer_messages.ack)
+        if vclock is not None:
             self.carry_out(self._node.driver.txn_durable(trio.current_time(), member, vclock.to_dict()))
 
     async def _query(self, member: int, txn_id: int, coordinator: int) -> None:
-        reply = await self._request(member, PeerRequest.TXN_QUERY, {PeerKey.TXN_ID: txn_id, PeerKey.COORDINATOR: coordinator})
-        decision = peer_messages.txn_decision(reply) if reply is not None else None
+        decision = await self._answer(member, PeerRequest.TXN_QUERY,
+                                      {PeerKey.TXN_ID: txn_id, PeerKey.COORDINATOR: coordinator},
+                                      peer_messages.txn_decision)
         if decision is None:
             return
         self._node.driver.txn_decision(trio.current_time(), txn_id, q.Decision(decision))
         if decision == "abort":
             self.records.decided(txn_id, TxnStatus.ABORTED)
+
+    async def _answer(self, member: int, request_type: int, body: dict[int, Any],
+                      decode: Callable[[Frame], _Answer]) -> _Answer | None:
+        """The decoded reply of `member`; None when there is none in time, or when it is
+        malformed: a peer speaking nonsense loses its answer, never stops this member."""
+        reply = await self._request(member, request_type, body)
+        if reply is None:
+            return None
+        try:
+            return decode(reply)
+        except RemoteProtocolError as exc:
+            self._node.log.warning("txn_peer_reply_malformed", member=member, request=PeerRequest(request_type).name,
+                                   error=str(exc))
+            return None
 
     async def _send(self, member: int, request_type: int, body: dict[int, Any]) -> None:
         await self._request(member, request_type, body)

@@ -1,6 +1,6 @@
 """The quorum host's link to one peer (`replicaset.runtime.quorum._Link`): when the peer
-leaves, every request on the link fails with an error the host takes for a lost message,
-never one that escapes into the node's nursery and stops the member."""
+leaves, or answers nonsense, every request on the link fails with an error the host takes
+for a lost message, never one that escapes into the node's nursery and stops the member."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from types import SimpleNamespace
 
 import trio
 
-from replicaset.iproto.codec import encode_greeting
-from replicaset.iproto.constants import GREETING_VERSION, RequestType
+from replicaset.iproto.codec import FrameDecoder, encode_greeting, encode_ok
+from replicaset.iproto.constants import GREETING_VERSION, Key, RequestType
+from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.links import PeerError
-from replicaset.runtime.quorum import _Link
+from replicaset.runtime.quorum import QuorumHost, _Link
 
 WAIT_S = 10.0
 
@@ -61,5 +62,65 @@ def test_a_request_waiting_to_send_when_the_peer_leaves_fails_as_a_lost_message(
                     await trio.sleep(0.001)
                 nursery.cancel_scope.cancel()
         assert isinstance(outcome[0], PeerError), outcome
+
+    trio.run(main)
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict]] = []
+
+    def info(self, event: str, **fields: object) -> None:
+        self.lines.append((event, fields))
+
+    warning = info
+
+
+class _Config(dict):
+    max_frame_bytes = 1 << 20
+
+
+def test_malformed_answers_to_prepare_commit_and_query_are_dropped_and_the_member_keeps_running() -> None:
+    """A peer that answers a PREPARE, a COMMIT or a question with a body that does not
+    decode loses its answer: before, the decode raised in the host's task and stopped the
+    member."""
+    replies = {PeerRequest.TXN_PREPARE: {PeerKey.VOTE: "yes please"},
+               PeerRequest.TXN_COMMIT: {Key.VCLOCK: "not a vclock"},
+               PeerRequest.TXN_QUERY: {PeerKey.DECISION: 7}}
+
+    async def main() -> None:
+        async def peer(stream: trio.SocketStream) -> None:
+            await stream.send_all(encode_greeting(version=GREETING_VERSION, instance_uuid=str(uuid.uuid4()),
+                                                  salt=bytes(32)))
+            decoder = FrameDecoder(1 << 20)
+            while data := await stream.receive_some():
+                decoder.feed(data)
+                while (frame := decoder.next_frame()) is not None:
+                    await stream.send_all(encode_ok(sync=frame.sync, schema_version=1,
+                                                    body=replies[PeerRequest(frame.request_type)]))
+
+        answered: list[object] = []
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                listeners = await nursery.start(trio.serve_tcp, peer, 0)
+                port = listeners[0].socket.getsockname()[1]
+                log = _Log()
+                driver = SimpleNamespace(txn_answered=lambda *a: answered.append(a) or [],
+                                         txn_durable=lambda *a: answered.append(a) or [],
+                                         txn_decision=lambda *a: answered.append(a))
+                node = SimpleNamespace(config=_Config({"replication.synchro_timeout_s": WAIT_S}), _nursery=nursery,
+                                       identity=SimpleNamespace(instance_id=1, replicaset_uuid=str(uuid.uuid4()),
+                                                                instance_uuid=str(uuid.uuid4())),
+                                       log=log, driver=driver)
+                host = QuorumHost.__new__(QuorumHost)
+                host._node, host._last_answer_s = node, {}  # type: ignore[assignment]
+                host._links = {2: _Link(node, 2, f"127.0.0.1:{port}")}  # type: ignore[arg-type]
+                await host._prepare(2, 0x10, {})
+                await host._commit_one(2, {PeerKey.TXN_ID: 0x10})
+                await host._query(2, 0x10, 2)
+                nursery.cancel_scope.cancel()
+        assert answered == [], "no malformed answer reaches the cores"
+        malformed = [fields["request"] for event, fields in log.lines if event == "txn_peer_reply_malformed"]
+        assert malformed == ["TXN_PREPARE", "TXN_COMMIT", "TXN_QUERY"], log.lines
 
     trio.run(main)
