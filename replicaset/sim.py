@@ -146,9 +146,13 @@ class Member:
     captured: dict[int, Captured] = field(default_factory=dict)
     decided_rows: dict[int, Record] = field(default_factory=dict)
     next_heartbeat_s: float = 0.0
+    next_gc_s: float = 0.0
 
 
 TXN_TIMEOUT_S = 1.0
+GC_INTERVAL_S = 0.25  # the collection of decided records, often enough to run under the faults
+GC_MIN_RETENTION_MS = 300
+GC_MAX_RETENTION_MS = 3_000
 SYNC_AFTER_S = 0.04  # a coordinator's fsync of its row, after its COMMIT could leave
 Statement = tuple[str, tuple[Any, ...]]
 
@@ -303,6 +307,7 @@ class Simulation:
         self.quorum = quorum
         self.members_crashed = 0
         self.os_crashes = 0
+        self.collected = 0  # decided transaction records deleted by the collection
         self.script = list(script)
         self.txns_left = quorum.transactions if quorum is not None else 0
         self.clients: dict[int, Client] = {}
@@ -812,6 +817,11 @@ class Simulation:
         driver = member.driver
         assert driver is not None
         await self._do(member, driver.txn_tick(self.now_s))
+        if self.now_s >= member.next_gc_s and member.records is not None:
+            member.next_gc_s = self.now_s + GC_INTERVAL_S
+            self.collected += member.records.collect(
+                driver, self.now_s, now_ms=self._clock_ms(), members=frozenset(self.members),
+                min_retention_ms=GC_MIN_RETENTION_MS, max_retention_ms=GC_MAX_RETENTION_MS)
         if self.now_s < member.next_heartbeat_s:
             return
         member.next_heartbeat_s = self.now_s + TIMEOUT_S

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
+from replicaset.core.hlc import unpack_stamp
 from replicaset.core.transitions import LocalProtocolError, transition
 
 Key = Hashable
@@ -223,6 +224,15 @@ Action = (SendPrepare | DecideCommit | SendCommit | DecideAbort | SendAbort | Re
 
 
 # ---------------------------------------------------------------- coordinator
+
+
+class RowHere(Enum):
+    """What this member's store holds of a transaction's row: how a question about a
+    transaction the coordinator no longer remembers is answered."""
+
+    NONE = "none"
+    WRITTEN = "written"  # in the WAL, not yet beyond an OS crash
+    DURABLE = "durable"
 
 
 class TxnState(Enum):
@@ -411,9 +421,10 @@ class Transaction:
 @dataclass
 class Coordinator:
     """The transactions one member coordinates, and what each member acknowledged as
-    durable (its vclock), which is how the client's wait for the level ends. `txns` keeps
-    every decision (a later question must get it, never a fresh ABORT); `_open` the ones
-    not ACKED or ABORTED, which are all that ticks and acknowledgements walk."""
+    durable (its vclock), which is how the client's wait for the level ends, and when a
+    decided record may be collected. `txns` keeps every decision until it is collected
+    (`forget`; a later question is then answered by the row); `_open` the ones not ACKED
+    or ABORTED, which are all that ticks and acknowledgements walk."""
 
     member: int
     txns: dict[int, Transaction] = field(default_factory=dict)
@@ -459,17 +470,19 @@ class Coordinator:
     def tick(self, now_s: float) -> list[Action]:
         return [action for txn in self._in(T.PREPARING) for action in txn.tick(now_s)]
 
-    def query_decision(self, now_s: float, txn_id: int, asker: int) -> list[Action]:
+    def query_decision(self, now_s: float, txn_id: int, asker: int, row: RowHere = RowHere.NONE) -> list[Action]:
         """Spec QueryDecision: answer, deciding ABORT if there is no decision. A transaction
-        this member does not know is aborted too, and known from then on, so it can never
-        commit."""
+        this member does not remember (never begun, its record lost in a crash before its
+        row, or collected) is answered by its row: COMMIT once the row is durable here,
+        nothing while an OS crash could still take it, ABORT without one. It needs no
+        decision: one never begun, or lost with its captured rows, can never commit."""
         txn = self.txns.get(txn_id)
         if txn is not None:
             return txn.query_decision(asker)
-        self.txns[txn_id] = Transaction(txn_id=txn_id, coordinator=self.member, members=frozenset({self.member, asker}),
-                                        level=Level.QUORUM, deadline_s=now_s, min_stamp=0, state=T.ABORTED)
-        return [DecideAbort(txn_id=txn_id, reason=f"member {asker} asked about a transaction this member never began"),
-                SendDecision(txn_id=txn_id, to=asker, decision=Decision.ABORT)]
+        if row is RowHere.WRITTEN:
+            return []
+        return [SendDecision(txn_id=txn_id, to=asker, decision=Decision.COMMIT if row is RowHere.DURABLE
+                             else Decision.ABORT)]
 
     def committed(self, now_s: float, txn_id: int, origin: int, lsn: int) -> list[Action]:
         """The host wrote and applied the row of a DecideCommit at `(origin, lsn)`."""
@@ -524,6 +537,15 @@ class Coordinator:
         self._open[txn_id] = txn
         return txn.restart(row)
 
+    def forget(self, txn_ids: Iterable[int]) -> None:
+        """Collected (`collectable`): decided transactions leave memory with their records;
+        a later question is answered by the row."""
+        for txn_id in txn_ids:
+            txn = self.txns.get(txn_id)
+            if txn is not None and txn.decision is not None:
+                del self.txns[txn_id]
+                self._open.pop(txn_id, None)
+
     def undecided(self) -> list[Transaction]:
         """The transactions with no decision yet, or decided COMMIT but not yet written."""
         return self._in(T.PREPARING, T.COMMITTING)
@@ -540,6 +562,36 @@ class Coordinator:
             assert txn.state in (T.ACKED, T.ABORTED) or self._open.get(txn_id) is txn, f"{txn} is open but not listed"
             txn.check_invariants()
         assert all(self.txns.get(txn_id) is txn for txn_id, txn in self._open.items()), "_open lists an unknown txn"
+
+
+# ---------------------------------------------------------------- collection
+
+
+@dataclass(frozen=True, slots=True)
+class DecidedRecord:
+    """A decided transaction's record: `row` `(origin, lsn)` for a commit, None for an abort."""
+
+    txn_id: int
+    row: tuple[int, int] | None
+
+
+def collectable(records: Iterable[DecidedRecord], *, now_ms: int, members: frozenset[int],
+                applied: Mapping[int, Mapping[int, int]], min_retention_ms: int,
+                max_retention_ms: int) -> list[int]:
+    """Marmot's phase-2 GC of transaction records: a decided transaction goes once it is
+    older than the minimum retention (its id is its HLC stamp) and every member of
+    `members` has applied its row (`applied`: what each acknowledged; an abort has no
+    row), or once older than the maximum whatever the members say. A member that then
+    asks about a collected transaction gets the answer its coordinator's row gives."""
+    collected = []
+    for record in records:
+        age_ms = now_ms - unpack_stamp(record.txn_id)[0]
+        if age_ms < min_retention_ms:
+            continue
+        if (age_ms >= max_retention_ms or record.row is None
+                or all(applied.get(m, {}).get(record.row[0], 0) >= record.row[1] for m in members)):
+            collected.append(record.txn_id)
+    return collected
 
 
 # ---------------------------------------------------------------- participant
@@ -618,11 +670,13 @@ class Participant:
         return f"participant {self.member}"
 
     def prepare(self, now_s: float, txn_id: int, coordinator: int, members: frozenset[int],
-                reads: Mapping[Key, Version], stored: Mapping[Key, Version]) -> Prepared | Conflicted | None:
+                reads: Mapping[Key, Version], stored: Mapping[Key, Version],
+                row_applied: bool = False) -> Prepared | Conflicted | None:
         """Spec Prepare. A PREPARE sent again is answered as before (the first answer may
-        have been lost); one that arrives after this member learned the outcome places
-        nothing and gets no answer, since the coordinator has decided."""
-        if txn_id in self.outcomes:
+        have been lost); one that arrives after this member learned the outcome, or applied
+        the transaction's row (its outcome may be collected), places nothing and gets no
+        answer, since the coordinator has decided."""
+        if txn_id in self.outcomes or row_applied:
             return None
         if txn_id in self.pending:
             self.pending[txn_id].heard_s = now_s
@@ -681,6 +735,13 @@ class Participant:
         """Spec ApplierReceive: the transaction's WAL row was applied here."""
         self._learn(txn_id, Decision.COMMIT)
         self._finish(txn_id)
+
+    def forget(self, txn_ids: Iterable[int]) -> None:
+        """Collected (`collectable`): the outcomes of finished transactions leave memory with
+        their records. A PREPARE that arrives later anyway is placed and asked about again."""
+        for txn_id in txn_ids:
+            if txn_id not in self.pending:
+                self.outcomes.pop(txn_id, None)
 
     def restart(self, now_s: float) -> None:
         """A crash loses the times; the intents and outcomes are durable. Every pending

@@ -442,7 +442,8 @@ class MemberDriver:
     def _prepare(self, now_s: float, txn_id: int, coordinator: int, members: frozenset[int],
                  reads: Mapping[quorum.Key, quorum.Version]) -> quorum.Prepared | quorum.Conflicted | None:
         again = txn_id in self.participant.pending
-        answer = self.participant.prepare(now_s, txn_id, coordinator, members, reads, self._stored(reads))
+        answer = self.participant.prepare(now_s, txn_id, coordinator, members, reads, self._stored(reads),
+                                          row_applied=self._store.quorum_row(txn_id) is not None)
         if isinstance(answer, quorum.Prepared) and not again:
             self._trace_txn("Prepare", txn_id, now_s)
         return answer
@@ -516,7 +517,7 @@ class MemberDriver:
         ABORT if there is none; any other member passes on what it learned."""
         if coordinator != self.instance_id:
             return self._of_quorum(self.participant.query_decision(now_s, txn_id, asker))
-        actions = self.coordinator.query_decision(now_s, txn_id, asker)
+        actions = self.coordinator.query_decision(now_s, txn_id, asker, self._row_here(txn_id))
         if any(isinstance(a, quorum.DecideAbort) for a in actions):
             self._trace_txn("QueryDecision", txn_id, now_s, member=asker, coordinator=self.instance_id)
         return self._of_quorum(actions)
@@ -527,6 +528,25 @@ class MemberDriver:
         if decision is quorum.Decision.ABORT:
             self._participant_abort(now_s, txn_id)
         self.participant.decision_learned(txn_id, decision)
+
+    @_event
+    def txn_collect(self, now_s: float, records: Sequence[quorum.DecidedRecord], *, now_ms: int,
+                    members: frozenset[int], min_retention_ms: int, max_retention_ms: int) -> list[int]:
+        """The decided transactions whose records may go (`quorum.collectable`, on what every
+        member acknowledged to our relays and COMMITs), forgotten by both cores here; the
+        host deletes their records."""
+        collected = quorum.collectable(records, now_ms=now_ms, members=members, applied=self.coordinator.durable,
+                                       min_retention_ms=min_retention_ms, max_retention_ms=max_retention_ms)
+        self.coordinator.forget(collected)
+        self.participant.forget(collected)
+        return collected
+
+    def _row_here(self, txn_id: int) -> quorum.RowHere:
+        row = self._store.quorum_row(txn_id)
+        if row is None:
+            return quorum.RowHere.NONE
+        origin, lsn = row
+        return quorum.RowHere.DURABLE if self._store.durable_vclock.get(origin) >= lsn else quorum.RowHere.WRITTEN
 
     @_event
     def txn_restart(self, now_s: float) -> None:

@@ -26,12 +26,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from replicaset.core import quorum as q
+from replicaset.core.hlc import unpack_stamp
 from replicaset.member.actions import Action
 from replicaset.member.driver import MemberDriver
 from replicaset.member.store import MemberStore
 from replicaset.meta import txns
 from replicaset.meta.store import MetaStore
 from replicaset.meta.txns import TxnRecord, TxnStatus
+
+
+COLLECT_MAX = 10_000  # records looked at in one pass of the collection, to bound its pause
 
 
 class TxnRecords:
@@ -64,6 +68,25 @@ class TxnRecords:
         if record is not None and record.status is TxnStatus.PENDING:
             origin, lsn = row if row else (None, None)
             txns.decide(self.meta, txn_id, status, origin=origin, lsn=lsn, sync=False)
+
+    def collect(self, driver: MemberDriver, now_s: float, *, now_ms: int, members: frozenset[int],
+                min_retention_ms: int, max_retention_ms: int) -> int:
+        """One pass of Marmot's phase-2 GC: the decided records older than the minimum
+        retention (txn ids are HLC stamps, so the scan is in age order and stops at the
+        first younger one; at most `COLLECT_MAX` a pass) go to the cores' collection
+        (`MemberDriver.txn_collect`), and those it lets go are deleted. How many went."""
+        records = []
+        for record in txns.records(self.meta):
+            if unpack_stamp(record.txn_id)[0] > now_ms - min_retention_ms or len(records) >= COLLECT_MAX:
+                break
+            if record.status is not TxnStatus.PENDING:
+                row = (record.origin, record.lsn) if record.origin is not None and record.lsn is not None else None
+                records.append(q.DecidedRecord(record.txn_id, row))
+        if not records:
+            return 0
+        collected = driver.txn_collect(now_s, records, now_ms=now_ms, members=members,
+                                       min_retention_ms=min_retention_ms, max_retention_ms=max_retention_ms)
+        return txns.forget(self.meta, collected)
 
     def rows_flushed(self, driver: MemberDriver, now_s: float, rows: Sequence[tuple[int, int, int]],
                      durable: Mapping[int, int]) -> bool:

@@ -5,13 +5,13 @@ A record is PENDING from PREPARE until its decision; the pending index lists exa
 so a restarted member knows what to resolve without reading every record. `decide` writes
 the decision and takes the transaction out of the pending index in one batch (a committed
 one enters the index by WAL row), and a decided transaction is never decided again. The
-caller says whether a write is synced. Records are never deleted here: retention is later
-work.
+caller says whether a write is synced. `forget` deletes decided records once the quorum
+core's collection (`replicaset.core.quorum.collectable`) lets them go.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -129,6 +129,24 @@ def decide(store: MetaStore, txn_id: int, status: TxnStatus, *, origin: int | No
         if index_key is not None:
             batch.put(index_key, txn_id)
     return decided
+
+
+def forget(store: MetaStore, txn_ids: Iterable[int]) -> int:
+    """Delete the decided records of `txn_ids` with their index entries, in one unsynced
+    batch (a deletion lost in a crash is made again by the next collection); a pending
+    record is never deleted here. Returns how many went."""
+    gone = 0
+    with store.batch(sync=False) as batch:
+        for txn_id in txn_ids:
+            record = txn(store, txn_id)
+            if record is None or record.status is TxnStatus.PENDING:
+                continue
+            batch.delete(keys.txn(txn_id))
+            index_key = _index_key(record)
+            if index_key is not None:
+                batch.delete(index_key)
+            gone += 1
+    return gone
 
 
 def _index_key(record: TxnRecord) -> bytes | None:

@@ -101,6 +101,7 @@ class QuorumHost:
         self._last_answer_s: dict[int, float] = {}  # each peer's last answer to a PREPARE of ours
         self._recording: dict[int, trio.Event] = {}  # PREPARED records being synced, by txn id
         self._begun: dict[int, trio.Event] = {}  # our PENDING records on their way to disk, for the row
+        self._collected = 0  # decided records deleted by the collection since start, for the console
 
     def participant(self) -> q.Participant:
         """This member's participant as its metastore left it; it asks about a silent
@@ -118,8 +119,8 @@ class QuorumHost:
         driver = self._node.driver
         self.carry_out(self.records.restart(driver, self._node.engine, trio.current_time()))
         self._node.writer.request_sync()  # rows and decisions the restart found count once durable
-        interval = self._node.config.replication_timeout
-        next_heartbeat = trio.current_time() + interval
+        interval, gc_interval = self._node.config.replication_timeout, float(self._node.config["gc.interval_s"])
+        next_heartbeat, next_gc = trio.current_time() + interval, trio.current_time() + gc_interval
         while True:
             await trio.sleep(TICK_S)
             now = trio.current_time()
@@ -127,6 +128,22 @@ class QuorumHost:
             if now >= next_heartbeat:
                 next_heartbeat = now + interval
                 self._heartbeats(driver.txn_unfinished())
+            if now >= next_gc:
+                next_gc = now + gc_interval
+                self.collect()
+
+    def collect(self) -> int:
+        """Delete the decided transaction records every member has applied, once older than
+        `[gc] min_retention_s`, or older than `max_retention_s` whatever the members say."""
+        config = self._node.config
+        gone = self.records.collect(self._node.driver, trio.current_time(), now_ms=time.time_ns() // 1_000_000,
+                                    members=self._members(),
+                                    min_retention_ms=int(float(config["gc.min_retention_s"]) * 1000),
+                                    max_retention_ms=int(float(config["gc.max_retention_s"]) * 1000))
+        if gone:
+            self._collected += gone
+            self._node.log.info("txn_records_collected", count=gone)
+        return gone
 
     def _heartbeats(self, unfinished: dict[int, frozenset[int]]) -> None:
         by_member: dict[int, list[int]] = {}
@@ -208,6 +225,7 @@ class QuorumHost:
             "ddl_lock": None if lock is None else {
                 "txn_id": f"{lock:#x}", "holder": lock_holder.coordinator if lock_holder is not None else None},
             "outcomes": {level.value: outcomes.info() for level, outcomes in self._outcomes.items()},
+            "collected": self._collected,
         }
 
     def prepare_info(self, member: int) -> dict[str, Any]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass
+from functools import partial
 
 import pytest
 
 from replicaset.core import quorum as q
+from replicaset.core.hlc import pack_stamp
 from replicaset.core.quorum import Decision, Level, Version
 from replicaset.core.transitions import LocalProtocolError
 
@@ -116,12 +118,50 @@ def test_a_question_is_answered_with_the_decision_once_the_row_is_written():
     assert coordinator.query_decision(3.0, TXN, asker=3) == [q.SendDecision(txn_id=TXN, to=3, decision=Decision.COMMIT)]
 
 
-def test_a_question_about_a_transaction_never_begun_aborts_it_for_good():
+def test_a_question_about_a_transaction_it_does_not_remember_is_answered_by_its_row():
+    """Never begun, lost with its record in a crash before its row, or collected: the row
+    decides, and nothing is remembered of the question (no entry a collection would miss)."""
     coordinator = q.Coordinator(member=1)
-    actions = coordinator.query_decision(0.0, 0x55, asker=2)
-    assert kinds(actions) == [q.DecideAbort, q.SendDecision] and actions[1].decision is Decision.ABORT
-    with pytest.raises(LocalProtocolError, match="began already"):
-        coordinator.begin(1.0, 0x55, {"k": V0}, THREE, Level.QUORUM, 5.0)
+    assert coordinator.query_decision(0.0, 0x55, 2) == [q.SendDecision(txn_id=0x55, to=2, decision=Decision.ABORT)]
+    assert coordinator.query_decision(0.0, 0x56, 2, q.RowHere.WRITTEN) == [], "an OS crash could still take the row"
+    assert coordinator.query_decision(0.0, 0x56, 2, q.RowHere.DURABLE) == [
+        q.SendDecision(txn_id=0x56, to=2, decision=Decision.COMMIT)]
+    assert coordinator.txns == {}
+
+
+def stamp_at(ms: int) -> int:
+    return pack_stamp(ms, 1, 0)
+
+
+def test_a_decided_record_is_collected_once_old_enough_and_applied_everywhere_or_too_old():
+    old, older, oldest, young = stamp_at(10_000), stamp_at(5_000), stamp_at(1_000), stamp_at(19_500)
+    records = [q.DecidedRecord(old, (1, 7)), q.DecidedRecord(older, None), q.DecidedRecord(oldest, (2, 3)),
+               q.DecidedRecord(young, None)]
+    applied = {1: {1: 7, 2: 2}, 2: {1: 7, 2: 3}, 3: {1: 6, 2: 2}}
+    collect = partial(q.collectable, records, now_ms=20_000, members=THREE, min_retention_ms=2_000,
+                      max_retention_ms=18_000)
+    assert collect(applied=applied) == [older, oldest], "member 3 lacks 1:7; 2:3 is past the maximum; an abort goes"
+    applied[3][1] = 7
+    assert collect(applied=applied) == [old, older, oldest]
+    assert q.collectable(records, now_ms=20_000, members=THREE, applied=applied, min_retention_ms=20_000,
+                         max_retention_ms=30_000) == [], "nothing is older than the minimum"
+
+
+def test_collected_transactions_leave_both_cores_and_a_late_prepare_of_an_applied_row_gets_no_answer():
+    coordinator = started(THREE)
+    commit(coordinator)
+    coordinator.begin(0.0, 0x99, {"k": V0}, THREE, Level.QUORUM, 10.0)
+    coordinator.forget([TXN, 0x99])
+    assert set(coordinator.txns) == {0x99}, "an undecided transaction is never forgotten"
+    coordinator.check_invariants()
+    participant = q.Participant(member=2, timeout_s=1.0)
+    assert isinstance(participant.prepare(0.0, TXN, 1, THREE, {"k": V0}, {}), q.Prepared)
+    participant.row_applied(TXN)
+    participant.forget([TXN])
+    assert participant.outcomes == {}
+    assert participant.prepare(1.0, TXN, 1, THREE, {"k": V0}, {}, row_applied=True) is None
+    assert participant.intents.holder("k") is None
+    participant.check_invariants()
 
 
 def test_a_restart_aborts_what_was_undecided_and_keeps_what_was_decided():

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from replicaset.core import quorum as q
+from replicaset.core.hlc import pack_stamp
 from replicaset.core.replicaset import ReplicaSet
 from replicaset.member import MemberDriver
 from replicaset.member.txn_records import TxnRecords
@@ -119,3 +121,23 @@ def test_rows_a_restart_finds_count_at_the_first_sync(meta: CountingMeta) -> Non
     records.synced(restarted, 5.5, store.durable_vclock.to_dict())
     assert restarted.participant.intents.holder(KEY) is None
     assert txns.txn(meta, TXN).status is TxnStatus.COMMITTED  # type: ignore[union-attr]
+
+
+def test_the_collection_deletes_a_decided_record_once_every_member_applied_its_row(meta: CountingMeta) -> None:
+    records, store = TxnRecords(meta, OWN), QuorumStore()
+    driver = driver_for(meta, store)
+    txn_id = pack_stamp(1_000, COORDINATOR, 0)
+    prepare(driver, records, txn_id)
+    records.rows_flushed(driver, 1.0, [(txn_id, COORDINATOR, 5)], durable={COORDINATOR: 5})
+    collect = partial(records.collect, driver, 2.0, members=MEMBERS, min_retention_ms=60_000,
+                      max_retention_ms=600_000)
+    assert collect(now_ms=30_000) == 0, "younger than the minimum retention"
+    for member in (1, 2):
+        driver.txn_durable(2.0, member, {COORDINATOR: 5})
+    driver.txn_durable(2.0, 3, {COORDINATOR: 4})
+    assert collect(now_ms=100_000) == 0, "member 3 has not applied the row"
+    driver.txn_durable(2.0, 3, {COORDINATOR: 5})
+    assert collect(now_ms=100_000) == 1
+    assert txns.txn(meta, txn_id) is None and list(txns.records(meta)) == []
+    assert driver.participant.outcomes == {}
+    assert collect(now_ms=100_000) == 0

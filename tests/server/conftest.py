@@ -208,10 +208,11 @@ SYNCHRO_TIMEOUT_S = 2.0
 QUORUM = {"consistency": "quorum"}
 
 
-def quorum_set_of(replicaset_factory: Callable[..., ReplicaSet], size: int) -> tuple[ReplicaSet, list[Server]]:
-    """`size` members with a short `synchro_timeout_s` and table `kv`, each joined through
-    the one before it, converged."""
-    rs = replicaset_factory(f"replication.synchro_timeout_s = {SYNCHRO_TIMEOUT_S}\n")
+def quorum_set_of(replicaset_factory: Callable[..., ReplicaSet], size: int,
+                  config: str = "") -> tuple[ReplicaSet, list[Server]]:
+    """`size` members with a short `synchro_timeout_s`, `config` besides, and table `kv`,
+    each joined through the one before it, converged."""
+    rs = replicaset_factory(f"replication.synchro_timeout_s = {SYNCHRO_TIMEOUT_S}\n{config}")
     members = [rs.bootstrap()]
     with members[0].client() as client:
         client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, n INTEGER DEFAULT 0)")

@@ -200,4 +200,5 @@ def test_bank_transfers_survive_os_crashes_under_wal_mode_write(tmp_path: Path, 
     sim = simulate(tmp_path, seed, members=3, wal_mode="write", writes=0, quorum=Bank(transactions=30),
                    faults=Faults(crash_per_s=3.0, os_crash_share=1.0))
     assert sim.os_crashes >= 5, "the seed was meant to crash the OS again and again"
+    assert sim.collected > 0, "decided records are collected under the faults too"
     assert outcomes(sim).get("acked", 0) >= 3, outcomes(sim)
