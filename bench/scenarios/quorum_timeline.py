@@ -103,6 +103,7 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
         values = entry.get("phases", {}).get(phase, [])
         out.append(f"  {phase:<18} {fmt_ms(percentile(values, 0.5) * 1e6):>8} / {fmt_ms(percentile(values, 0.9) * 1e6):>8}"
                    f"   ({len(values)} seen)")
-    out.append("  (before 'm1 row written': capture, PENDING record and intents synced on m1, PREPARE to both peers, "
-               "their synced intents and PENDING records, the votes; the trace has no quorum events to split it)")
+    out.append("  (before 'm1 row written': capture, PREPARE to both peers while m1 syncs its PENDING record, each "
+               "peer's intents and PENDING record synced by one fsync, the votes; COMMIT leaves at 'm1 fsync'; the "
+               "trace has no quorum events to split it)")
     return out
