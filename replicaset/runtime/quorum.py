@@ -416,6 +416,9 @@ class QuorumHost:
                 return await link.request(request_type, body)
             except (PeerError, RemoteProtocolError, OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
                 self._node.log.info("txn_peer_unreachable", member=member, error=str(exc) or type(exc).__name__)
+        address = next((a for i, _, a in self._node.members() if i == member), None)
+        if address != link.address and self._links.get(member) is link:
+            del self._links[member]  # it restarted elsewhere: the next request goes to its new address
         return None
 
     def _spawn(self, fn: Any, *args: Any) -> None:
@@ -531,6 +534,10 @@ class _Link:
         self._send_lock = trio.Lock()
         self._waiting: dict[int, trio.MemorySendChannel[Frame | Exception]] = {}
         self._sync = 0
+
+    @property
+    def address(self) -> str:
+        return self._address
 
     async def request(self, request_type: int, body: dict[int, Any]) -> Frame:
         link = await self._open()

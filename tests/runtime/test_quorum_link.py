@@ -5,6 +5,7 @@ for a lost message, never one that escapes into the node's nursery and stops the
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from types import SimpleNamespace
 
 import trio
@@ -80,6 +81,25 @@ class _Config(dict):
     max_frame_bytes = 1 << 20
 
 
+async def answering_peer(replies: dict[PeerRequest, dict], stream: trio.SocketStream) -> None:
+    """A peer that answers each request with the body `replies` gives its type."""
+    await stream.send_all(encode_greeting(version=GREETING_VERSION, instance_uuid=str(uuid.uuid4()), salt=bytes(32)))
+    decoder = FrameDecoder(1 << 20)
+    while data := await stream.receive_some():
+        decoder.feed(data)
+        while (frame := decoder.next_frame()) is not None:
+            await stream.send_all(encode_ok(sync=frame.sync, schema_version=1,
+                                            body=replies[PeerRequest(frame.request_type)]))
+
+
+def host_node(nursery: trio.Nursery, **fields: object) -> SimpleNamespace:
+    """What of a Node the quorum host's requests use."""
+    return SimpleNamespace(config=_Config({"replication.synchro_timeout_s": WAIT_S}), _nursery=nursery,
+                           identity=SimpleNamespace(instance_id=1, replicaset_uuid=str(uuid.uuid4()),
+                                                    instance_uuid=str(uuid.uuid4())),
+                           log=_Log(), **fields)
+
+
 def test_malformed_answers_to_prepare_commit_and_query_are_dropped_and_the_member_keeps_running() -> None:
     """A peer that answers a PREPARE, a COMMIT or a question with a body that does not
     decode loses its answer: before, the decode raised in the host's task and stopped the
@@ -89,29 +109,16 @@ def test_malformed_answers_to_prepare_commit_and_query_are_dropped_and_the_membe
                PeerRequest.TXN_QUERY: {PeerKey.DECISION: 7}}
 
     async def main() -> None:
-        async def peer(stream: trio.SocketStream) -> None:
-            await stream.send_all(encode_greeting(version=GREETING_VERSION, instance_uuid=str(uuid.uuid4()),
-                                                  salt=bytes(32)))
-            decoder = FrameDecoder(1 << 20)
-            while data := await stream.receive_some():
-                decoder.feed(data)
-                while (frame := decoder.next_frame()) is not None:
-                    await stream.send_all(encode_ok(sync=frame.sync, schema_version=1,
-                                                    body=replies[PeerRequest(frame.request_type)]))
-
         answered: list[object] = []
         with trio.fail_after(WAIT_S):
             async with trio.open_nursery() as nursery:
-                listeners = await nursery.start(trio.serve_tcp, peer, 0)
+                listeners = await nursery.start(trio.serve_tcp, partial(answering_peer, replies), 0)
                 port = listeners[0].socket.getsockname()[1]
-                log = _Log()
                 driver = SimpleNamespace(txn_answered=lambda *a: answered.append(a) or [],
                                          txn_durable=lambda *a: answered.append(a) or [],
                                          txn_decision=lambda *a: answered.append(a))
-                node = SimpleNamespace(config=_Config({"replication.synchro_timeout_s": WAIT_S}), _nursery=nursery,
-                                       identity=SimpleNamespace(instance_id=1, replicaset_uuid=str(uuid.uuid4()),
-                                                                instance_uuid=str(uuid.uuid4())),
-                                       log=log, driver=driver)
+                node = host_node(nursery, driver=driver)
+                log = node.log
                 host = QuorumHost.__new__(QuorumHost)
                 host._node, host._last_answer_s = node, {}  # type: ignore[assignment]
                 host._links = {2: _Link(node, 2, f"127.0.0.1:{port}")}  # type: ignore[arg-type]
@@ -122,5 +129,35 @@ def test_malformed_answers_to_prepare_commit_and_query_are_dropped_and_the_membe
         assert answered == [], "no malformed answer reaches the cores"
         malformed = [fields["request"] for event, fields in log.lines if event == "txn_peer_reply_malformed"]
         assert malformed == ["TXN_PREPARE", "TXN_COMMIT", "TXN_QUERY"], log.lines
+
+    trio.run(main)
+
+
+def test_a_member_that_moved_is_reached_at_its_new_address_after_one_lost_request() -> None:
+    """The link to a member was opened at the address `_cluster` had then; once the member
+    restarted elsewhere (its row updated), a request that fails makes the next one go to
+    the new address, instead of the old one for ever."""
+
+    async def main() -> None:
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                listeners = await nursery.start(trio.serve_tcp, partial(answering_peer, {PeerRequest.TXN_QUERY: {}}), 0)
+                new = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+                gone = trio.socket.socket()
+                await gone.bind(("127.0.0.1", 0))
+                old = f"127.0.0.1:{gone.getsockname()[1]}"  # bound, never listening: refused
+                cluster = [(2, str(uuid.uuid4()), old)]
+                node = host_node(nursery, members=lambda: cluster)
+                host = QuorumHost.__new__(QuorumHost)
+                host._node, host._links = node, {}  # type: ignore[assignment]
+                assert await host._request(2, PeerRequest.TXN_QUERY, {}) is None
+                assert host._links[2].address == old, "still there: the member did not move"
+                assert await host._request(2, PeerRequest.TXN_QUERY, {}) is None
+                cluster[0] = (2, cluster[0][1], new)  # it restarted on another port
+                assert await host._request(2, PeerRequest.TXN_QUERY, {}) is None, "the old address refuses once more"
+                reply = await host._request(2, PeerRequest.TXN_QUERY, {})
+                assert reply is not None and host._links[2].address == new
+                gone.close()
+                nursery.cancel_scope.cancel()
 
     trio.run(main)
