@@ -4,16 +4,17 @@ member driver (the server's `QuorumHost` and the simulator).
 The cores decide; a record only makes a decision, or a vote, outlive the process. The
 order is `replicaset.meta.recovery`'s: the coordinator's PENDING record before its row
 (the server syncs it while PREPARE goes out; the simulator writes it first); a
-participant's intents (inside its `place`), then its PENDING record,
-then its answer; a decision, then the release. Two writes per transaction are synced:
-the coordinator's PENDING record and a participant's, each before a message relies on it
-(the participant's also makes its intents durable). A decision is not: lost in a crash,
-it is found again, since the row it names is durable before it is recorded (a restart
-finds it, `rows_flushed`) and an abort is what a coordinator's restart decides for a
-transaction without a row, and what a participant asking about it hears. At start the records are what the cores
-are rebuilt from (`restart`): this member's own transactions go back to its coordinator
-(committed when the row is here, aborted otherwise), and a pending one whose row is
-already here is decided COMMITTED, releasing its intents.
+participant's intents (inside its `place`), then its PENDING record, then its answer; a
+decision, then the release. Two writes per transaction are synced: the coordinator's
+PENDING record and a participant's, each before something relies on it (the
+participant's also makes its intents durable). A decision is not: lost in a crash, it
+is found again, since the row it names is durable before it is recorded (a restart finds
+it, `rows_flushed`) and an abort is what a coordinator's restart decides for a
+transaction without a row, and what a participant asking about it hears. At start the
+records are what the cores are rebuilt from (`restart`): this member's own transactions
+go back to its coordinator (committed when the row is here, aborted otherwise), and a
+pending one whose row is already here is decided COMMITTED, releasing its intents.
+Decided records are collected (`collect`) as Marmot's phase-2 GC does.
 
 A row of a quorum transaction counts as applied here only once an OS crash can no longer
 take it from our WAL (under `wal_mode = write`, after the next sync). Released earlier,

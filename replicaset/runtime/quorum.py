@@ -4,9 +4,9 @@ coordinator and participant.
 Theory of operation. The cores decide; this module does what their actions say and
 reports what followed. A client's QUORUM or ALL transaction is captured by the writer
 (its rows and the versions read, rolled back) and begun in the driver; its PENDING
-record is synced in the metastore while PREPARE goes out, and its row waits for it. PREPARE, COMMIT (the exact WAL row), ABORT,
-the question for a decision and the heartbeat travel on one request/response link per
-peer, opened on first use. The decision to commit is the coordinator's own WAL row,
+record is synced in the metastore while PREPARE goes out, and its row waits for it.
+PREPARE, COMMIT (the exact WAL row), ABORT, the question for a decision and the
+heartbeat travel on one request/response link per peer, opened on first use. The decision to commit is the coordinator's own WAL row,
 written through the apply path with the txn id inside it (`_rs_quorum` keeps it with the
 row, atomically); flushed rows of quorum transactions, ours or a peer's, release the
 intents they held. The client hears once the level's members hold the row durably: the
