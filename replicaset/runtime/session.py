@@ -388,6 +388,10 @@ class Session:
                     level = Level.QUORUM
             if level is not Level.ONE:
                 result, captured = await node.writer.capture(sql, binds)
+                if captured.ddl is None:
+                    self._nursery.start_soon(self._reply_when_decided, frame, result, captured, level)
+                    return
+                # DDL waits here: the statements behind it on this connection may need its schema.
                 await self._commit_captured(captured, level)
                 self._reply_result(frame, result, vclock=node.engine.vclock)
                 return
@@ -403,6 +407,19 @@ class Session:
             await ticket.wait()
         except WriteFailed as exc:
             self._reply_error(frame.sync, ErrorCode.WAL_IO, str(exc))
+        else:
+            self._reply_result(frame, result, vclock=self._node.engine.vclock)
+        await self._flush_outbox()
+
+    async def _reply_when_decided(self, frame: Frame, result: StatementResult, captured: Captured,
+                                  level: Level) -> None:
+        """A QUORUM or ALL write waits for its level here, beside the connection's read
+        loop: the requests behind it on the connection go on meanwhile, each answered by
+        its sync, as Tarantool runs each request in a fiber of its own."""
+        try:
+            await self._commit_captured(captured, level)
+        except RequestError as exc:
+            self._reply_error(frame.sync, exc.code, exc.message)
         else:
             self._reply_result(frame, result, vclock=self._node.engine.vclock)
         await self._flush_outbox()

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from replicaset.iproto.client import Client
-from replicaset.iproto.constants import ErrorCode, Key
+from replicaset.iproto.codec import encode_request
+from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import ServerError
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from tests.server.conftest import QUORUM, REPLICASET_UUID, SYNCHRO_TIMEOUT_S, wait_for
@@ -154,3 +155,24 @@ def test_hand_made_prepares_are_refused_and_the_member_goes_on(quorum_set) -> No
         client.execute("INSERT INTO kv(k, v) VALUES (1, 'still serving')", options=QUORUM)
     rs.wait_converged()
     assert rows(third) == [[1, "still serving", 0]]
+
+
+def test_a_write_waiting_for_its_level_does_not_hold_up_the_requests_behind_it(quorum_set) -> None:
+    """A pipelined ALL write that cannot be decided (member 3 hung) and a PING and a read
+    sent right after it on the same connection: the PING and the read are answered at
+    once, the write when its deadline passes, each by its own sync."""
+    rs, (first, second, third) = quorum_set
+    with third.paused(), first.client() as client:
+        write = {Key.SQL_TEXT: "INSERT INTO kv(k, v) VALUES (5, 'all')", Key.SQL_BIND: [],
+                 Key.OPTIONS: {"consistency": "all"}}
+        read = {Key.SQL_TEXT: "SELECT count(*) FROM kv", Key.SQL_BIND: []}
+        client._sock.sendall(encode_request(RequestType.EXECUTE, 1, write) + encode_request(RequestType.PING, 2, {})
+                             + encode_request(RequestType.EXECUTE, 3, read))
+        started = time.monotonic()
+        replies = [client._read_frame() for _ in range(3)]
+        waited_s = time.monotonic() - started
+    assert [frame.sync for frame in replies] == [2, 3, 1], "the PING and the read first, the write at its deadline"
+    assert replies[2].is_error and replies[2].request_type & 0x7FFF == ErrorCode.SYNC_QUORUM_TIMEOUT
+    assert replies[1].body[Key.DATA] == [[0]]
+    assert waited_s >= SYNCHRO_TIMEOUT_S * 0.9
+    rs.wait_converged()
