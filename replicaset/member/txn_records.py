@@ -97,6 +97,10 @@ class TxnRecords:
         self._undurable += rows
         return self.synced(driver, now_s, durable)
 
+    def awaits_sync(self, txn_id: int) -> bool:
+        """Whether `txn_id`'s row is applied here and counts only at the next sync."""
+        return any(row[0] == txn_id for row in self._undurable)
+
     def synced(self, driver: MemberDriver, now_s: float, durable: Mapping[int, int]) -> bool:
         """Our WAL is durable up to `durable`: the rows it covers are decided COMMITTED in
         their records, then the participant releases their intents. True when some still wait."""

@@ -102,6 +102,7 @@ class QuorumHost:
         self._recording: dict[int, trio.Event] = {}  # PREPARED records being synced, by txn id
         self._begun: dict[int, trio.Event] = {}  # our PENDING records on their way to disk, for the row
         self._collected = 0  # decided records deleted by the collection since start, for the console
+        self._synced = trio.Event()  # set at each sync of our WAL, then replaced
 
     def participant(self) -> q.Participant:
         """This member's participant as its metastore left it; it asks about a silent
@@ -298,11 +299,21 @@ class QuorumHost:
                 self._node.driver, trio.current_time(), engine.flushed_quorum_rows, engine.durable_vclock.to_dict()):
             self._node.writer.request_sync()
 
+    async def _until_synced(self, txn_id: int) -> None:
+        """Until `txn_id`'s row, applied here, is durable and its intents gone (a sync is
+        asked for), or `synchro_timeout_s` passes."""
+        self._node.writer.request_sync()
+        with trio.move_on_after(self._node.config["replication.synchro_timeout_s"]):
+            while self.records.awaits_sync(txn_id):
+                await self._synced.wait()
+
     def synced(self) -> None:
         """Our WAL is durable further: rows applied here count, and our own acknowledgement
         goes to our transactions."""
         now, durable = trio.current_time(), self._node.engine.durable_vclock.to_dict()
         self.records.synced(self._node.driver, now, durable)
+        self._synced.set()
+        self._synced = trio.Event()
         self.carry_out(self._node.driver.txn_durable(now, self._id, durable))
 
     # ---------------------------------------------------------------- the coordinator's tasks
@@ -457,6 +468,12 @@ class QuorumHost:
             reads = {key: q.Version(hlc=hlc, origin=origin) for key, (hlc, origin) in prepare.reads.items()}
             answer = driver.txn_prepare(now, prepare.request.txn_id, coordinator=prepare.coordinator,
                                         members=prepare.members, reads=reads)
+            if isinstance(answer, q.Conflicted) and answer.holder is not None and self.records.awaits_sync(answer.holder):
+                # The holder's row is applied here and its intent goes at our next sync: a
+                # client that saw the holder committed must not be refused for it.
+                await self._until_synced(answer.holder)
+                answer = driver.txn_prepare(trio.current_time(), prepare.request.txn_id,
+                                            coordinator=prepare.coordinator, members=prepare.members, reads=reads)
             if isinstance(answer, q.Prepared):
                 await self._record_prepared(answer.txn_id, coordinator=prepare.coordinator, members=prepare.members,
                                             keys=reads)

@@ -176,3 +176,20 @@ def test_a_write_waiting_for_its_level_does_not_hold_up_the_requests_behind_it(q
     assert replies[1].body[Key.DATA] == [[0]]
     assert waited_s >= SYNCHRO_TIMEOUT_S * 0.9
     rs.wait_converged()
+
+
+def test_a_client_never_conflicts_with_its_own_acknowledged_writes(quorum_set) -> None:
+    """One client writes one row at QUORUM again and again, and creates tables one after
+    the other: each statement is acknowledged before the next, so none may be refused for
+    the one before it. A peer releases a row's intent only once the row is durable there,
+    which may be after the client heard: its PREPARE waits for that sync instead of
+    answering CONFLICT."""
+    rs, (first, second, third) = quorum_set
+    with first.client() as client:
+        for n in range(30):
+            client.execute("INSERT INTO kv(k, v, n) VALUES (1, 'again', ?) ON CONFLICT(k) DO UPDATE SET n = excluded.n",
+                           [n], options=QUORUM)
+        for n in range(8):
+            client.execute(f"CREATE TABLE t{n}(id INTEGER PRIMARY KEY)")
+    rs.wait_converged()
+    assert rows(first) == rows(second) == rows(third) == [[1, "again", 29]]
