@@ -641,6 +641,7 @@ class Simulation:
         assert isinstance(accepted, Accepted)
         await self._send(conn, member.id, link.applier_of, "subscribed", accepted.vclock)
         await self._do(member, accepted.actions)
+        await self._do(member, driver.relay_ack(conn, self.now_s, VClock(vclock)))  # as the server's session
 
     async def _recv_subscribed(self, member: Member, driver: MemberDriver, conn: int, link: Link, vclock: dict) -> None:
         await self._do(member, driver.applier_subscribed(str(link.relay_on), self.now_s, VClock(vclock)))

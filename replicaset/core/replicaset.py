@@ -163,6 +163,17 @@ def allocate_id(members: Iterable[tuple[int, str]], uuid: str) -> tuple[int, boo
     return free, True
 
 
+def previous_change_lacking(members: Iterable[int], registrar: int, held: Mapping[int, Mapping[int, int]],
+                            change_lsn: int) -> list[int]:
+    """Membership rule 4 (`Membership.tla` PreviousChangeHeld): the next change starts only
+    once every member of the next configuration holds the previous one (the joiner gets
+    it in its snapshot). `held` is what each member last acknowledged holding; the members
+    whose copy of the registrar's rows stops before `change_lsn` are returned. Without the
+    rule two changes in a row can leave a member two views behind, and its majorities and
+    the others' miss each other."""
+    return sorted(m for m in members if m != registrar and held.get(m, {}).get(registrar, 0) < change_lsn)
+
+
 def majority(members: int) -> int:
     return members // 2 + 1
 

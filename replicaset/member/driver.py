@@ -40,7 +40,7 @@ is the spec's WriteOne; the aborts of a restart are the host's `Restart` line.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from replicaset.core import quorum
@@ -56,6 +56,7 @@ from replicaset.core.replicaset import (
     ReplicaSet,
     Status,
     View,
+    previous_change_lacking,
 )
 from replicaset.member.actions import Accepted, Action, ApplierAction, QuorumAction, RelayAction, SetAction
 from replicaset.member.store import MemberStore, Membership
@@ -500,6 +501,11 @@ class MemberDriver:
         """The transactions this member coordinates and has not decided, with the members
         they were sent to: the host's heartbeats keep those members from asking."""
         return {txn.txn_id: txn.members - {self.instance_id} for txn in self.coordinator.undecided()}
+
+    def previous_change_lacking(self, members: Iterable[int], change_lsn: int) -> list[int]:
+        """The members that have not acknowledged our rows up to `change_lsn`, a membership
+        change of ours (rule 4), on the last word each gave our relays or COMMITs."""
+        return previous_change_lacking(members, self.instance_id, self.coordinator.durable, change_lsn)
 
     def txn_coordinator(self, txn_id: int) -> int:
         """The coordinator a question about `txn_id` names: the one its PREPARE named, this

@@ -91,6 +91,7 @@ class Node:
         self.rejoin_through: str | None = None
         self.driver: MemberDriver  # once the engine is open (`open_member`)
         self._register_lock = trio.Lock()
+        self._change_lsn: int | None = None  # our LSN at or after the last `_cluster` change we made
         self.log = get_logger(identity.instance_id)
         self.started_monotonic = time.monotonic()
         self.schema_version = 1
@@ -368,6 +369,8 @@ class Node:
                 instance_id, new = allocate_id(((i, u) for i, u, _ in self.members()), uuid)
             except MembersFull as exc:
                 raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
+            if new:
+                await self._wait_previous_change_held()
             try:
                 if new:
                     await self.writer.execute_trusted(
@@ -378,10 +381,33 @@ class Node:
                                    f"registering instance {uuid} failed: {exc}") from exc
             # At or after the row: later rows of ours may have joined its flush.
             registration = Registration(instance_id=instance_id, registrar_lsn=self.engine.vclock.get(REGISTRAR_ID))
+            if new:
+                self._change_lsn = registration.registrar_lsn
         if new:
             self.log.info("member_registered", instance_id=instance_id, instance_uuid=uuid, address=address,
                           registrar_lsn=registration.registrar_lsn)
         return registration
+
+    async def _wait_previous_change_held(self) -> None:
+        """Membership rule 4: the registration waits, up to `replication_connect_timeout`,
+        until every registered member has acknowledged our rows up to the last `_cluster`
+        change we made (after a restart, up to our LSN then: the change is among those)."""
+        if self._change_lsn is None:
+            self._change_lsn = self.engine.vclock.get(REGISTRAR_ID)
+        members = [i for i, _, _ in self.members()]
+        lacking = self.driver.previous_change_lacking(members, self._change_lsn)
+        if not lacking:
+            return
+        self.log.info("registration_waits", lacking=lacking, change_lsn=self._change_lsn)
+        with trio.move_on_after(self.config.replication_connect_timeout):
+            while lacking:
+                await trio.sleep(MEMBER_WAIT_POLL_S)
+                lacking = self.driver.previous_change_lacking(members, self._change_lsn)
+            return
+        raise RequestError(ErrorCode.TIMEOUT, f"instance(s) {', '.join(map(str, lacking))} do not hold the previous "
+                                              f"membership change yet (row {REGISTRAR_ID}:{self._change_lsn}): a "
+                                              f"join waits until every member holds it, for "
+                                              f"replication_connect_timeout = {self.config.replication_connect_timeout} s")
 
     async def _register_through_registrar(self, uuid: str, address: str) -> Registration:
         """A join through another member: ids come from the registrar alone (DESIGN 4.7)."""

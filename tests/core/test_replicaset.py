@@ -127,3 +127,12 @@ def test_a_rejoin_goes_through_a_member_holding_every_row_of_ours_or_is_refused_
     late.check_rejoin(1.0, own_lsn=5, acked={}, rejoin_timeout_s=3)
     (refused,) = late.check_rejoin(4.0, own_lsn=5, acked={1: 4}, rejoin_timeout_s=3)
     assert isinstance(refused, rs.RejoinRefused) and "up to lsn 5" in refused.reason
+
+
+def test_the_next_membership_change_waits_for_every_member_to_hold_the_previous_one():
+    """Membership rule 4 (PreviousChangeHeld): the registrar's own copy does not count, a
+    member never heard from lacks everything."""
+    held = {1: {1: 9}, 2: {1: 9, 2: 4}, 3: {1: 8}}
+    assert rs.previous_change_lacking([1, 2, 3, 4], 1, held, 9) == [3, 4]
+    assert rs.previous_change_lacking([1, 2, 3], 1, held, 8) == []
+    assert rs.previous_change_lacking([1], 1, {}, 5) == []

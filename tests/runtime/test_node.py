@@ -97,6 +97,15 @@ def test_a_registration_under_wal_mode_write_survives_an_os_crash_of_the_registr
         node.engine.close()
 
 
+async def acknowledge_for_joiners(node: Node) -> None:
+    """Every registered member acknowledges all of the registrar's rows, as a joiner that
+    subscribed would (membership rule 4 waits for it)."""
+    while True:
+        for member, _, _ in node.members():
+            node.driver.txn_durable(trio.current_time(), member, node.engine.vclock.to_dict())
+        await trio.sleep(0.005)
+
+
 def test_concurrent_registrations_get_distinct_ids_up_to_the_cap(tmp_path: Path) -> None:
     """Each join computes the free id and then waits for the writer: without one registration
     at a time, two of them take the same id and the second fails on the primary key."""
@@ -104,7 +113,8 @@ def test_concurrent_registrations_get_distinct_ids_up_to_the_cap(tmp_path: Path)
 
     async def register_all() -> tuple[dict[str, int], RequestError]:
         ids: dict[str, int] = {}
-        async with opened(make_node(tmp_path)) as node:
+        async with opened(make_node(tmp_path)) as node, trio.open_nursery() as acks:
+            acks.start_soon(acknowledge_for_joiners, node)
 
             async def register(joiner: str) -> None:
                 ids[joiner] = (await node.register(joiner, "127.0.0.1:3302")).instance_id
@@ -115,11 +125,36 @@ def test_concurrent_registrations_get_distinct_ids_up_to_the_cap(tmp_path: Path)
             assert (await node.register(joiners[0], "127.0.0.1:3302")).instance_id == ids[joiners[0]], "a UUID keeps its id"
             with pytest.raises(RequestError) as full:
                 await node.register(str(uuid.uuid4()), "127.0.0.1:3302")
+            acks.cancel_scope.cancel()
         return ids, full.value
 
     ids, full = trio.run(register_all)
     assert sorted(ids.values()) == list(range(2, MEMBERS_MAX + 1))
     assert f"already has {MEMBERS_MAX} members" in full.message
+
+
+def test_a_registration_waits_until_every_member_holds_the_previous_change(tmp_path: Path) -> None:
+    """Membership rule 4: member 2's registration is the last change; member 3's waits
+    until member 2 acknowledges it, and fails naming member 2 when it never does."""
+
+    async def main() -> None:
+        async with opened(make_node(tmp_path, replication_connect_timeout=0.5)) as node:
+            second = await node.register(str(uuid.uuid4()), "127.0.0.1:3302")
+            with pytest.raises(RequestError) as refused:
+                await node.register(str(uuid.uuid4()), "127.0.0.1:3303")
+            assert refused.value.code == ErrorCode.TIMEOUT
+            assert "instance(s) 2 do not hold the previous membership change" in refused.value.message
+            assert [i for i, _, _ in node.members()] == [1, 2], "nothing registered"
+            async with trio.open_nursery() as nursery:
+                async def acknowledge_later() -> None:
+                    await trio.sleep(0.2)
+                    node.driver.txn_durable(trio.current_time(), 2, {REGISTRAR_ID: second.registrar_lsn})
+
+                nursery.start_soon(acknowledge_later)
+                third = await node.register(str(uuid.uuid4()), "127.0.0.1:3303")
+            assert third.instance_id == 3
+
+    trio.run(main)
 
 
 def test_a_registrar_that_cannot_be_reached_is_an_error_reply_not_a_dropped_connection(tmp_path: Path) -> None:

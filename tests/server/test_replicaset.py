@@ -424,3 +424,26 @@ def test_a_read_only_member_refuses_writes_and_still_follows(replicaset):
     replicaset.wait_converged()
     assert rows(second) == [[2, "from member 1"]]
     assert replicaset.info(second)["ro"] is True
+
+
+def test_a_join_waits_until_every_member_holds_the_previous_membership_change(trio_set):
+    """Membership rule 4. With member 3 hung, member 4 joins (member 3 holds member 3's own
+    registration, the previous change), but member 5 cannot: member 3 has not copied member
+    4's row, and two changes in a row would leave it two views behind. The join fails
+    after `replication_connect_timeout` naming member 3, registers nothing, and succeeds
+    once member 3 is back."""
+    rs, (first, second, third) = trio_set
+    own_lsn = rs.info(first)["vclock"][1]
+    wait_for(lambda: rs.info(first)["replication"][3]["downstream"]["vclock"].get(1, 0) >= own_lsn,
+             "member 1 heard member 3 acknowledge its rows")
+    with third.paused():
+        rs.join(first)
+        with pytest.raises(RuntimeError, match="exited"):
+            rs.join(second)
+    with first.client() as client:
+        assert [row[0] for row in client.execute("SELECT id FROM _cluster ORDER BY id").rows] == [1, 2, 3, 4]
+    waits = [line for line in (first.data_dir.parent / "m1.log").read_text().splitlines() if "registration_waits" in line]
+    assert waits and '"lacking": [3]' in waits[-1], waits
+    rs.wait_converged()
+    fifth = rs.join(second)
+    assert rs.info(fifth)["id"] == 5
