@@ -164,7 +164,8 @@ def test_join_under_write_load_takes_every_write_and_loses_none(replicaset):
     assert not writer.is_alive(), "the load did not stop"
     serving_at = log_time(first, "join_serving")  # registered, the checkpoint about to stream
     during = [n for n, at in acked if serving_at < at < running_at]
-    assert len(during) >= 5, f"only {len(during)} writes acknowledged while the join was served"
+    # Usually about a hundred; a CI run on a loaded machine saw 4 in a window of a few ms.
+    assert during, "no write acknowledged while the join was served"
     assert acked[-1][1] > running_at, "the load went on after the joiner was running"
     replicaset.wait_converged()
     ids = [n for n, _ in acked]
