@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +44,11 @@ if str(REPO) not in sys.path:
 
 from bench.kit.client import CONNECTION_COUNTS  # noqa: E402
 from bench.kit.limits import measure_fsync_limit, measure_loopback_limit  # noqa: E402
-from bench.kit.procs import pin_children_to_this_checkout  # noqa: E402
 from bench.kit.report import (fmt_int, fmt_ms, fmt_ratio, header_lines, load_average, notes_lines, progress,  # noqa: E402
                               ratio, run_facts, target_lines)
 from bench.kit.sets import OurSet, TarantoolSet, run_set, wait_converged  # noqa: E402
-from bench.kit.tarantool import INSTALL_HINT, find_tarantool, tarantool_version  # noqa: E402
+from bench.kit.runs import SECONDS_HELP, TARANTOOL_HELP, TMP_DIR_HELP, settle_seconds, start_run  # noqa: E402
+from bench.kit.tarantool import INSTALL_HINT  # noqa: E402
 from bench.scenarios import dqlite_peer, quorum_timeline, quorum_writes  # noqa: E402
 
 ONE, QUORUM, TARANTOOL = "ours_one", "ours_quorum", "tarantool_sync"
@@ -230,19 +229,16 @@ def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=None, help="measured seconds per figure (default 5; 2 with --quick)")
+    parser.add_argument("--seconds", type=float, default=None, help=SECONDS_HELP)
     parser.add_argument("--quick", action="store_true", help="2 s per figure, 0.5 s warm-up")
     parser.add_argument("--no-dqlite", action="store_true", help="skip dqlite")
     parser.add_argument("--timeline-commits", type=int, default=30,
                         help="paced QUORUM commits traced for section 6 (default 30; 0 skips it)")
-    parser.add_argument("--tmp-dir", type=Path, default=None, help="where the temporary data directories go")
-    parser.add_argument("--tarantool", default=None, help="Tarantool binary (default /usr/bin/tarantool or PATH)")
+    parser.add_argument("--tmp-dir", type=Path, default=None, help=TMP_DIR_HELP)
+    parser.add_argument("--tarantool", default=None, help=TARANTOOL_HELP)
     parser.add_argument("--dqlite-benchmark", default=None, help="dqlite-benchmark binary (default: on PATH)")
     args = parser.parse_args(argv)
-    if args.seconds is None:
-        args.seconds = 2.0 if args.quick else 5.0
-    if not 0.5 <= args.seconds <= 600:
-        parser.error("--seconds must be between 0.5 and 600")
+    settle_seconds(parser, args)
     if not 0 <= args.timeline_commits <= 1000:
         parser.error("--timeline-commits must be between 0 and 1000")
     return args
@@ -250,12 +246,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    pin_children_to_this_checkout()
-    warmup_s = 0.5 if args.quick else 1.0
-    binary = find_tarantool(args.tarantool)
-    version = tarantool_version(binary) if binary else f"not installed ({INSTALL_HINT})"
-    work = Path(tempfile.mkdtemp(prefix="bench_quorum_", dir=args.tmp_dir))
-    report: dict[str, Any] = {**run_facts(), "tarantool_version": version, "warmup_s": warmup_s, "sets": {}}
+    run = start_run(args, "bench_quorum_")
+    warmup_s, binary, work = run.warmup_s, run.tarantool, run.work
+    report: dict[str, Any] = {**run_facts(), "tarantool_version": run.tarantool_version, "warmup_s": warmup_s,
+                              "sets": {}}
     try:
         report["limits"] = measure_limits(work, args, warmup_s)
         bench_set(OurSet(work, name=ONE, consistency="one"), args, warmup_s, report)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +43,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.kit.client import CONNECTION_COUNTS  # noqa: E402
-from bench.kit.procs import pin_children_to_this_checkout  # noqa: E402
 from bench.kit.report import (fmt_ratio, header_lines, load_average, notes_lines, progress, ratio,  # noqa: E402
                               run_facts, target_lines)
 from bench.kit.sets import OurSet, TarantoolSet, run_set, table_digest, wait_converged  # noqa: E402
-from bench.kit.tarantool import INSTALL_HINT, find_tarantool, tarantool_version  # noqa: E402
+from bench.kit.runs import SECONDS_HELP, TARANTOOL_HELP, TMP_DIR_HELP, settle_seconds, start_run  # noqa: E402
+from bench.kit.tarantool import INSTALL_HINT  # noqa: E402
 from bench.scenarios import join_ours, join_tarantool, lag, set_writes  # noqa: E402
 
 TARGET_RATIO = 1.0
@@ -168,22 +167,19 @@ def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=None, help="measured seconds per figure (default 5; 2 with --quick)")
+    parser.add_argument("--seconds", type=float, default=None, help=SECONDS_HELP)
     parser.add_argument("--quick", action="store_true", help="2 s per figure and a 64 MB join")
     parser.add_argument("--join-mb", type=int, default=None, help="MB to fill before the join (default 1024; 64 with --quick)")
     parser.add_argument("--lag-rate", type=float, default=500.0, help="paced writer rate for the lag figure (default 500/s)")
     parser.add_argument("--poll-interval-ms", type=float, default=0.0,
                         help="sleep between the lag poller's queries (default 0: a tight loop, as specified)")
     parser.add_argument("--no-tarantool-join", action="store_true", help="skip Tarantool's join (quote the known figure)")
-    parser.add_argument("--tmp-dir", type=Path, default=None, help="where the temporary data directories go")
-    parser.add_argument("--tarantool", default=None, help="Tarantool binary (default /usr/bin/tarantool or PATH)")
+    parser.add_argument("--tmp-dir", type=Path, default=None, help=TMP_DIR_HELP)
+    parser.add_argument("--tarantool", default=None, help=TARANTOOL_HELP)
     args = parser.parse_args(argv)
-    if args.seconds is None:
-        args.seconds = 2.0 if args.quick else 5.0
+    settle_seconds(parser, args)
     if args.join_mb is None:
         args.join_mb = 64 if args.quick else 1024
-    if not 0.5 <= args.seconds <= 600:
-        parser.error("--seconds must be between 0.5 and 600")
     if not 1 <= args.join_mb <= 16384:
         parser.error("--join-mb must be between 1 and 16384")
     if not 0 <= args.poll_interval_ms <= 1000:
@@ -195,12 +191,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    pin_children_to_this_checkout()
-    warmup_s = 0.5 if args.quick else 1.0
-    binary = find_tarantool(args.tarantool)
-    version = tarantool_version(binary) if binary else f"not installed ({INSTALL_HINT})"
-    work = Path(tempfile.mkdtemp(prefix="bench_replicaset_", dir=args.tmp_dir))
-    report: dict[str, Any] = {**run_facts(), "tarantool_version": version, "warmup_s": warmup_s, "sets": {}, "join": {}}
+    run = start_run(args, "bench_replicaset_")
+    warmup_s, binary, work = run.warmup_s, run.tarantool, run.work
+    report: dict[str, Any] = {**run_facts(), "tarantool_version": run.tarantool_version, "warmup_s": warmup_s,
+                              "sets": {}, "join": {}}
     try:
         bench_set(OurSet(work), args, warmup_s, report)
         if binary:

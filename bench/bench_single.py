@@ -39,6 +39,7 @@ from bench.kit.client import CONNECTION_COUNTS  # noqa: E402
 from bench.kit.procs import pin_children_to_this_checkout  # noqa: E402
 from bench.kit.report import (fmt_int, fmt_ms, fmt_ratio, header_lines, load_average, notes_lines,  # noqa: E402
                               progress, ratio, run_facts, target_lines)
+from bench.kit.runs import settle_seconds  # noqa: E402
 from bench.kit.tarantool import INSTALL_HINT, find_tarantool  # noqa: E402
 from bench.scenarios import noop_server, single_writes, wal_append  # noqa: E402
 
@@ -102,10 +103,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--noop-server", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--echo-server", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.seconds is None:
-        args.seconds = 2.0 if args.quick else 5.0
-    if not 0.1 <= args.seconds <= 600:
-        parser.error("--seconds must be between 0.1 and 600")
+    settle_seconds(parser, args, low=0.1)
     if not 1 <= args.client_procs <= 16:
         parser.error("--client-procs must be between 1 and 16")
     return args

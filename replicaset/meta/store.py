@@ -139,4 +139,4 @@ class MetaStore:
         if sync:
             # Not `WriteOptions.sync`: rocksdict holds the GIL through that fsync, so a sync in
             # a worker thread would stop the event loop all the same; `flush_wal` lets it go.
-            db.flush_wal(sync=True)
+            self.sync()
