@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from replicaset.core.replicaset import PendingRegistration
 from wal import fsync_path
 
 FILE_NAME = "instance.toml"
@@ -75,19 +76,23 @@ def write_durably(path: Path, text: str) -> None:
     fsync_path(path.parent)
 
 
-def save_pending_registration(data_dir: Path, registrar_lsn: int) -> None:
-    """Remember, across restarts, the registrar LSN that holders of our `_cluster` row reach:
-    until a majority of members do, this instance refuses writes."""
-    write_durably(data_dir / PENDING_REGISTRATION_FILE, f"registrar_lsn = {registrar_lsn}\n")
+def save_pending_registration(data_dir: Path, registration: PendingRegistration) -> None:
+    """Remember, across restarts, the row that holders of our `_cluster` row reach and the
+    barrier we must catch up to: until both hold, this instance neither writes nor votes."""
+    barrier = "".join(f"{origin} = {lsn}\n" for origin, lsn in sorted(registration.barrier.items()))
+    write_durably(data_dir / PENDING_REGISTRATION_FILE,
+                  f"origin = {registration.origin}\nlsn = {registration.lsn}\n\n[barrier]\n{barrier}")
 
 
-def load_pending_registration(data_dir: Path) -> int | None:
+def load_pending_registration(data_dir: Path) -> PendingRegistration | None:
     path = data_dir / PENDING_REGISTRATION_FILE
     try:
-        return int(tomllib.loads(path.read_text())["registrar_lsn"])
+        doc = tomllib.loads(path.read_text())
+        return PendingRegistration(origin=int(doc["origin"]), lsn=int(doc["lsn"]),
+                                   barrier={int(o): int(lsn) for o, lsn in doc.get("barrier", {}).items()})
     except FileNotFoundError:
         return None
-    except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, KeyError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
         raise IdentityError(f"{path} is unreadable: {exc}") from exc
 
 

@@ -939,7 +939,8 @@ class Simulation:
                            members: frozenset[int]) -> None:
         driver, records = member.driver, member.records
         assert driver is not None and records is not None
-        answer = driver.txn_prepare(self.now_s, txn_id, coordinator=src, members=members, reads=reads)
+        answer = driver.txn_prepare(self.now_s, txn_id, coordinator=src, members=members, reads=reads,
+                                    view=frozenset(self.members))
         if isinstance(answer, q.Prepared):
             records.prepared(txn_id, coordinator=src, members=members, keys=reads)
             self.prepared_by.setdefault(txn_id, set()).add(member.id)

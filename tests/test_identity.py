@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from replicaset.core.replicaset import PendingRegistration
 from replicaset.identity import Identity, load_pending_registration, save_pending_registration
 from tests.pagecache import PageCache
 
@@ -40,6 +41,7 @@ def test_an_identity_saved_over_another_survives_an_os_crash_as_the_new_one(
 def test_a_pending_registration_survives_an_os_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Lost, the joiner would take writes before a majority holds its `_cluster` row."""
     cache = PageCache(monkeypatch)
-    save_pending_registration(tmp_path, 7)
+    registration = PendingRegistration(origin=2, lsn=7, barrier={1: 4, 2: 6})
+    save_pending_registration(tmp_path, registration)
     cache.os_crash(tmp_path)
-    assert load_pending_registration(tmp_path) == 7
+    assert load_pending_registration(tmp_path) == registration

@@ -44,6 +44,19 @@ from replicaset.core.transitions import LocalProtocolError, transition
 
 Key = Hashable
 
+# The table whose rows are the registered members: a quorum transaction writing it is a
+# membership change, whose voters obey the barrier and report what they hold (below).
+CLUSTER_TABLE = "_cluster"
+# The key a participant names when it refuses a PREPARE for the membership: the
+# transaction's member set is not its own view, it still holds transactions of an older
+# view (a membership change), or it has not caught up since it joined. No row has it.
+MEMBERSHIP_KEY = (CLUSTER_TABLE, f"{CLUSTER_TABLE}:view")
+
+
+def is_membership_change(reads: Iterable[Key]) -> bool:
+    """A transaction writing `_cluster` rows (keys are `(table, key)` on the server)."""
+    return any(isinstance(key, tuple) and key[0] == CLUSTER_TABLE for key in reads)
+
 
 class RemoteProtocolError(Exception):
     """A peer said something that contradicts what this member knows: its message is
@@ -188,6 +201,7 @@ class AckClient:
     txn_id: int
     origin: int
     lsn: int
+    barrier: Mapping[int, int] | None = None  # a membership change's, for its joiner
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,9 +212,12 @@ class FailClient:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Prepared:
-    """PREPARED, for the coordinator."""
+    """PREPARED, for the coordinator. A vote for a membership change carries `held`, the
+    voter's durable vclock: the joiner catches up to what its voters held before it votes
+    (`Transaction.barrier`)."""
 
     txn_id: int
+    held: Mapping[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -282,6 +299,7 @@ class Transaction:
     min_stamp: int
     state: TxnState = TxnState.PREPARING
     votes: set[int] = field(default_factory=set)
+    barrier: dict[int, int] = field(default_factory=dict)  # what the voters of a membership change held
     conflicts: dict[int, Conflict] = field(default_factory=dict)
     decided_with: frozenset[int] = frozenset()
     origin: int | None = None
@@ -305,11 +323,13 @@ class Transaction:
         return None
 
     @transition(TXN_TRANSITIONS)
-    def prepared(self, member: int) -> list[Action]:
+    def prepared(self, member: int, held: Mapping[int, int] | None = None) -> list[Action]:
         if self.state is not T.PREPARING:
             return []
         self.conflicts.pop(member, None)
         self.votes.add(member)
+        for origin, lsn in (held or {}).items():
+            self.barrier[origin] = max(self.barrier.get(origin, 0), lsn)
         if len(self.votes) < self.needed:
             return []
         self.state, self.decided_with = T.COMMITTING, frozenset(self.votes)
@@ -381,7 +401,7 @@ class Transaction:
             return []
         assert self.origin is not None and self.lsn is not None
         self.state = T.ACKED
-        return [AckClient(txn_id=self.txn_id, origin=self.origin, lsn=self.lsn)]
+        return [AckClient(txn_id=self.txn_id, origin=self.origin, lsn=self.lsn, barrier=self.barrier or None)]
 
     @transition(TXN_TRANSITIONS)
     def restart(self, row: tuple[int, int] | None) -> list[Action]:
@@ -450,9 +470,9 @@ class Coordinator:
             return []
         return [SendPrepare(txn_id=txn_id, to=others, reads=dict(keys_read), members=members)]
 
-    def prepared(self, now_s: float, txn_id: int, member: int) -> list[Action]:
+    def prepared(self, now_s: float, txn_id: int, member: int, held: Mapping[int, int] | None = None) -> list[Action]:
         txn = self._answered(txn_id, member)
-        return txn.prepared(member) if txn else []
+        return txn.prepared(member, held) if txn else []
 
     def conflict(self, now_s: float, txn_id: int, member: int, key: Key, holder: int | None,
                  holder_member: int | None = None) -> list[Action]:
@@ -670,28 +690,46 @@ class Participant:
         return f"participant {self.member}"
 
     def prepare(self, now_s: float, txn_id: int, coordinator: int, members: frozenset[int],
-                reads: Mapping[Key, Version], stored: Mapping[Key, Version],
+                reads: Mapping[Key, Version], stored: Mapping[Key, Version], *, view: frozenset[int],
+                active: bool = True, held: Mapping[int, int] | None = None,
                 row_applied: bool = False) -> Prepared | Conflicted | None:
         """Spec Prepare. A PREPARE sent again is answered as before (the first answer may
         have been lost); one that arrives after this member learned the outcome, or applied
         the transaction's row (its outcome may be collected), places nothing and gets no
-        answer, since the coordinator has decided."""
+        answer, since the coordinator has decided.
+
+        Membership (`specs/MembershipQuorum.tla`): a quorum counted on one view meets a
+        quorum counted on the next, not on one two changes later. So this member votes only
+        for a transaction counted on its own `view` of the registered members (R1); for a
+        membership change only once no transaction it prepared under an older view is
+        pending (R2: the joiners of later changes then catch up to that transaction's row);
+        and, `active` false, not at all until it has caught up after its own join (R3).
+        Its vote for a membership change carries `held`, what it holds durably (R3)."""
         if txn_id in self.outcomes or row_applied:
             return None
+        change = is_membership_change(reads)
+        vote = Prepared(txn_id=txn_id, held=dict(held or {}) if change else None)
         if txn_id in self.pending:
             self.pending[txn_id].heard_s = now_s
-            return Prepared(txn_id=txn_id)
+            return vote
+        if not active or members != view:
+            return Conflicted(txn_id=txn_id, key=MEMBERSHIP_KEY, holder=None)
+        if change:
+            older = next((other for other, txn in self.pending.items() if txn.members != view), None)
+            if older is not None:
+                return Conflicted(txn_id=txn_id, key=MEMBERSHIP_KEY, holder=older,
+                                  holder_member=self.pending[older].coordinator)
         for key, read in reads.items():
             holder = self.intents.holder(key)
             if holder is not None:
-                held = self.pending.get(holder)
+                holding = self.pending.get(holder)
                 return Conflicted(txn_id=txn_id, key=key, holder=holder,
-                                  holder_member=held.coordinator if held is not None else None)
+                                  holder_member=holding.coordinator if holding is not None else None)
             if stored.get(key, NO_VERSION) != read:
                 return Conflicted(txn_id=txn_id, key=key, holder=None)
         self.intents.place(txn_id, reads)
         self.pending[txn_id] = PendingTxn(coordinator=coordinator, members=members, heard_s=now_s)
-        return Prepared(txn_id=txn_id)
+        return vote
 
     def heartbeat(self, now_s: float, txn_id: int) -> None:
         """The coordinator of `txn_id` is alive."""

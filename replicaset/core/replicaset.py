@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-REGISTRAR_ID = 1
+BOOTSTRAP_ID = 1  # the instance that bootstraps a set writes its first `_cluster` row
 MEMBERS_MAX = 31
 
 
@@ -133,12 +133,26 @@ Action = RecoveryGaveUp | RecoveryDone | QuorumReached | RegistrationHeld | Rejo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class View:
-    """What the member sees of the set at one moment, gathered by its driver."""
+    """What the member sees of the set at one moment, gathered by its driver: `caught_up`
+    when it holds its registration's barrier."""
 
     members: int
     upstreams: frozenset[str]
     following: frozenset[str]
     registration_holders: frozenset[int] = frozenset()
+    caught_up: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingRegistration:
+    """A joiner's registration until it takes writes and votes: `(origin, lsn)` is at or
+    after its `_cluster` row, and `barrier` what the members that voted for the row held
+    durably (MembershipQuorum R3: rows of transactions they prepared under an older view
+    are among them)."""
+
+    origin: int
+    lsn: int
+    barrier: Mapping[int, int]
 
 
 class MembersFull(Exception):
@@ -163,17 +177,6 @@ def allocate_id(members: Iterable[tuple[int, str]], uuid: str) -> tuple[int, boo
     return free, True
 
 
-def previous_change_lacking(members: Iterable[int], registrar: int, held: Mapping[int, Mapping[int, int]],
-                            change_lsn: int) -> list[int]:
-    """Membership rule 4 (`Membership.tla` PreviousChangeHeld): the next change starts only
-    once every member of the next configuration holds the previous one (the joiner gets
-    it in its snapshot). `held` is what each member last acknowledged holding; the members
-    whose copy of the registrar's rows stops before `change_lsn` are returned. Without the
-    rule two changes in a row can leave a member two views behind, and its majorities and
-    the others' miss each other."""
-    return sorted(m for m in members if m != registrar and held.get(m, {}).get(registrar, 0) < change_lsn)
-
-
 def majority(members: int) -> int:
     return members // 2 + 1
 
@@ -184,7 +187,7 @@ class ReplicaSet:
     configured_quorum: int | None
     connect_deadline_s: float
     recovering: bool = False
-    pending_registration_lsn: int | None = None
+    registration: PendingRegistration | None = None
     allow_rejoin: bool = False
     phase: Phase = field(init=False)
     answered: set[str] = field(default_factory=set)
@@ -213,8 +216,8 @@ class ReplicaSet:
             actions.append(QuorumReached(quorum=self.connect_quorum()))
         if self.phase is Phase.REGISTERING and self._registration_held():
             self._move(Condition.MAJORITY_HOLDS)
-            if self.pending_registration_lsn is not None:
-                self.pending_registration_lsn = None
+            if self.registration is not None:
+                self.registration = None
                 actions.append(RegistrationHeld(holders=tuple(sorted(view.registration_holders)), members=view.members))
         return actions
 
@@ -278,25 +281,30 @@ class ReplicaSet:
             return "it is recovering rows of its own origin from the other members after an unclean stop"
         if self.phase is Phase.CONNECTING:
             return f"it reached fewer than replication_connect_quorum = {self.connect_quorum()} peers"
-        holders = self.view.registration_holders
+        holders, registration = self.view.registration_holders, self.registration
+        assert registration is not None, "only a joiner registers"
+        if not self.view.caught_up:
+            return (f"it joined the replica set and has not caught up yet with the rows its registration's "
+                    f"voters held ({dict(registration.barrier)})")
         return (
-            f"it joined the replica set, and its _cluster row (instance {REGISTRAR_ID}, lsn "
-            f"{self.pending_registration_lsn}) is known to be held by {len(holders)} of {self.view.members} "
+            f"it joined the replica set, and its _cluster row (instance {registration.origin}, lsn "
+            f"{registration.lsn}) is known to be held by {len(holders)} of {self.view.members} "
             f"members, fewer than the majority of {majority(self.view.members)} it needs"
         )
 
     def _registration_held(self) -> bool:
-        """We must hold the row too: the members we count are our `_cluster`'s."""
-        if self.pending_registration_lsn is None:
+        """We must hold the row too: the members we count are our `_cluster`'s. Until we
+        hold the barrier as well we neither write nor vote (R3)."""
+        if self.registration is None:
             return True
         holders = self.view.registration_holders
-        return self.instance_id in holders and len(holders) >= majority(self.view.members)
+        return self.view.caught_up and self.instance_id in holders and len(holders) >= majority(self.view.members)
 
     def _move(self, condition: Condition) -> None:
         self.phase = PHASE_TRANSITIONS[(self.phase, condition)]
 
     def check_invariants(self) -> None:
         assert self.phase is not Phase.RECOVERING or self.recovering, "only a member that must recover recovers"
-        assert self.phase is not Phase.RUNNING or self.pending_registration_lsn is None, (
+        assert self.phase is not Phase.RUNNING or self.registration is None, (
             "a member takes writes only once a majority holds its registration")
         assert self.rejoin is RejoinState.IDLE or self.rows_unavailable, "a rejoin only when rows are unavailable"

@@ -21,7 +21,7 @@ class PeerRequest(IntEnum):
     ACK = PRIVATE_REQUEST_TYPE_MIN + 2
     HEARTBEAT = PRIVATE_REQUEST_TYPE_MIN + 3
     CHECKPOINT_CHUNK = PRIVATE_REQUEST_TYPE_MIN + 4
-    REGISTER = PRIVATE_REQUEST_TYPE_MIN + 5
+    # PRIVATE_REQUEST_TYPE_MIN + 5 was REGISTER (a join forwarded to the one registrar), retired
     TXN_PREPARE = PRIVATE_REQUEST_TYPE_MIN + 6
     TXN_COMMIT = PRIVATE_REQUEST_TYPE_MIN + 7
     TXN_ABORT = PRIVATE_REQUEST_TYPE_MIN + 8
@@ -37,9 +37,9 @@ class PeerKey(IntEnum):
     OFFSET = 0x74  # where CHUNK starts in the file
     SIZE = 0x75  # the checkpoint file's size
     DIGEST = 0x76  # xxh3_64 of CHUNK (or of the whole file in the final reply)
-    INSTANCE_ID = 0x77  # the id the registrar allocated
+    INSTANCE_ID = 0x77  # the id the joiner was registered with
     ADDRESS = 0x78  # HOST:PORT where the instance listens
-    REGISTRAR_LSN = 0x79  # the registrar's LSN at or after the instance's `_cluster` row
+    REGISTRATION_ROW = 0x79  # [origin, lsn]: a row at or after the joiner's `_cluster` row
     TXN_ID = 0x7A  # a quorum transaction's id
     COORDINATOR = 0x7B  # the instance id of its coordinator
     MEMBERS = 0x7C  # [instance id, ...]: the total membership it is decided on
@@ -48,3 +48,5 @@ class PeerKey(IntEnum):
     CONFLICT = 0x7F  # [table, key, holder txn id or nil]
     DECISION = 0x80  # "commit", "abort", or nil (none known)
     TXN_IDS = 0x81  # [txn id, ...]
+    BARRIER = 0x82  # {origin: lsn}: what a joiner holds before it votes (MembershipQuorum R3)
+    HELD = 0x83  # {origin: lsn}: what a member voting for a membership change holds durably

@@ -29,7 +29,7 @@ TXN_IDS_MAX = 10_000  # transactions in one heartbeat
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Hello:
-    """JOIN and REGISTER: an instance of `replicaset_uuid` asking for an id."""
+    """JOIN: an instance of `replicaset_uuid` asking for an id."""
 
     replicaset_uuid: str
     instance_uuid: str
@@ -70,13 +70,9 @@ class Joined:
     size: int
     digest: int
     instance_id: int
-    registrar_lsn: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Registered:
-    instance_id: int
-    registrar_lsn: int
+    origin: int
+    lsn: int
+    barrier: VClock
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,6 +105,7 @@ class TxnVote:
 
     prepared: bool
     conflict: tuple[str, str, int | None, int | None] | None
+    held: VClock | None = None  # a vote for a membership change: what the voter holds
 
 
 # ---------------------------------------------------------------- requests a member serves
@@ -232,7 +229,8 @@ def txn_vote(frame: Frame) -> TxnVote:
     if vote not in ("prepared", "conflict", None):
         raise body.error("VOTE", f"must be 'prepared', 'conflict' or nil, got {_short(vote)}")
     if vote != "conflict":
-        return TxnVote(prepared=vote == "prepared", conflict=None)
+        held = body.vclock(PeerKey.HELD, "HELD") if PeerKey.HELD in frame.body else None
+        return TxnVote(prepared=vote == "prepared", conflict=None, held=held)
     conflict = body.required(PeerKey.CONFLICT, "CONFLICT")
     if not (isinstance(conflict, list) and len(conflict) == 4 and all(isinstance(v, str) for v in conflict[:2])
             and (conflict[2] is None or _is_int(conflict[2], 1, U64_MAX))
@@ -268,20 +266,19 @@ def checkpoint_chunk(frame: Frame) -> CheckpointChunk:
 
 def joined(frame: Frame) -> Joined:
     body = _Body(frame, "JOIN reply")
+    row = body.required(PeerKey.REGISTRATION_ROW, "REGISTRATION_ROW")
+    if not (isinstance(row, list) and len(row) == 2 and _is_int(row[0], INSTANCE_ID_MIN, INSTANCE_ID_MAX)
+            and _is_int(row[1], 0, U64_MAX)):
+        raise body.error("REGISTRATION_ROW", f"must be [origin, lsn], got {_short(row)}")
+    origin, lsn = row
     return Joined(
         vclock=body.vclock(Key.VCLOCK, "VCLOCK"),
         size=body.integer(PeerKey.SIZE, "SIZE", 0, U64_MAX),
         digest=body.integer(PeerKey.DIGEST, "DIGEST", 0, U64_MAX),
         instance_id=body.integer(PeerKey.INSTANCE_ID, "INSTANCE_ID", INSTANCE_ID_MIN, INSTANCE_ID_MAX),
-        registrar_lsn=body.integer(PeerKey.REGISTRAR_LSN, "REGISTRAR_LSN", 1, U64_MAX),
-    )
-
-
-def registered(frame: Frame) -> Registered:
-    body = _Body(frame, "REGISTER reply")
-    return Registered(
-        instance_id=body.integer(PeerKey.INSTANCE_ID, "INSTANCE_ID", INSTANCE_ID_MIN, INSTANCE_ID_MAX),
-        registrar_lsn=body.integer(PeerKey.REGISTRAR_LSN, "REGISTRAR_LSN", 1, U64_MAX),
+        origin=origin,
+        lsn=lsn,
+        barrier=body.vclock(PeerKey.BARRIER, "BARRIER"),
     )
 
 

@@ -40,14 +40,13 @@ is the spec's WriteOne; the aborts of a restart are the host's `Restart` line.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from replicaset.core import quorum
 from replicaset.core import replication as repl
 from replicaset.core.hlc import unpack_stamp
 from replicaset.core.replicaset import (
-    REGISTRAR_ID,
     Phase,
     RecoveryDone,
     RecoveryGaveUp,
@@ -56,12 +55,11 @@ from replicaset.core.replicaset import (
     ReplicaSet,
     Status,
     View,
-    previous_change_lacking,
 )
 from replicaset.member.actions import Accepted, Action, ApplierAction, QuorumAction, RelayAction, SetAction
 from replicaset.member.store import MemberStore, Membership
 from replicaset.member.trace import stamp, traced_ops
-from wal import Record, VClock
+from wal import LOCAL_ORIGIN, Record, VClock
 
 RECEIVING = frozenset({repl.ApplierState.SYNC, repl.ApplierState.FOLLOW})
 GONE = frozenset({repl.ApplierState.STOPPED, repl.ApplierState.DISCONNECTED})
@@ -429,21 +427,26 @@ class MemberDriver:
         others, and this member's own answer, first, for the host to make durable."""
         actions = self._of_quorum(self.coordinator.begin(now_s, txn_id, reads, members, level, deadline_s))
         self._trace_txn("Begin", txn_id, now_s, reads={_traced_key(k): [v.hlc, v.origin] for k, v in reads.items()})
-        answer = self._prepare(now_s, txn_id, self.instance_id, members, reads)
+        answer = self._prepare(now_s, txn_id, self.instance_id, members, reads, view=members)
         assert answer is not None, "a transaction just begun has no outcome yet"
         return [QuorumAction(action=answer)] + actions + self._answered_by(now_s, self.instance_id, answer)
 
     @_event
     def txn_prepare(self, now_s: float, txn_id: int, *, coordinator: int, members: frozenset[int],
-                    reads: Mapping[quorum.Key, quorum.Version]) -> quorum.Prepared | quorum.Conflicted | None:
+                    reads: Mapping[quorum.Key, quorum.Version],
+                    view: frozenset[int]) -> quorum.Prepared | quorum.Conflicted | None:
         """A PREPARE from `coordinator` (spec Prepare): the answer, which the host makes
-        durable before sending it; None for a transaction whose outcome is known here."""
-        return self._prepare(now_s, txn_id, coordinator, members, reads)
+        durable before sending it; None for a transaction whose outcome is known here.
+        `view` is the registered members as this member knows them now."""
+        return self._prepare(now_s, txn_id, coordinator, members, reads, view=view)
 
     def _prepare(self, now_s: float, txn_id: int, coordinator: int, members: frozenset[int],
-                 reads: Mapping[quorum.Key, quorum.Version]) -> quorum.Prepared | quorum.Conflicted | None:
+                 reads: Mapping[quorum.Key, quorum.Version], *,
+                 view: frozenset[int]) -> quorum.Prepared | quorum.Conflicted | None:
         again = txn_id in self.participant.pending
-        answer = self.participant.prepare(now_s, txn_id, coordinator, members, reads, self._stored(reads),
+        answer = self.participant.prepare(now_s, txn_id, coordinator, members, reads, self._stored(reads), view=view,
+                                          active=self.replicaset.registration is None,
+                                          held=self._held() if quorum.is_membership_change(reads) else None,
                                           row_applied=self._store.quorum_row(txn_id) is not None)
         if isinstance(answer, quorum.Prepared) and not again:
             self._trace_txn("Prepare", txn_id, now_s)
@@ -501,11 +504,6 @@ class MemberDriver:
         """The transactions this member coordinates and has not decided, with the members
         they were sent to: the host's heartbeats keep those members from asking."""
         return {txn.txn_id: txn.members - {self.instance_id} for txn in self.coordinator.undecided()}
-
-    def previous_change_lacking(self, members: Iterable[int], change_lsn: int) -> list[int]:
-        """The members that have not acknowledged our rows up to `change_lsn`, a membership
-        change of ours (rule 4), on the last word each gave our relays or COMMITs."""
-        return previous_change_lacking(members, self.instance_id, self.coordinator.durable, change_lsn)
 
     def txn_coordinator(self, txn_id: int) -> int:
         """The coordinator a question about `txn_id` names: the one its PREPARE named, this
@@ -570,7 +568,7 @@ class MemberDriver:
 
     def _answered_by(self, now_s: float, member: int, answer: quorum.Prepared | quorum.Conflicted) -> list[Action]:
         if isinstance(answer, quorum.Prepared):
-            return self._of_quorum(self.coordinator.prepared(now_s, answer.txn_id, member))
+            return self._of_quorum(self.coordinator.prepared(now_s, answer.txn_id, member, answer.held))
         return self._decided(now_s, self.coordinator.conflict(now_s, answer.txn_id, member, answer.key, answer.holder,
                                                               answer.holder_member))
 
@@ -640,22 +638,35 @@ class MemberDriver:
         membership = self._membership()
         following = frozenset(k for k, a in self.appliers.items() if a.state is repl.ApplierState.FOLLOW)
         view = View(members=membership.members, upstreams=membership.upstreams, following=following,
-                    registration_holders=frozenset(self._registration_holders(membership)))
+                    registration_holders=frozenset(self._registration_holders(membership)),
+                    caught_up=self._caught_up())
         return self._of_set(now_s, self.replicaset.observe(now_s, view))
 
     def _registration_holders(self, membership: Membership) -> set[int]:
-        """Members known to hold our `_cluster` row: their vclock of the registrar reaches
-        the LSN the join told us, by what they reported as upstreams (at subscribe, in rows
-        and heartbeats) or acknowledged as downstreams. Ourselves too, once it is here."""
-        lsn = self.replicaset.pending_registration_lsn
-        if lsn is None:
+        """Members known to hold our `_cluster` row: their vclock of the origin that wrote
+        it reaches the LSN the join told us, by what they reported as upstreams (at
+        subscribe, in rows and heartbeats) or acknowledged as downstreams. Ourselves too,
+        once it is here."""
+        registration = self.replicaset.registration
+        if registration is None:
             return set()
-        holders = {subscriber for subscriber, acked in self.acked(REGISTRAR_ID).items() if acked >= lsn}
+        origin, lsn = registration.origin, registration.lsn
+        holders = {subscriber for subscriber, acked in self.acked(origin).items() if acked >= lsn}
         holders |= {membership.ids[key] for key, applier in self.appliers.items()
-                    if key in membership.ids and applier.upstream_vclock.get(REGISTRAR_ID) >= lsn}
-        if self._store.vclock.get(REGISTRAR_ID) >= lsn:
+                    if key in membership.ids and applier.upstream_vclock.get(origin) >= lsn}
+        if self._store.vclock.get(origin) >= lsn:
             holders.add(self.instance_id)
         return holders
+
+    def _held(self) -> dict[int, int]:
+        """What a vote for a membership change carries: our durable rows of every origin
+        but the local one, which no other member has."""
+        return {origin: lsn for origin, lsn in self._store.durable_vclock.items() if origin != LOCAL_ORIGIN}
+
+    def _caught_up(self) -> bool:
+        """We hold what our registration's voters held (MembershipQuorum R3)."""
+        registration, vclock = self.replicaset.registration, self._store.vclock
+        return registration is None or all(vclock.get(o) >= lsn for o, lsn in registration.barrier.items())
 
     # ---------------------------------------------------------------- tagging and tracing
 

@@ -15,8 +15,9 @@ import trio
 
 from replicaset import __version__, console
 from replicaset.config import Config
+from replicaset.core.quorum import CLUSTER_TABLE
 from replicaset.core.replicaset import (
-    REGISTRAR_ID,
+    BOOTSTRAP_ID,
     MembersFull,
     QuorumReached,
     RecoveryDone,
@@ -25,6 +26,7 @@ from replicaset.core.replicaset import (
     Rejoin,
     RejoinNeeded,
     RejoinRefused,
+    PendingRegistration,
     ReplicaSet,
     allocate_id,
     must_recover,
@@ -36,22 +38,24 @@ from replicaset.member import Action, MemberDriver, Membership, SetAction
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
 from replicaset.runtime.errors import RequestError
-from replicaset.runtime.links import PeerError
 from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
 from replicaset.runtime.trace_file import TraceFile
-from replicaset.runtime.transfer import Registration, register_with
-from replicaset.runtime.writer import WriteFailed, Writer
+from replicaset.runtime.transfer import Registration
+from replicaset.runtime.writer import Writer
 from replicaset.storage import Engine, EngineConfig, SqlError
 from replicaset.storage.schema import is_internal, load_table, quote
 from replicaset.iproto.constants import ErrorCode
-from replicaset.iproto.errors import RemoteProtocolError
-from wal import GroupCommitPolicy, RecordType, WalError, WalMode
+from wal import GroupCommitPolicy, RecordType, WalMode
 
 USER_SPACE_ID_MIN = 512
 CLEAN_STOP_FILE = "clean_stop"
 CLUSTER_DDL = "CREATE TABLE _cluster(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, address TEXT NOT NULL)"
 MEMBER_WAIT_POLL_S = 0.02
+REGISTER_RETRY_S = 0.1  # after a conflicting registration: its row is on its way
+# A conflict (another registration won, or members see different memberships for now) and
+# a member not taking writes yet pass; a registration tries again until the join's deadline.
+RETRIED_REGISTRATION = frozenset({ErrorCode.TRANSACTION_CONFLICT, ErrorCode.READONLY})
 
 
 def wall_clock_ms() -> int:
@@ -91,7 +95,6 @@ class Node:
         self.rejoin_through: str | None = None
         self.driver: MemberDriver  # once the engine is open (`open_member`)
         self._register_lock = trio.Lock()
-        self._change_lsn: int | None = None  # our LSN at or after the last `_cluster` change we made
         self.log = get_logger(identity.instance_id)
         self.started_monotonic = time.monotonic()
         self.schema_version = 1
@@ -154,7 +157,7 @@ class Node:
             instance_id=self.identity.instance_id,
             store=self.engine,
             replicaset=self._replicaset(recovering=False, connect_deadline_s=0.0,
-                                        pending_registration_lsn=load_pending_registration(self.data_dir)),
+                                        registration=load_pending_registration(self.data_dir)),
             membership=self.membership,
             timeout_s=cfg.replication_timeout,
             backoff_max_s=max(cfg.replication_timeout * 8, 1.0),
@@ -178,13 +181,14 @@ class Node:
         if not self.writer.in_thread:  # a flush or a checkpoint in a thread is mid-way
             self.engine.check_invariants()
 
-    def _replicaset(self, *, recovering: bool, connect_deadline_s: float, pending_registration_lsn: int | None) -> ReplicaSet:
+    def _replicaset(self, *, recovering: bool, connect_deadline_s: float,
+                    registration: PendingRegistration | None) -> ReplicaSet:
         return ReplicaSet(
             instance_id=self.identity.instance_id,
             configured_quorum=self.config.replication_connect_quorum,
             connect_deadline_s=connect_deadline_s,
             recovering=recovering,
-            pending_registration_lsn=pending_registration_lsn,
+            registration=registration,
             allow_rejoin=self.allow_rejoin,
         )
 
@@ -225,7 +229,7 @@ class Node:
                     recovering=must_recover(unclean=unclean, wal_mode_write=self.config.wal_mode == "write",
                                             has_peers=bool(peers), force_recovery=self.force_recovery),
                     connect_deadline_s=trio.current_time() + self.config.replication_connect_timeout,
-                    pending_registration_lsn=self.driver.replicaset.pending_registration_lsn,
+                    registration=self.driver.replicaset.registration,
                 )
                 if self.driver.recovering:
                     self.log.warning("recovering_own_rows", peers=sorted(u.address for u in peers.values()))
@@ -259,14 +263,14 @@ class Node:
 
     async def _bootstrap_cluster(self) -> None:
         """The first start of a replica set's first member creates `_cluster` with itself."""
-        if self.identity.instance_id != REGISTRAR_ID or self.members():
+        if self.identity.instance_id != BOOTSTRAP_ID or self.members():
             await self._update_own_address()
             return
         async with self.writer.token:
             for sql, binds in (
                 (CLUSTER_DDL, ()),
                 ("INSERT INTO _cluster(id, uuid, address) VALUES (?, ?, ?)",
-                 (REGISTRAR_ID, self.identity.instance_uuid, self.listen_address)),
+                 (BOOTSTRAP_ID, self.identity.instance_uuid, self.listen_address)),
             ):
                 txn = self.engine.begin()
                 self.engine.execute(txn, sql, binds, trusted=True)
@@ -352,77 +356,53 @@ class Node:
             await trio.sleep(MEMBER_WAIT_POLL_S)
 
     async def register(self, uuid: str, address: str) -> Registration:
-        """The smallest free id for `uuid` (its old id if it has one), by the registrar alone,
-        one registration at a time: two joins must not both see an id free. The registrar
-        fsyncs its `_cluster` row before the id leaves it, whatever `wal_mode` says: a
-        registrar that lost the row in an OS crash would give the id again, and its
-        recovery fetch would not even ask the member holding it (FINDINGS F5). Every
-        failure is a RequestError, so that the joiner gets an error reply, not a dropped
-        connection."""
-        if self.identity.instance_id != REGISTRAR_ID:
-            existing = self.member_id(uuid)
-            if existing is not None:  # we hold the row, so our vclock of the registrar covers it
-                return Registration(instance_id=existing, registrar_lsn=self.engine.vclock.get(REGISTRAR_ID))
-            return await self._register_through_registrar(uuid, address)
+        """`uuid`'s id (its old one if it has one), registered by this member, any member,
+        with a QUORUM transaction writing its `_cluster` row (`specs/MembershipQuorum.tla`):
+        two registrations from one view take the same smallest free id, so they conflict
+        on its row and one wins; the loser tries again once the winner's row is here, until
+        `replication_connect_timeout`; so does a member that takes no writes yet (a joiner
+        itself, until a majority holds its row). The quorum commit returns once a majority
+        holds the row durably, whatever `wal_mode` says (rule 3, F5). Every failure is a
+        RequestError, so that the joiner gets an error reply, not a dropped connection."""
+        deadline = trio.current_time() + self.config.replication_connect_timeout
         async with self._register_lock:
-            try:
-                instance_id, new = allocate_id(((i, u) for i, u, _ in self.members()), uuid)
-            except MembersFull as exc:
-                raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
-            if new:
-                await self._wait_previous_change_held()
-            try:
-                if new:
-                    await self.writer.execute_trusted(
-                        "INSERT INTO _cluster(id, uuid, address) VALUES (?, ?, ?)", (instance_id, uuid, address))
-                await self.writer.sync_wal()  # an existing row: maybe an attempt's whose sync never happened
-            except (SqlError, WriteFailed, WalError) as exc:
-                raise RequestError(ErrorCode.SQL_EXECUTE if isinstance(exc, SqlError) else ErrorCode.WAL_IO,
-                                   f"registering instance {uuid} failed: {exc}") from exc
-            # At or after the row: later rows of ours may have joined its flush.
-            registration = Registration(instance_id=instance_id, registrar_lsn=self.engine.vclock.get(REGISTRAR_ID))
-            if new:
-                self._change_lsn = registration.registrar_lsn
-        if new:
-            self.log.info("member_registered", instance_id=instance_id, instance_uuid=uuid, address=address,
-                          registrar_lsn=registration.registrar_lsn)
+            while True:
+                members = self.members()
+                existing = next((i for i, u, _ in members if u == uuid), None)
+                if existing is not None:
+                    return self._held_registration(existing)
+                try:
+                    instance_id, _ = allocate_id(((i, u) for i, u, _ in members), uuid)
+                except MembersFull as exc:
+                    raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
+                try:
+                    return await self._register_new(instance_id, uuid, address, deadline)
+                except RequestError as exc:
+                    if exc.code not in RETRIED_REGISTRATION or trio.current_time() >= deadline:
+                        raise
+                    self.log.info("registration_retries", joiner_uuid=uuid, joiner_id=instance_id, reason=str(exc))
+                await trio.sleep(REGISTER_RETRY_S)
+
+    async def _register_new(self, instance_id: int, uuid: str, address: str, deadline: float) -> Registration:
+        self.check_writable()
+        try:
+            _, captured = await self.writer.capture("INSERT INTO _cluster(id, uuid, address) VALUES (?, ?, ?)",
+                                                    (instance_id, uuid, address), trusted=True)
+        except SqlError as exc:
+            raise RequestError(ErrorCode.SQL_EXECUTE, f"registering instance {uuid} failed: {exc}") from exc
+        (origin, lsn), barrier = await self.quorum.commit_change(captured, max(deadline - trio.current_time(),
+                                                                              REGISTER_RETRY_S))
+        registration = Registration(instance_id=instance_id, origin=origin, lsn=lsn, barrier=barrier)
+        self.log.info("member_registered", joiner_id=instance_id, joiner_uuid=uuid, address=address,
+                      row=[origin, lsn], barrier=barrier)
         return registration
 
-    async def _wait_previous_change_held(self) -> None:
-        """Membership rule 4: the registration waits, up to `replication_connect_timeout`,
-        until every registered member has acknowledged our rows up to the last `_cluster`
-        change we made (after a restart, up to our LSN then: the change is among those)."""
-        if self._change_lsn is None:
-            self._change_lsn = self.engine.vclock.get(REGISTRAR_ID)
-        members = [i for i, _, _ in self.members()]
-        lacking = self.driver.previous_change_lacking(members, self._change_lsn)
-        if not lacking:
-            return
-        self.log.info("registration_waits", lacking=lacking, change_lsn=self._change_lsn)
-        with trio.move_on_after(self.config.replication_connect_timeout):
-            while lacking:
-                await trio.sleep(MEMBER_WAIT_POLL_S)
-                lacking = self.driver.previous_change_lacking(members, self._change_lsn)
-            return
-        raise RequestError(ErrorCode.TIMEOUT, f"instance(s) {', '.join(map(str, lacking))} do not hold the previous "
-                                              f"membership change yet (row {REGISTRAR_ID}:{self._change_lsn}): a "
-                                              f"join waits until every member holds it, for "
-                                              f"replication_connect_timeout = {self.config.replication_connect_timeout} s")
-
-    async def _register_through_registrar(self, uuid: str, address: str) -> Registration:
-        """A join through another member: ids come from the registrar alone (DESIGN 4.7)."""
-        registrar = next((a for i, _, a in self.members() if i == REGISTRAR_ID), None)
-        if registrar is None:
-            raise RequestError(ErrorCode.NO_CONNECTION, f"the registrar (instance {REGISTRAR_ID}) is unknown here")
-        try:
-            return await register_with(registrar, replicaset_uuid=self.identity.replicaset_uuid,
-                                       instance_uuid=uuid, listen=address, max_frame_bytes=self.config.max_frame_bytes)
-        except PeerError as exc:
-            raise RequestError(exc.code, f"the registrar (instance {REGISTRAR_ID}) refused: {exc}") from exc
-        except (OSError, RemoteProtocolError, trio.TooSlowError, trio.BrokenResourceError) as exc:
-            reason = str(exc) or type(exc).__name__
-            raise RequestError(ErrorCode.NO_CONNECTION,
-                               f"the registrar (instance {REGISTRAR_ID}) at {registrar} is unreachable: {reason}") from exc
+    def _held_registration(self, instance_id: int) -> Registration:
+        """An instance registered already (a re-join, or a registration retried): its row
+        is here, so our vclock of the origin that wrote it last reaches it."""
+        version = self.engine.stored_versions([(CLUSTER_TABLE, f"{CLUSTER_TABLE}:{instance_id}")])
+        origin = next(iter(version.values()))[1] if version else self.identity.instance_id
+        return Registration(instance_id=instance_id, origin=origin, lsn=self.engine.vclock.get(origin), barrier={})
 
     async def wait_for_member(self, uuid: str) -> None:
         """Until the `_cluster` row of `uuid` is applied here, so that what we serve holds it."""

@@ -84,6 +84,7 @@ class _Client:
 
     done: trio.Event = field(default_factory=trio.Event)
     row: tuple[int, int] | None = None
+    barrier: dict[int, int] = field(default_factory=dict)
     error: q.TxnError | RequestError | None = None
 
 
@@ -159,6 +160,18 @@ class QuorumHost:
     async def commit(self, captured: Captured, level: q.Level, timeout_s: float) -> tuple[int, int]:
         """Decide `captured` at `level` and return its row `(origin, lsn)` once the level's
         members hold it durably; a RequestError a client can act on otherwise."""
+        client = await self._decide(captured, level, timeout_s)
+        assert client.row is not None
+        return client.row
+
+    async def commit_change(self, captured: Captured, timeout_s: float) -> tuple[tuple[int, int], dict[int, int]]:
+        """A membership change (`_cluster` rows) at QUORUM: its row and the barrier its
+        joiner catches up to before it votes (MembershipQuorum R3)."""
+        client = await self._decide(captured, q.Level.QUORUM, timeout_s)
+        assert client.row is not None
+        return client.row, client.barrier
+
+    async def _decide(self, captured: Captured, level: q.Level, timeout_s: float) -> _Client:
         node, driver = self._node, self._node.driver
         start = trio.current_time()
         txn_id = node.engine.hlc.now(time.time_ns() // 1_000_000)
@@ -192,8 +205,7 @@ class QuorumHost:
             raise RequestError(ErrorCode.TIMEOUT, f"transaction {txn_id:#x} committed{where}, but fewer than "
                                                   f"{q.needed(level, len(members))} of {len(members)} members "
                                                   f"confirmed it durable within {timeout_s} s")
-        assert client.row is not None
-        return client.row
+        return client
 
     # ---------------------------------------------------------------- the console
 
@@ -284,6 +296,7 @@ class QuorumHost:
             client = self._clients.get(action.txn_id)
             if client is not None:
                 client.row = (action.origin, action.lsn)
+                client.barrier = dict(action.barrier or {})
                 client.done.set()
         elif isinstance(action, q.FailClient):
             client = self._clients.get(action.txn_id)
@@ -362,7 +375,8 @@ class QuorumHost:
             return
         self._last_answer_s[member] = trio.current_time()
         if vote.prepared:
-            answer: q.Prepared | q.Conflicted = q.Prepared(txn_id=txn_id)
+            answer: q.Prepared | q.Conflicted = q.Prepared(
+                txn_id=txn_id, held=vote.held.to_dict() if vote.held is not None else None)
         elif vote.conflict is not None:
             table, key, holder, holder_member = vote.conflict
             answer = q.Conflicted(txn_id=txn_id, key=(table, key), holder=holder, holder_member=holder_member)
@@ -467,16 +481,19 @@ class QuorumHost:
             self._check_sender(prepare.request)
             reads = {key: q.Version(hlc=hlc, origin=origin) for key, (hlc, origin) in prepare.reads.items()}
             answer = driver.txn_prepare(now, prepare.request.txn_id, coordinator=prepare.coordinator,
-                                        members=prepare.members, reads=reads)
+                                        members=prepare.members, reads=reads, view=self._members())
             if isinstance(answer, q.Conflicted) and answer.holder is not None and self.records.awaits_sync(answer.holder):
                 # The holder's row is applied here and its intent goes at our next sync: a
                 # client that saw the holder committed must not be refused for it.
                 await self._until_synced(answer.holder)
                 answer = driver.txn_prepare(trio.current_time(), prepare.request.txn_id,
-                                            coordinator=prepare.coordinator, members=prepare.members, reads=reads)
+                                            coordinator=prepare.coordinator, members=prepare.members, reads=reads,
+                                            view=self._members())
             if isinstance(answer, q.Prepared):
                 await self._record_prepared(answer.txn_id, coordinator=prepare.coordinator, members=prepare.members,
                                             keys=reads)
+                if answer.held is not None:
+                    return {PeerKey.VOTE: "prepared", PeerKey.HELD: answer.held}
                 return {PeerKey.VOTE: "prepared"}
             if isinstance(answer, q.Conflicted):
                 table, key = answer.key
@@ -515,6 +532,12 @@ class QuorumHost:
 
 
 def _client_error(error: q.TxnError, timeout_s: float) -> RequestError:
+    if isinstance(error, q.Conflict) and error.key == q.MEMBERSHIP_KEY:
+        why = (f"a member still holds transaction {error.holder:#x} of an older membership"
+               if error.holder is not None else
+               "members see different memberships (a join is under way or not applied everywhere yet) or the "
+               "refusing member has not caught up since it joined")
+        return RequestError(ErrorCode.TRANSACTION_CONFLICT, f"Transaction has been aborted: {why}; retry it")
     if isinstance(error, q.Conflict) and error.key == SCHEMA_KEY:
         if error.holder is None:
             return RequestError(ErrorCode.TRANSACTION_CONFLICT,

@@ -30,7 +30,7 @@ from replicaset.iproto.system_views import decode_select, select_system_view
 from replicaset.core import replication as repl
 from replicaset.core.quorum import Level
 from replicaset.iproto import peer_messages
-from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.iproto.peer import PeerRequest
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.transfer import serve_checkpoint
@@ -278,10 +278,6 @@ class Session:
             self._reply_ok(frame, await self._node.quorum.serve(frame))
         elif kind == RequestType.JOIN:
             await self._join(frame)
-        elif kind == PeerRequest.REGISTER:
-            hello = self._check_replicaset(peer_messages.hello(frame, "REGISTER"))
-            registration = await self._node.register(hello.instance_uuid, hello.address)
-            self._reply_ok(frame, {PeerKey.INSTANCE_ID: registration.instance_id, PeerKey.REGISTRAR_LSN: registration.registrar_lsn})
         else:
             raise RequestError(ErrorCode.UNKNOWN_REQUEST_TYPE, f"Unknown request type {kind}")
 

@@ -1,15 +1,17 @@
-"""Both ends of JOIN: registration with the registrar, and the checkpoint transfer."""
+"""Both ends of JOIN: the joiner's registration as the member serving it reports it, and
+the checkpoint transfer."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import xxhash
 
+from replicaset.core.replicaset import PendingRegistration
 from replicaset.iproto import peer_messages
 from replicaset.iproto.codec import encode_ok, encode_request
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
@@ -22,11 +24,18 @@ CHECKPOINT_CHUNK_BYTES = 1024 * 1024
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Registration:
-    """An instance's id, and an LSN of the registrar at or after its `_cluster` row: a member
-    whose vclock reaches it holds the row (rows of one origin are applied in order)."""
+    """An instance's id; `(origin, lsn)`, a row at or after its `_cluster` row (a member
+    whose vclock of `origin` reaches `lsn` holds it: rows of one origin are applied in
+    order); and `barrier`, what the members that voted for the row held durably, which
+    the joiner holds before it votes (MembershipQuorum R3)."""
 
     instance_id: int
-    registrar_lsn: int
+    origin: int
+    lsn: int
+    barrier: Mapping[int, int]
+
+    def pending(self) -> PendingRegistration:
+        return PendingRegistration(origin=self.origin, lsn=self.lsn, barrier=self.barrier)
 
 
 @dataclass(frozen=True)
@@ -76,27 +85,11 @@ async def fetch_checkpoint(
                 os.fsync(out.fileno())
                 os.replace(partial, target)
                 fsync_path(target.parent)  # the rename is durable only once the directory is
-                registration = Registration(instance_id=end.instance_id, registrar_lsn=end.registrar_lsn)
+                registration = Registration(instance_id=end.instance_id, origin=end.origin, lsn=end.lsn,
+                                            barrier=end.barrier.to_dict())
                 return Joined(registration=registration, vclock=end.vclock, size_bytes=end.size)
     finally:
         partial.unlink(missing_ok=True)
-        await link.aclose()
-
-
-async def register_with(
-    address: str, *, replicaset_uuid: str, instance_uuid: str, listen: str, max_frame_bytes: int
-) -> Registration:
-    """Ask the registrar at `address` for an id (a join that came through another member)."""
-    link = await PeerLink.open(address, max_frame_bytes)
-    try:
-        await link.send(PeerRequest.REGISTER, {
-            Key.REPLICASET_UUID: replicaset_uuid,
-            Key.INSTANCE_UUID: instance_uuid,
-            PeerKey.ADDRESS: listen,
-        })
-        reply = peer_messages.registered(await link.receive())
-        return Registration(instance_id=reply.instance_id, registrar_lsn=reply.registrar_lsn)
-    finally:
         await link.aclose()
 
 
@@ -124,6 +117,7 @@ async def serve_checkpoint(
         await session.flush_outbox()
     session.send_frame(encode_ok(sync=sync, schema_version=schema_version, body={
         Key.VCLOCK: vclock.to_dict(), PeerKey.SIZE: size, PeerKey.DIGEST: whole.intdigest(),
-        PeerKey.INSTANCE_ID: registration.instance_id, PeerKey.REGISTRAR_LSN: registration.registrar_lsn,
+        PeerKey.INSTANCE_ID: registration.instance_id, PeerKey.REGISTRATION_ROW: [registration.origin, registration.lsn],
+        PeerKey.BARRIER: dict(registration.barrier),
     }))
     await session.flush_outbox()

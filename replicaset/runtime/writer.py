@@ -138,11 +138,13 @@ class Writer:
 
     # ---------------------------------------------------------------- quorum transactions
 
-    async def capture(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> tuple[StatementResult, Captured]:
+    async def capture(self, sql: str, binds: Sequence[Any] | dict[str, Any] = (), *,
+                      trusted: bool = False) -> tuple[StatementResult, Captured]:
         """Run one statement of a QUORUM or ALL transaction and take its rows back out with
-        the versions read: they reach SQLite only once decided (DESIGN 4.5)."""
+        the versions read: they reach SQLite only once decided (DESIGN 4.5). `trusted`
+        for the node's own statements on system tables."""
         async with self.token:
-            txn, result = await self._execute_one(sql, binds, quorum=True)
+            txn, result = await self._execute_one(sql, binds, quorum=True, trusted=trusted)
             return result, self.engine.capture(txn)
 
     def capture_stream(self, txn: LocalTxn) -> Captured:
@@ -164,12 +166,12 @@ class Writer:
         return record
 
     async def _execute_one(self, sql: str, binds: Sequence[Any] | dict[str, Any], *,
-                           quorum: bool = False) -> tuple[LocalTxn, StatementResult]:
+                           quorum: bool = False, trusted: bool = False) -> tuple[LocalTxn, StatementResult]:
         """A statement in a transaction of its own, left open for the caller (who holds the
         token) to commit or, when `quorum`, capture; rolled back if the statement fails."""
         txn = await self._begin(quorum=quorum)
         try:
-            return txn, self.engine.execute(txn, sql, binds)
+            return txn, self.engine.execute(txn, sql, binds, trusted=trusted)
         except SqlError:
             self.engine.rollback(txn)
             raise

@@ -155,11 +155,11 @@ def test_collected_transactions_leave_both_cores_and_a_late_prepare_of_an_applie
     assert set(coordinator.txns) == {0x99}, "an undecided transaction is never forgotten"
     coordinator.check_invariants()
     participant = q.Participant(member=2, timeout_s=1.0)
-    assert isinstance(participant.prepare(0.0, TXN, 1, THREE, {"k": V0}, {}), q.Prepared)
+    assert isinstance(participant.prepare(0.0, TXN, 1, THREE, {"k": V0}, {}, view=THREE), q.Prepared)
     participant.row_applied(TXN)
     participant.forget([TXN])
     assert participant.outcomes == {}
-    assert participant.prepare(1.0, TXN, 1, THREE, {"k": V0}, {}, row_applied=True) is None
+    assert participant.prepare(1.0, TXN, 1, THREE, {"k": V0}, {}, view=THREE, row_applied=True) is None
     assert participant.intents.holder("k") is None
     participant.check_invariants()
 
@@ -249,7 +249,7 @@ def participant(member: int = 2, timeout_s: float = 5.0) -> q.Participant:
 
 
 def prepare(p: q.Participant, txn: int = TXN, now_s: float = 0.0, reads=None, stored=None, coordinator: int = 1):
-    result = p.prepare(now_s, txn, coordinator, THREE, reads or {"k": V0}, stored or {})
+    result = p.prepare(now_s, txn, coordinator, THREE, reads or {"k": V0}, stored or {}, view=THREE)
     p.check_invariants()
     return result
 
@@ -295,6 +295,62 @@ def test_a_committed_transactions_intent_stays_until_its_row_is_applied():
     assert prepare(p) == q.Conflicted(txn_id=TXN, key="k", holder=0x99, holder_member=1)
     p.row_applied(0x99)
     assert prepare(p) == q.Prepared(txn_id=TXN)
+
+
+CHANGE = {(q.CLUSTER_TABLE, f"{q.CLUSTER_TABLE}:4"): V0}  # a registration: the row of new member 4
+FOUR = frozenset({1, 2, 3, 4})
+
+
+def test_a_participant_votes_only_for_transactions_counted_on_its_own_view():
+    """MembershipQuorum R1: a quorum of {1, 2, 3} and one of {1, 2, 3, 4, 5} need not meet."""
+    p = participant()
+    assert p.prepare(0.0, TXN, 1, FOUR, {"k": V0}, {}, view=THREE) == q.Conflicted(
+        txn_id=TXN, key=q.MEMBERSHIP_KEY, holder=None)
+    assert p.prepare(0.0, TXN, 1, THREE, {"k": V0}, {}, view=FOUR) == q.Conflicted(
+        txn_id=TXN, key=q.MEMBERSHIP_KEY, holder=None), "nor for one counted on an older view"
+    assert p.intents.holder("k") is None and not p.pending
+    assert p.prepare(0.0, TXN, 1, FOUR, {"k": V0}, {}, view=FOUR) == q.Prepared(txn_id=TXN)
+    assert p.prepare(1.0, TXN, 1, FOUR, {"k": V0}, {}, view=frozenset(range(1, 6))) == q.Prepared(txn_id=TXN), (
+        "a PREPARE sent again after the view moved is answered as before: the intent is placed")
+
+
+def test_a_membership_change_waits_until_no_transaction_of_an_older_view_is_pending_here():
+    """MembershipQuorum R2: a transaction prepared on {1, 2, 3} must be finished here before
+    this member votes for the change after {1, 2, 3, 4}; one of the current view may stay."""
+    p = participant()
+    assert isinstance(p.prepare(0.0, 0x99, 3, THREE, {"k": V0}, {}, view=THREE), q.Prepared)
+    assert isinstance(p.prepare(0.0, 0x98, 3, FOUR, {"j": V0}, {}, view=FOUR), q.Prepared)
+    change = {(q.CLUSTER_TABLE, f"{q.CLUSTER_TABLE}:5"): V0}
+    assert p.prepare(1.0, TXN, 1, FOUR, change, {}, view=FOUR, held={1: 9}) == q.Conflicted(
+        txn_id=TXN, key=q.MEMBERSHIP_KEY, holder=0x99, holder_member=3)
+    assert isinstance(p.prepare(1.0, 0x97, 1, FOUR, {"m": V0}, {}, view=FOUR), q.Prepared), (
+        "an ordinary transaction of the current view is not held back")
+    p.row_applied(0x99)
+    assert p.prepare(2.0, TXN, 1, FOUR, change, {}, view=FOUR, held={1: 9}) == q.Prepared(txn_id=TXN, held={1: 9}), (
+        "the vote carries what the voter holds (R3)")
+    p.check_invariants()
+
+
+def test_a_joiner_votes_for_nothing_until_it_has_caught_up():
+    """MembershipQuorum R3: `active` is false until the joiner holds its barrier."""
+    p = participant(member=4)
+    assert p.prepare(0.0, TXN, 1, FOUR, {"k": V0}, {}, view=FOUR, active=False) == q.Conflicted(
+        txn_id=TXN, key=q.MEMBERSHIP_KEY, holder=None)
+    assert p.prepare(1.0, TXN, 1, FOUR, {"k": V0}, {}, view=FOUR) == q.Prepared(txn_id=TXN), (
+        "an ordinary vote carries nothing")
+
+
+def test_a_membership_change_acknowledges_its_client_with_what_its_voters_held():
+    coordinator = q.Coordinator(member=1)
+    coordinator.begin(0.0, TXN, CHANGE, THREE, Level.QUORUM, 10.0)
+    assert coordinator.prepared(0.5, TXN, 1, {1: 7, 2: 3}) == []
+    (decide,) = coordinator.prepared(0.6, TXN, 2, {1: 6, 2: 5, 3: 2})
+    assert isinstance(decide, q.DecideCommit)
+    assert coordinator.prepared(0.7, TXN, 3, {3: 99}) == [], "a vote after the decision adds nothing"
+    coordinator.committed(1.0, TXN, 1, 8)
+    coordinator.acked(1.1, 1, {1: 8})
+    assert coordinator.acked(1.2, 2, {1: 8}) == [q.AckClient(txn_id=TXN, origin=1, lsn=8, barrier={1: 7, 2: 5, 3: 2})]
+    coordinator.check_invariants()
 
 
 def test_a_participant_past_its_timeout_asks_and_never_aborts():
@@ -439,7 +495,7 @@ class Cluster:
         coordinator, participant = self.coordinators[p], self.participants[p]
         if kind == "prepare":
             c, members, reads = rest
-            self.vote(p, c, participant.prepare(self.now, txn, c, members, reads, self.stored[p]))
+            self.vote(p, c, participant.prepare(self.now, txn, c, members, reads, self.stored[p], view=members))
         elif kind == "prepared":
             self.carry(p, coordinator.prepared(self.now, txn, rest[0]))
         elif kind == "conflict":
@@ -487,7 +543,8 @@ class Cluster:
         level = level or self.rng.choice((Level.QUORUM, Level.QUORUM, Level.ALL))
         deadline_s = self.now + (timeout_s or self.rng.uniform(2.0, 12.0))
         self.carry(c, self.coordinators[c].begin(self.now, txn, {key: read}, self.members, level, deadline_s))
-        self.vote(c, c, self.participants[c].prepare(self.now, txn, c, self.members, {key: read}, self.stored[c]))
+        self.vote(c, c, self.participants[c].prepare(self.now, txn, c, self.members, {key: read}, self.stored[c],
+                                                           view=self.members))
         return txn
 
     def write_row(self, c: int) -> Row:

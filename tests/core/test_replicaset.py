@@ -10,8 +10,10 @@ from replicaset.core.replicaset import Phase, Refusal, ReplicaSet, Status, View
 PEERS = frozenset({"a", "b"})
 
 
-def view(following: frozenset[str] = frozenset(), members: int = 3, holders: frozenset[int] = frozenset()) -> View:
-    return View(members=members, upstreams=PEERS, following=following, registration_holders=holders)
+def view(following: frozenset[str] = frozenset(), members: int = 3, holders: frozenset[int] = frozenset(),
+         caught_up: bool = True) -> View:
+    return View(members=members, upstreams=PEERS, following=following, registration_holders=holders,
+                caught_up=caught_up)
 
 
 def core(**kw) -> ReplicaSet:
@@ -71,13 +73,24 @@ def test_a_peer_that_answered_and_then_failed_is_not_given_up_on():
 
 
 def test_a_joiner_takes_writes_only_once_a_majority_including_itself_holds_its_registration():
-    member = core(pending_registration_lsn=7)
+    member = core(registration=rs.PendingRegistration(origin=2, lsn=7, barrier={}))
     member.observe(0.0, view(frozenset({"a"}), holders=frozenset({1, 2})))
     assert member.phase is Phase.REGISTERING, "we must hold our row too"
-    assert "held by 2 of 3 members" in member.write_refusal(0.0)
+    assert "(instance 2, lsn 7) is known to be held by 2 of 3 members" in member.write_refusal(0.0)
     (held,) = member.observe(1.0, view(frozenset({"a"}), holders=frozenset({1, 3})))
     assert held == rs.RegistrationHeld(holders=(1, 3), members=3)
-    assert member.pending_registration_lsn is None and member.status(1.0) is Status.RUNNING
+    assert member.registration is None and member.status(1.0) is Status.RUNNING
+    member.check_invariants()
+
+
+def test_a_joiner_takes_writes_only_once_it_holds_what_its_registration_voters_held():
+    """MembershipQuorum R3: the barrier, as the driver finds it (`caught_up`)."""
+    member = core(registration=rs.PendingRegistration(origin=2, lsn=7, barrier={1: 9, 2: 7}))
+    member.observe(0.0, view(frozenset({"a"}), holders=frozenset({1, 2, 3}), caught_up=False))
+    assert member.phase is Phase.REGISTERING
+    assert "not caught up yet with the rows its registration's voters held ({1: 9, 2: 7})" in member.write_refusal(0.0)
+    (held,) = member.observe(1.0, view(frozenset({"a"}), holders=frozenset({1, 2, 3})))
+    assert held == rs.RegistrationHeld(holders=(1, 2, 3), members=3)
     member.check_invariants()
 
 
@@ -127,12 +140,3 @@ def test_a_rejoin_goes_through_a_member_holding_every_row_of_ours_or_is_refused_
     late.check_rejoin(1.0, own_lsn=5, acked={}, rejoin_timeout_s=3)
     (refused,) = late.check_rejoin(4.0, own_lsn=5, acked={1: 4}, rejoin_timeout_s=3)
     assert isinstance(refused, rs.RejoinRefused) and "up to lsn 5" in refused.reason
-
-
-def test_the_next_membership_change_waits_for_every_member_to_hold_the_previous_one():
-    """Membership rule 4 (PreviousChangeHeld): the registrar's own copy does not count, a
-    member never heard from lacks everything."""
-    held = {1: {1: 9}, 2: {1: 9, 2: 4}, 3: {1: 8}}
-    assert rs.previous_change_lacking([1, 2, 3, 4], 1, held, 9) == [3, 4]
-    assert rs.previous_change_lacking([1, 2, 3], 1, held, 8) == []
-    assert rs.previous_change_lacking([1], 1, {}, 5) == []

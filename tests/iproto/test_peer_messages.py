@@ -32,7 +32,7 @@ def test_a_hello_is_normalised_and_each_bad_field_named() -> None:
     assert (hello.replicaset_uuid, hello.instance_uuid, hello.address) == (RS, ME, "localhost:3301")
     assert "JOIN: field INSTANCE_UUID" in refused(peer_messages.hello, frame({**good, Key.INSTANCE_UUID: "7" * 100_000}), "JOIN")
     assert "field ADDRESS is missing" in refused(peer_messages.hello, frame({k: v for k, v in good.items() if k != PeerKey.ADDRESS}), "JOIN")
-    assert "field ADDRESS" in refused(peer_messages.hello, frame({**good, PeerKey.ADDRESS: "host:0"}), "REGISTER")
+    assert "field ADDRESS" in refused(peer_messages.hello, frame({**good, PeerKey.ADDRESS: "host:0"}), "JOIN")
     assert "control characters" in refused(peer_messages.hello, frame({**good, PeerKey.ADDRESS: "ho\nst:1"}), "JOIN")
 
 
@@ -60,12 +60,24 @@ def test_rows_must_be_whole_valid_records() -> None:
 
 
 def test_join_replies_are_checked_before_the_joiner_uses_them() -> None:
-    end = {Key.VCLOCK: {1: 4}, PeerKey.SIZE: 10, PeerKey.DIGEST: 5, PeerKey.INSTANCE_ID: 2, PeerKey.REGISTRAR_LSN: 4}
+    end = {Key.VCLOCK: {1: 4}, PeerKey.SIZE: 10, PeerKey.DIGEST: 5, PeerKey.INSTANCE_ID: 4,
+           PeerKey.REGISTRATION_ROW: [2, 7], PeerKey.BARRIER: {1: 4, 2: 6}}
     joined = peer_messages.joined(frame(end))
-    assert (joined.instance_id, joined.registrar_lsn, joined.vclock) == (2, 4, VClock({1: 4}))
+    assert (joined.instance_id, joined.origin, joined.lsn, joined.vclock) == (4, 2, 7, VClock({1: 4}))
+    assert joined.barrier == VClock({1: 4, 2: 6})
     assert "INSTANCE_ID" in refused(peer_messages.joined, frame({**end, PeerKey.INSTANCE_ID: 32}))
-    assert "REGISTRAR_LSN is missing" in refused(peer_messages.registered, frame({PeerKey.INSTANCE_ID: 2}))
+    assert "REGISTRATION_ROW is missing" in refused(
+        peer_messages.joined, frame({k: v for k, v in end.items() if k != PeerKey.REGISTRATION_ROW}))
+    assert "must be [origin, lsn]" in refused(peer_messages.joined, frame({**end, PeerKey.REGISTRATION_ROW: [0, 7]}))
+    assert "field BARRIER" in refused(peer_messages.joined, frame({**end, PeerKey.BARRIER: {1: "x"}}))
     assert "field CHUNK" in refused(peer_messages.checkpoint_chunk, frame({PeerKey.CHUNK: "text", PeerKey.OFFSET: 0}))
+
+
+def test_a_vote_for_a_membership_change_carries_what_the_voter_holds() -> None:
+    vote = peer_messages.txn_vote(frame({PeerKey.VOTE: "prepared", PeerKey.HELD: {1: 9, 3: 2}}))
+    assert vote.prepared and vote.held == VClock({1: 9, 3: 2})
+    assert peer_messages.txn_vote(frame({PeerKey.VOTE: "prepared"})).held is None
+    assert "field HELD" in refused(peer_messages.txn_vote, frame({PeerKey.VOTE: "prepared", PeerKey.HELD: [1]}))
 
 
 def test_a_prepare_vote_names_the_conflicting_key_its_holder_and_the_holders_member() -> None:

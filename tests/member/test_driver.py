@@ -9,6 +9,7 @@ import pytest
 
 from replicaset.core import replication as repl
 from replicaset.core.replicaset import (
+    PendingRegistration,
     QuorumReached,
     RecoveryDone,
     RecoveryGaveUp,
@@ -27,12 +28,12 @@ SUBSCRIBER = 3
 
 
 def driver_for(store: Store, *, recovering: bool = False, trace: list[dict[str, Any]] | None = None,
-               pending_registration_lsn: int | None = None, check_invariants: bool = True) -> MemberDriver:
+               registration: PendingRegistration | None = None, check_invariants: bool = True) -> MemberDriver:
     return MemberDriver(
         instance_id=OWN,
         store=store,
         replicaset=ReplicaSet(instance_id=OWN, configured_quorum=None, connect_deadline_s=10.0, recovering=recovering,
-                              pending_registration_lsn=pending_registration_lsn),
+                              registration=registration),
         membership=lambda: membership(OWN, MEMBERS),
         timeout_s=1.0,
         backoff_max_s=4.0,
@@ -173,21 +174,24 @@ def test_a_final_refusal_stops_the_applier_and_rows_unavailable_everywhere_ask_f
     assert isinstance(needed, RejoinNeeded)
 
 
-def test_the_registration_is_held_once_a_majority_with_us_holds_the_row() -> None:
-    """Our `_cluster` row is the registrar's (origin 1) at LSN 5: peer 1 says it holds it in
-    a heartbeat, subscriber 3 acknowledges it; we must hold it too."""
+def test_the_registration_is_held_once_a_majority_with_us_holds_the_row_and_we_hold_the_barrier() -> None:
+    """Our `_cluster` row is member 1's (origin 1) at LSN 5, and its voters held origin 1
+    up to 6: peer 1 says it holds the row in a heartbeat, subscriber 3 acknowledges it; we
+    must hold it too, and then the barrier (MembershipQuorum R3)."""
     store = Store()
     store.write(*(row(1, lsn) for lsn in range(1, 5)))
-    driver = driver_for(store, pending_registration_lsn=5)
+    driver = driver_for(store, registration=PendingRegistration(origin=1, lsn=5, barrier={1: 6}))
     assert of_set(follow(driver, "1", VClock({1: 4}))) == [QuorumReached(quorum=1)]
     assert of_set(driver.applier_heartbeat("1", 0.1, VClock({1: 5}))) == []
     driver.relay_subscribe(1, 0.1, subscriber=SUBSCRIBER, vclock=VClock({1: 4}), last_txn={}, include_own=False)
     driver.relay_ack(1, 0.2, VClock({1: 5}))
     assert of_set(driver.members_changed(0.2)) == [], "a majority holds it, but not us yet"
-    assert "known to be held by 2 of 3" in (driver.write_refusal(0.2) or "")
+    assert "not caught up yet" in (driver.write_refusal(0.2) or "")
     store.write(row(1, 5))
-    assert of_set(driver.members_changed(0.3)) == [RegistrationHeld(holders=(1, OWN, SUBSCRIBER), members=MEMBERS)]
-    assert driver.write_refusal(0.3) is None
+    assert of_set(driver.members_changed(0.3)) == [], "the barrier is further"
+    store.write(row(1, 6))
+    assert of_set(driver.members_changed(0.4)) == [RegistrationHeld(holders=(1, OWN, SUBSCRIBER), members=MEMBERS)]
+    assert driver.write_refusal(0.4) is None
 
 
 # ---------------------------------------------------------------- relays

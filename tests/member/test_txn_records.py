@@ -65,7 +65,8 @@ def driver_for(meta: MetaStore, store: QuorumStore) -> MemberDriver:
 
 
 def prepare(driver: MemberDriver, records: TxnRecords, txn_id: int = TXN) -> None:
-    answer = driver.txn_prepare(0.0, txn_id, coordinator=COORDINATOR, members=MEMBERS, reads={KEY: q.NO_VERSION})
+    answer = driver.txn_prepare(0.0, txn_id, coordinator=COORDINATOR, members=MEMBERS, reads={KEY: q.NO_VERSION},
+                                view=MEMBERS)
     assert isinstance(answer, q.Prepared)
     records.prepared(txn_id, coordinator=COORDINATOR, members=MEMBERS, keys=[KEY])
 
@@ -93,7 +94,8 @@ def test_a_quorum_row_counts_as_applied_only_once_durable_here(meta: CountingMet
     assert records.rows_flushed(driver, 1.0, [(TXN, COORDINATOR, 5)], durable={COORDINATOR: 4}), "a sync is wanted"
     assert driver.participant.intents.holder(KEY) == TXN
     assert txns.txn(meta, TXN).status is TxnStatus.PENDING  # type: ignore[union-attr]
-    other = driver.txn_prepare(1.0, 0x99, coordinator=3, members=MEMBERS, reads={KEY: q.NO_VERSION})
+    other = driver.txn_prepare(1.0, 0x99, coordinator=3, members=MEMBERS, reads={KEY: q.NO_VERSION},
+                                view=MEMBERS)
     assert isinstance(other, q.Conflicted) and other.holder == TXN
     assert not records.synced(driver, 2.0, {COORDINATOR: 5}), "nothing waits once the sync covers the row"
     assert driver.participant.intents.holder(KEY) is None

@@ -18,7 +18,7 @@ ROW1, ROW2, ROW3 = ("users", "users:1"), ("users", "users:2"), ("orders", "order
 
 def prepare(store: MetaStore, participant: Participant, txn_id: int, *rows, now_s: float = 0.0):
     """The host's order at PREPARE: the intents (the core places them), then the record."""
-    answer = participant.prepare(now_s, txn_id, 1, MEMBERS, {row: NO_VERSION for row in rows}, {})
+    answer = participant.prepare(now_s, txn_id, 1, MEMBERS, {row: NO_VERSION for row in rows}, {}, view=MEMBERS)
     if isinstance(answer, Prepared) and txn(store, txn_id) is None:
         put_txn(store, TxnRecord(txn_id=txn_id, coordinator=1, members=MEMBERS, level=Level.QUORUM,
                                  status=TxnStatus.PENDING, keys=frozenset(rows)))

@@ -18,7 +18,7 @@ from replicaset.testing.processes import free_port
 from replicaset.identity import Identity
 from replicaset.iproto.codec import Frame, FrameDecoder, encode_error, encode_greeting, encode_ok
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
-from replicaset.core.replicaset import MEMBERS_MAX, REGISTRAR_ID
+from replicaset.core.replicaset import BOOTSTRAP_ID, MEMBERS_MAX, PendingRegistration
 from replicaset.core.replication import SILENCE_TIMEOUTS
 from replicaset.runtime.applier import Upstream
 from replicaset.runtime.node import CLUSTER_DDL, Node
@@ -36,7 +36,7 @@ WAIT_S = 600.0  # virtual seconds
 SOCKET_AUTOJUMP_S = 0.01
 
 
-def make_node(data_dir: Path, instance_id: int = REGISTRAR_ID, **overrides: object) -> Node:
+def make_node(data_dir: Path, instance_id: int = BOOTSTRAP_ID, **overrides: object) -> Node:
     identity = Identity(replicaset_uuid=str(uuid.uuid4()), instance_uuid=str(uuid.uuid4()), instance_id=instance_id)
     return Node(config=load(overrides={"wal_mode": "write", **overrides}), identity=identity, data_dir=data_dir)
 
@@ -47,9 +47,11 @@ async def opened(node: Node) -> AsyncIterator[Node]:
     sockets: `_cluster` made (on the registrar) or its address updated, as at a start."""
     node.engine = node.open_engine()
     node.driver = node.open_member()
-    node.writer = Writer(node.engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False)
+    node.writer = Writer(node.engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False,
+                         on_flush=node._on_flush, on_synced=node._on_synced)
     try:
         async with trio.open_nursery() as nursery:
+            node._nursery = nursery  # where the quorum host spawns its tasks
             nursery.start_soon(node.writer.run_flusher)
             await node._bootstrap_cluster()
             yield node
@@ -97,80 +99,41 @@ def test_a_registration_under_wal_mode_write_survives_an_os_crash_of_the_registr
         node.engine.close()
 
 
-async def acknowledge_for_joiners(node: Node) -> None:
-    """Every registered member acknowledges all of the registrar's rows, as a joiner that
-    subscribed would (membership rule 4 waits for it)."""
-    while True:
-        for member, _, _ in node.members():
-            node.driver.txn_durable(trio.current_time(), member, node.engine.vclock.to_dict())
-        await trio.sleep(0.005)
-
-
-def test_concurrent_registrations_get_distinct_ids_up_to_the_cap(tmp_path: Path) -> None:
-    """Each join computes the free id and then waits for the writer: without one registration
-    at a time, two of them take the same id and the second fails on the primary key."""
-    joiners = [str(uuid.uuid4()) for _ in range(MEMBERS_MAX - 1)]
-
-    async def register_all() -> tuple[dict[str, int], RequestError]:
-        ids: dict[str, int] = {}
-        async with opened(make_node(tmp_path)) as node, trio.open_nursery() as acks:
-            acks.start_soon(acknowledge_for_joiners, node)
-
-            async def register(joiner: str) -> None:
-                ids[joiner] = (await node.register(joiner, "127.0.0.1:3302")).instance_id
-
-            async with trio.open_nursery() as nursery:
-                for joiner in joiners:
-                    nursery.start_soon(register, joiner)
-            assert (await node.register(joiners[0], "127.0.0.1:3302")).instance_id == ids[joiners[0]], "a UUID keeps its id"
+def test_a_registration_past_the_member_cap_is_refused_naming_it(tmp_path: Path) -> None:
+    async def register_past_the_cap() -> RequestError:
+        async with opened(make_node(tmp_path)) as node:
+            for instance_id in range(2, MEMBERS_MAX + 1):
+                await node.writer.execute_trusted("INSERT INTO _cluster VALUES (?, ?, ?)",
+                                                  (instance_id, str(uuid.uuid4()), f"127.0.0.1:{3300 + instance_id}"))
             with pytest.raises(RequestError) as full:
                 await node.register(str(uuid.uuid4()), "127.0.0.1:3302")
-            acks.cancel_scope.cancel()
-        return ids, full.value
+            return full.value
 
-    ids, full = trio.run(register_all)
-    assert sorted(ids.values()) == list(range(2, MEMBERS_MAX + 1))
-    assert f"already has {MEMBERS_MAX} members" in full.message
+    full = trio.run(register_past_the_cap)
+    assert full.code == ErrorCode.ILLEGAL_PARAMS and f"already has {MEMBERS_MAX} members" in full.message
 
 
-def test_a_registration_waits_until_every_member_holds_the_previous_change(tmp_path: Path) -> None:
-    """Membership rule 4: member 2's registration is the last change; member 3's waits
-    until member 2 acknowledges it, and fails naming member 2 when it never does."""
-
-    async def main() -> None:
-        async with opened(make_node(tmp_path, replication_connect_timeout=0.5)) as node:
-            second = await node.register(str(uuid.uuid4()), "127.0.0.1:3302")
-            with pytest.raises(RequestError) as refused:
-                await node.register(str(uuid.uuid4()), "127.0.0.1:3303")
-            assert refused.value.code == ErrorCode.TIMEOUT
-            assert "instance(s) 2 do not hold the previous membership change" in refused.value.message
-            assert [i for i, _, _ in node.members()] == [1, 2], "nothing registered"
-            async with trio.open_nursery() as nursery:
-                async def acknowledge_later() -> None:
-                    await trio.sleep(0.2)
-                    node.driver.txn_durable(trio.current_time(), 2, {REGISTRAR_ID: second.registrar_lsn})
-
-                nursery.start_soon(acknowledge_later)
-                third = await node.register(str(uuid.uuid4()), "127.0.0.1:3303")
-            assert third.instance_id == 3
-
-    trio.run(main)
-
-
-def test_a_registrar_that_cannot_be_reached_is_an_error_reply_not_a_dropped_connection(tmp_path: Path) -> None:
-    registrar = f"127.0.0.1:{free_port()}"  # nothing listens there
+def test_a_registration_without_a_quorum_is_an_error_reply_naming_who_answered(tmp_path: Path) -> None:
+    """Member 2 of a set of two, member 1 unreachable: a registration is a QUORUM
+    transaction, 2 of 2 are needed, and the joiner hears why it failed."""
+    unreachable = f"127.0.0.1:{free_port()}"  # nothing listens there
 
     async def register_through_member_2() -> RequestError:
-        async with opened(make_node(tmp_path, instance_id=2)) as node:
+        async with opened(make_node(tmp_path, instance_id=2, replication_connect_quorum=0,
+                                    replication_connect_timeout=1.0, **{"replication.synchro_timeout_s": 0.5})) as node:
             await node.writer.execute_trusted(CLUSTER_DDL)
-            await node.writer.execute_trusted("INSERT INTO _cluster VALUES (?, ?, ?)", (REGISTRAR_ID, str(uuid.uuid4()), registrar))
+            for instance_id, instance_uuid, address in ((BOOTSTRAP_ID, str(uuid.uuid4()), unreachable),
+                                                        (2, node.identity.instance_uuid, "127.0.0.1:3302")):
+                await node.writer.execute_trusted("INSERT INTO _cluster VALUES (?, ?, ?)",
+                                                  (instance_id, instance_uuid, address))
             with pytest.raises(RequestError) as refused:
                 await node.register(JOINER, "127.0.0.1:3303")
+            assert [i for i, _, _ in node.members()] == [1, 2], "nothing registered"
         return refused.value
 
     refused = trio.run(register_through_member_2)
-    assert refused.code == ErrorCode.NO_CONNECTION
-    assert registrar in refused.message
+    assert refused.code == ErrorCode.SYNC_QUORUM_TIMEOUT
+    assert "1 of 2 members prepared, 2 needed" in refused.message
 
 
 def test_a_join_is_served_from_the_newest_checkpoint_the_wal_still_continues(tmp_path: Path) -> None:
@@ -283,7 +246,7 @@ def test_a_failing_read_of_the_members_propagates_and_keeps_a_pending_registrati
     from replicaset.identity import PENDING_REGISTRATION_FILE, save_pending_registration
     from replicaset.storage import SqlError
 
-    save_pending_registration(tmp_path, 1)  # a row we hold: only the majority decides
+    save_pending_registration(tmp_path, PendingRegistration(origin=1, lsn=1, barrier={}))  # a row we hold: only the majority decides
     node = make_node(tmp_path)
 
     async def check() -> None:

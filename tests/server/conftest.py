@@ -7,6 +7,7 @@ import signal
 import time
 import subprocess
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -118,15 +119,37 @@ class ReplicaSet:
         return server
 
     def join(self, through: Server, config: Path | None = None) -> Server:
+        server = self._next_server()
+        self._start_join(server, through, config)
+        return server
+
+    def join_at_once(self, *throughs: Server) -> list[Server | RuntimeError]:
+        """One join through each of `throughs`, all started together; each joiner, or
+        why it did not start."""
+        servers = [self._next_server() for _ in throughs]
+
+        def start(pair: tuple[Server, Server]) -> Server | RuntimeError:
+            try:
+                self._start_join(*pair, None)
+                return pair[0]
+            except RuntimeError as exc:
+                return exc
+
+        with ThreadPoolExecutor(len(throughs)) as pool:
+            return list(pool.map(start, zip(servers, throughs)))
+
+    def _next_server(self) -> Server:
         n = len(self.members) + 1
         server = Server(self.root / f"m{n}", self.root / f"m{n}.log")
+        self.members.append(server)
+        return server
+
+    def _start_join(self, server: Server, through: Server, config: Path | None) -> None:
         server.proc, server.port = start_instance(
             ["join", "--uuid", REPLICASET_UUID, "--peer", f"127.0.0.1:{through.port}",
              "--data-dir", str(server.data_dir), "--config", str(config or self.config)],
             server.log_path,
         )
-        self.members.append(server)
-        return server
 
     def config_with(self, name: str, extra: str) -> Path:
         """A config file for some members: the set's own plus `extra` (TOML lines)."""

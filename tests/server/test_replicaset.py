@@ -12,7 +12,7 @@ import tarantool
 from replicaset.testing.processes import start_instance
 from replicaset.iproto.constants import ErrorCode
 from replicaset.iproto.errors import ServerError
-from tests.server.conftest import REPLICASET_UUID, ReplicaSet, Server, wait_for
+from tests.server.conftest import QUORUM, REPLICASET_UUID, ReplicaSet, Server, wait_for
 
 LOAD_WRITES_MAX = 100_000
 
@@ -347,26 +347,63 @@ def test_a_member_writing_steadily_keeps_its_upstreams(trio_set):
     assert all(entry["upstream"]["status"] == "follow" for i, entry in rs.info(first)["replication"].items() if i != 1)
 
 
-def test_a_joiner_takes_writes_once_a_majority_holds_its_registration(trio_set):
-    """DESIGN 4.7. In a set of four the registrar and the joiner are no majority: with the
-    two other members hung, the joiner follows the registrar (its connect quorum is one
-    peer) yet refuses writes until one of them holds its `_cluster` row."""
+def test_a_join_needs_a_quorum_of_the_members_and_registers_nothing_without_one(trio_set):
+    """A registration is a QUORUM transaction (`specs/MembershipQuorum.tla`): with members 2
+    and 3 hung, member 1 alone is no majority of three. The join fails naming how many
+    prepared, no member registers it, and a join once they are back takes id 4 and
+    writes."""
     rs, (first, second, third) = trio_set
-    quorum_of_one = rs.config_with("quorum1", "replication_connect_quorum = 1\n")
     with second.paused(), third.paused():
-        fourth = rs.join(first, config=quorum_of_one)
-        wait_for(lambda: upstream_of(rs, fourth, 1, "follow"), "member 4 follows member 1")
-        assert rs.info(fourth)["status"] == "orphan"
-        refused = refusal(fourth, "INSERT INTO kv(k, v) VALUES (4, 'too early')")
-        assert refused.code == ErrorCode.READONLY
-        assert "_cluster row" in refused.message and "majority of 3" in refused.message, refused.message
+        with pytest.raises(RuntimeError, match="exited"):
+            rs.join(first)
+    failed = next(e for e in rs.members[3].log_events() if e.get("event") == "join_failed")
+    assert "1 of 3 members prepared, 2 needed" in failed["error"], failed
+    with first.client() as client:
+        assert [row[0] for row in client.execute("SELECT id FROM _cluster ORDER BY id").rows] == [1, 2, 3]
+    fourth = rs.join(first)
     rs.wait_status(fourth, "running")
+    assert rs.info(fourth)["id"] == 4
     with fourth.client() as client:
-        client.execute("INSERT INTO kv(k, v) VALUES (4, 'once held')")
-    rs.wait_full_mesh()
+        client.execute("INSERT INTO kv(k, v) VALUES (4, 'from the joiner')")
     rs.wait_converged()
-    assert rows(second) == rows(fourth) == [[4, "once held", 0]]
+    assert rows(second) == rows(fourth) == [[4, "from the joiner", 0]]
     assert not (fourth.data_dir / "registration.toml").exists(), "held for good: a restart does not wait again"
+
+
+def test_any_member_registers_joiners_while_member_1_is_down(trio_set):
+    """No registrar: with member 1 killed, member 4 joins through member 2 and member 5
+    through member 3 (3 of the 4 registered members prepare it, member 4 among them), and
+    member 1 takes both rows when it is back."""
+    rs, (first, second, third) = trio_set
+    first.kill()
+    fourth = rs.join(second)
+    rs.wait_status(fourth, "running")
+    fifth = rs.join(third)
+    rs.wait_status(fifth, "running")
+    assert (rs.info(fourth)["id"], rs.info(fifth)["id"]) == (4, 5)
+    with fifth.client() as client:
+        client.execute("INSERT INTO kv(k, v) VALUES (5, 'while 1 was down')", options=QUORUM)
+    first.start()
+    rs.wait_converged()
+    for member in rs.members:
+        with member.client() as client:
+            assert [r[0] for r in client.execute("SELECT id FROM _cluster ORDER BY id").rows] == [1, 2, 3, 4, 5]
+        assert rows(member) == [[5, "while 1 was down", 0]]
+
+
+def test_two_joins_at_once_through_two_members_get_distinct_ids(trio_set):
+    """Both registrations read id 4 free and conflict on its `_cluster` row: one wins, the
+    other tries again once the winner's row is here and takes id 5."""
+    rs, (first, second, third) = trio_set
+    joined = rs.join_at_once(second, third)
+    assert all(isinstance(j, Server) for j in joined), joined
+    for joiner in joined:
+        rs.wait_status(joiner, "running")
+    assert sorted(rs.info(j)["id"] for j in joined) == [4, 5]
+    rs.wait_converged()
+    for member in rs.members:
+        with member.client() as client:
+            assert [r[0] for r in client.execute("SELECT id FROM _cluster ORDER BY id").rows] == [1, 2, 3, 4, 5]
 
 
 def test_a_join_after_a_snapshot_is_served_from_that_checkpoint(replicaset):
@@ -425,26 +462,3 @@ def test_a_read_only_member_refuses_writes_and_still_follows(replicaset):
     replicaset.wait_converged()
     assert rows(second) == [[2, "from member 1"]]
     assert replicaset.info(second)["ro"] is True
-
-
-def test_a_join_waits_until_every_member_holds_the_previous_membership_change(trio_set):
-    """Membership rule 4. With member 3 hung, member 4 joins (member 3 holds member 3's own
-    registration, the previous change), but member 5 cannot: member 3 has not copied member
-    4's row, and two changes in a row would leave it two views behind. The join fails
-    after `replication_connect_timeout` naming member 3, registers nothing, and succeeds
-    once member 3 is back."""
-    rs, (first, second, third) = trio_set
-    own_lsn = rs.info(first)["vclock"][1]
-    wait_for(lambda: rs.info(first)["replication"][3]["downstream"]["vclock"].get(1, 0) >= own_lsn,
-             "member 1 heard member 3 acknowledge its rows")
-    with third.paused():
-        rs.join(first)
-        with pytest.raises(RuntimeError, match="exited"):
-            rs.join(second)
-    with first.client() as client:
-        assert [row[0] for row in client.execute("SELECT id FROM _cluster ORDER BY id").rows] == [1, 2, 3, 4]
-    waits = [line for line in (first.data_dir.parent / "m1.log").read_text().splitlines() if "registration_waits" in line]
-    assert waits and '"lacking": [3]' in waits[-1], waits
-    rs.wait_converged()
-    fifth = rs.join(second)
-    assert rs.info(fifth)["id"] == 5
