@@ -49,7 +49,7 @@ def run(work: Path, join_mb: int) -> dict[str, Any]:
     root = work / "join_ours"
     root.mkdir()
     config = root / "config.toml"
-    config.write_text(OUR_CONFIG)
+    config.write_text(OUR_CONFIG + '[replication]\ndefault_write_consistency = "one"\n')  # the fill, as Tarantool's
     rs_uuid = str(uuid.uuid4())
     member: Proc | None = None
     joiner: Proc | None = None

@@ -44,7 +44,7 @@ require('log').info('BENCH_READY')
 
 def start_ours(work: Path) -> Proc:
     config = work / "ours.toml"
-    config.write_text('wal_mode = "write"\n')
+    config.write_text('wal_mode = "write"\n[replication]\ndefault_write_consistency = "one"  # as Tarantool\'s asynchronous write\n')
     return Proc.ours("ours", ["bootstrap", "--data-dir", str(work / "ours_data"), "--config", str(config)],
                      work / "ours.log")
 

@@ -82,8 +82,11 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 
 REPLICASET_UUID = "8c5e4a52-0000-4000-8000-00000000abcd"
-# Every member checks its cores' invariants after every event (TigerBeetle style).
-FAST_CONFIG = "replication_timeout = 0.1\nreplication_connect_timeout = 3\ndebug.check_invariants = true\n"
+# Every member checks its cores' invariants after every event (TigerBeetle style). Writes
+# are ONE unless a test asks for a level: most tests here are about replication itself,
+# and those of quorum writes name their level (tests/server/test_quorum*.py).
+FAST_CONFIG = ("replication_timeout = 0.1\nreplication_connect_timeout = 3\ndebug.check_invariants = true\n"
+               'replication.default_write_consistency = "one"\n')
 WAIT_S = 20.0
 POLL_S = 0.05
 

@@ -31,6 +31,17 @@ def test_a_quorum_write_is_answered_with_a_vclock_any_member_can_read_at(quorum_
     assert rows(first) == rows(second) == rows(third) == [[1, "q", 0]]
 
 
+def test_a_member_with_the_built_in_configuration_writes_at_quorum(server) -> None:
+    """Marmot's default: a write without a level is a QUORUM transaction (here of one
+    member, which is its own majority)."""
+    with server.client() as client:
+        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
+        client.execute("INSERT INTO kv(k, v) VALUES (1, 'by default')")
+        synchro = client.eval("box.info")[0]["synchro"]
+    assert synchro["default_consistency"] == "quorum"
+    assert synchro["outcomes"]["quorum"]["committed"] == 2, "the DDL and the INSERT"
+
+
 def test_quorum_commits_without_one_member_and_all_does_not(quorum_set) -> None:
     """With member 3 hung, two of three prepare: QUORUM commits, ALL aborts at its
     deadline and leaves nothing; member 3 catches up once it runs again."""

@@ -285,7 +285,7 @@ def test_member_whose_rows_are_gone_everywhere_rejoins(replicaset_factory, rejoi
         assert third.stop() == 0
         third.start("--rejoin")
     else:
-        third.start("--config", str(rs.config_with("auto", "[replication]\nauto_rejoin = true\n")))
+        third.start("--config", str(rs.config_with("auto", "replication.auto_rejoin = true\n")))
     vclock = rs.wait_converged()
     assert vclock[3] == len(mine)
     assert rows(third, "SELECT count(*) FROM kv") == [[405]]
