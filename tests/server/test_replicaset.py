@@ -462,3 +462,38 @@ def test_a_read_only_member_refuses_writes_and_still_follows(replicaset):
     replicaset.wait_converged()
     assert rows(second) == [[2, "from member 1"]]
     assert replicaset.info(second)["ro"] is True
+
+
+def test_a_member_killed_while_it_registers_a_joiner_leaves_no_half_registration(trio_set):
+    """Members 1 and 3 hung, member 2 begins a registration (its PREPARE waits in their
+    sockets) and is killed -9. The joiner fails; member 1 then prepares the dead
+    coordinator's transaction and keeps its intent on id 4 (the blocking case of 2PC), so
+    a join through member 1 cannot take id 4 yet. Once member 2 is back it aborts the
+    transaction it has no row for, the intent goes, and the next join takes id 4."""
+    rs, (first, second, third) = trio_set
+    started: dict[str, object] = {}
+
+    def join_through_second() -> None:
+        try:
+            started["joiner"] = rs.join(second)
+        except RuntimeError as exc:
+            started["joiner"] = exc
+
+    with first.paused(), third.paused():
+        joining = threading.Thread(target=join_through_second)
+        joining.start()
+        wait_for(lambda: rs.info(second)["synchro"]["queue"]["len"] == 1, "member 2 began the registration")
+        second.kill()
+    joining.join(30)
+    assert isinstance(started["joiner"], RuntimeError), started
+    wait_for(lambda: rs.info(first)["synchro"]["prepared"]["by_coordinator"].get(2) == 1,
+             "member 1 prepared member 2's registration")
+    second.start()
+    wait_for(lambda: rs.info(first)["synchro"]["prepared"]["len"] == 0, "the dead coordinator's registration aborted")
+    fifth = rs.join(first)
+    rs.wait_status(fifth, "running")
+    assert rs.info(fifth)["id"] == 4
+    rs.wait_converged()
+    for member in (first, second, third, fifth):
+        with member.client() as client:
+            assert [r[0] for r in client.execute("SELECT id FROM _cluster ORDER BY id").rows] == [1, 2, 3, 4]
