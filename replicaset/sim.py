@@ -88,8 +88,9 @@ CONNECT_TIMEOUT_S = 1.0
 class Faults:
     """Every fault the simulator injects, and how often; the run's seed draws them all.
 
-    Rates are per member and second of the fault phase; `registrar_crash_share` scales
-    the crash rate of member 1 (the registrar, whose crashes stall joins); `sync_p` is the
+    Rates are per member and second of the fault phase; `bootstrap_crash_share` scales
+    the crash rate of member 1 (once the registrar, whose crashes stalled joins; the
+    share stays so that a seed draws the faults it always drew); `sync_p` is the
     chance that a flush under `wal_mode = write` is followed by an fsync of its own (rows
     that no relay asked to sync stay exposed to an OS crash)."""
 
@@ -101,7 +102,7 @@ class Faults:
     duplicate_p: float = 0.02
     reorder_p: float = 0.02
     crash_per_s: float = 0.2
-    registrar_crash_share: float = 0.25
+    bootstrap_crash_share: float = 0.25
     os_crash_share: float = 0.5
     restart_after_s: float = 0.3
     sync_p: float = 0.3
@@ -451,7 +452,7 @@ class Simulation:
                 if {link.applier_of, link.relay_on} == set(pair):
                     await self._cut(link.conn, "partition")
             self._at(rng.uniform(*f.partition_s), "unpartition", pair)
-        crash_rate = f.crash_per_s * (f.registrar_crash_share if member.id == 1 else 1.0)
+        crash_rate = f.crash_per_s * (f.bootstrap_crash_share if member.id == 1 else 1.0)
         if rng.random() < crash_rate * TICK_S:
             await self._crash(member, os_crash=rng.random() < f.os_crash_share)
 

@@ -15,7 +15,8 @@ Theory of operation (DESIGN 4.4, 4.7; Tarantool's box.info.status):
 - When every upstream refused for want of rows (their logs start after ours ends), only
   a new checkpoint can bring the member back: it re-joins through a member that
   acknowledged every row of its own origin, if the operator allowed it, or says it needs to.
-- Ids are given by the registrar alone, the smallest free one, the old one to a known UUID.
+- Ids are the smallest free one, the old one to a known UUID (`allocate_id`); any member
+  registers a joiner by a quorum transaction, whose conflicts keep ids unique.
 
 Time is an argument, actions are returned; the node and the simulator carry them out.
 """

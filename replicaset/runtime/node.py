@@ -46,7 +46,7 @@ from replicaset.runtime.writer import Writer
 from replicaset.storage import Engine, EngineConfig, SqlError
 from replicaset.storage.schema import is_internal, load_table, quote
 from replicaset.iproto.constants import ErrorCode
-from wal import GroupCommitPolicy, RecordType, WalMode
+from wal import GroupCommitPolicy, RecordType, WalError, WalMode
 
 USER_SPACE_ID_MIN = 512
 CLEAN_STOP_FILE = "clean_stop"
@@ -283,9 +283,9 @@ class Node:
             await self.writer.execute_trusted("UPDATE _cluster SET address = ? WHERE uuid = ?", (self.listen_address, self.identity.instance_uuid))
 
     def members(self) -> list[tuple[int, str, str]]:
-        """The registered members, `(id, uuid, address)`. Empty only before the registrar
-        created `_cluster`; any other failure propagates: an empty answer here would make a
-        majority of one (STYLE: errors propagate)."""
+        """The registered members, `(id, uuid, address)`. Empty only before the bootstrap
+        member created `_cluster`; any other failure propagates: an empty answer here would
+        make a majority of one (STYLE: errors propagate)."""
         engine = self.engine
         found = engine.query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = '_cluster'")
         if found is None or not found.rows:
@@ -370,7 +370,7 @@ class Node:
                 members = self.members()
                 existing = next((i for i, u, _ in members if u == uuid), None)
                 if existing is not None:
-                    return self._held_registration(existing)
+                    return await self._held_registration(existing)
                 try:
                     instance_id, _ = allocate_id(((i, u) for i, u, _ in members), uuid)
                 except MembersFull as exc:
@@ -397,9 +397,14 @@ class Node:
                       row=[origin, lsn], barrier=barrier)
         return registration
 
-    def _held_registration(self, instance_id: int) -> Registration:
+    async def _held_registration(self, instance_id: int) -> Registration:
         """An instance registered already (a re-join, or a registration retried): its row
-        is here, so our vclock of the origin that wrote it last reaches it."""
+        is here, so our vclock of the origin that wrote it last reaches it. It may be
+        applied here and not durable yet: we sync before the id leaves (F5)."""
+        try:
+            await self.writer.sync_wal()
+        except WalError as exc:
+            raise RequestError(ErrorCode.WAL_IO, f"registering instance {instance_id} failed: {exc}") from exc
         version = self.engine.stored_versions([(CLUSTER_TABLE, f"{CLUSTER_TABLE}:{instance_id}")])
         origin = next(iter(version.values()))[1] if version else self.identity.instance_id
         return Registration(instance_id=instance_id, origin=origin, lsn=self.engine.vclock.get(origin), barrier={})

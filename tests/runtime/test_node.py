@@ -44,7 +44,7 @@ def make_node(data_dir: Path, instance_id: int = BOOTSTRAP_ID, **overrides: obje
 @asynccontextmanager
 async def opened(node: Node) -> AsyncIterator[Node]:
     """The node's engine and writer, with its flusher, as `Node.run` starts them, but no
-    sockets: `_cluster` made (on the registrar) or its address updated, as at a start."""
+    sockets: `_cluster` made (on the bootstrap member) or its address updated, as at a start."""
     node.engine = node.open_engine()
     node.driver = node.open_member()
     node.writer = Writer(node.engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False,
@@ -80,7 +80,7 @@ async def next_request(stream: trio.SocketStream, decoder: FrameDecoder) -> Fram
     return frame
 
 
-def test_a_registration_under_wal_mode_write_survives_an_os_crash_of_the_registrar(
+def test_a_registration_under_wal_mode_write_survives_an_os_crash_of_the_registering_member(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = PageCache(monkeypatch)

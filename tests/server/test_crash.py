@@ -70,7 +70,7 @@ def test_a_joiner_keeps_its_checkpoint_identity_and_registration_through_an_os_c
 ):
     """`replicaset join` returned: an OS crash then must not take the checkpoint, the log
     that continues it, the id or the pending registration (FINDINGS F5 again: the id is
-    registered at the registrar, and a joiner without its registration file would take
+    registered by the member it joined through, and a joiner without its registration file would take
     writes too early). The joiner then starts and takes writes."""
     cache = PageCache(monkeypatch)  # in this process: the joiner's side of the join
     with server.client() as client:
@@ -81,12 +81,12 @@ def test_a_joiner_keeps_its_checkpoint_identity_and_registration_through_an_os_c
     listen = f"127.0.0.1:{free_port()}"
     joined = join(data_dir, replicaset_uuid=replicaset_uuid, peers=[f"127.0.0.1:{server.port}"], listen=listen)
     assert joined is not None and joined.instance_id == 2
-    registrar_lsn = load_pending_registration(data_dir)
+    registration = load_pending_registration(data_dir)
     checkpoint_vclock = vclock_of(data_dir / "db.sqlite")
     cache.os_crash(data_dir)
     cache.os_crash(data_dir / "wal")
     assert Identity.load(data_dir) == joined
-    assert load_pending_registration(data_dir) == registrar_lsn is not None
+    assert load_pending_registration(data_dir) == registration is not None
     # The checkpoint holds the set's rows: the bootstrap's, CREATE TABLE kv and our `_cluster` row.
     assert vclock_of(data_dir / "db.sqlite") == checkpoint_vclock == VClock({1: BOOTSTRAP_ROWS + 2})
     # The log starts where the checkpoint ends: without it the checkpoint counts as ahead of

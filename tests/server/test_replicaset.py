@@ -23,7 +23,7 @@ def trio_set(replicaset):
     with first.client() as client:
         client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, n INTEGER DEFAULT 0)")
     second = replicaset.join(first)
-    third = replicaset.join(second)  # registered through the registrar by member 2
+    third = replicaset.join(second)  # registered by member 2
     replicaset.wait_converged()
     return replicaset, (first, second, third)
 
