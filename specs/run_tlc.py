@@ -126,6 +126,13 @@ CONFIGS: tuple[Config, ...] = (
     _wrong("Membership", "NoWait", "QuorumsIntersect"),
     _wrong("Membership", "UnsyncedChanges", "UniqueIds"),
     _correct("Membership", "_deep", deep=True),
+    # Leaderless registration: membership changes as QUORUM transactions beside data ones.
+    _correct("MembershipQuorum"),
+    _wrong("MembershipQuorum", "NoViewCheck", "NoLostUpdate"),
+    _wrong("MembershipQuorum", "NoBarrier", "NoLostUpdate"),
+    _wrong("MembershipQuorum", "NoCatchUp", "NoLostUpdate"),
+    _wrong("MembershipQuorum", "Registrar", "NoLostUpdate"),
+    _correct("MembershipQuorum", "_deep", deep=True),
 )
 
 SPEC_NAMES = tuple(dict.fromkeys(c.spec for c in CONFIGS))
