@@ -805,7 +805,7 @@ class Simulation:
         txn_id = engine.hlc.now(self._clock_ms())
         members = frozenset(self.members)
         reads = {key: q.Version(hlc=v[0], origin=v[1]) if v else q.NO_VERSION for key, v in captured.reads.items()}
-        records.begun(txn_id, members=members, level=level, keys=reads)
+        records.begun(txn_id, members=members, level=level, keys=reads, sync=True)
         member.captured[txn_id] = captured
         client = self.clients[txn_id] = Client(txn_id=txn_id, coordinator=member_id, incarnation=member.incarnation,
                                                level=level, deadline_s=self.now_s + TXN_TIMEOUT_S, what=what)
@@ -943,7 +943,7 @@ class Simulation:
         answer = driver.txn_prepare(self.now_s, txn_id, coordinator=src, members=members, reads=reads,
                                     view=frozenset(self.members))
         if isinstance(answer, q.Prepared):
-            records.prepared(txn_id, coordinator=src, members=members, keys=reads)
+            records.prepared(txn_id, coordinator=src, members=members, keys=reads, sync=True)
             self.prepared_by.setdefault(txn_id, set()).add(member.id)
         if answer is not None:
             self._txn_send(member.id, src, "answer", answer)

@@ -47,20 +47,26 @@ class TxnRecords:
         self._member = member
         self._undurable: list[tuple[int, int, int]] = []  # rows applied, not yet beyond an OS crash
 
-    def begun(self, txn_id: int, *, members: frozenset[int], level: q.Level, keys: Iterable[q.Key]) -> None:
+    def begun(self, txn_id: int, *, members: frozenset[int], level: q.Level, keys: Iterable[q.Key],
+              sync: bool) -> None:
         """A transaction this member coordinates, durable before its row: a restart finds
         it, and aborts it unless its row is here. Without it a restart knows nothing of the
-        transaction and answers ABORT when asked, so it need not precede the PREPAREs."""
+        transaction and answers ABORT when asked, so it need not precede the PREPAREs.
+        Without `sync` the caller syncs the metastore before the row (the server's group
+        sync)."""
         txns.put_txn(self.meta, TxnRecord(txn_id=txn_id, coordinator=self._member, members=members, level=level,
-                                          status=TxnStatus.PENDING, keys=frozenset(keys)))
+                                          status=TxnStatus.PENDING, keys=frozenset(keys)), sync=sync)
 
-    def prepared(self, txn_id: int, *, coordinator: int, members: frozenset[int], keys: Iterable[q.Key]) -> None:
+    def prepared(self, txn_id: int, *, coordinator: int, members: frozenset[int], keys: Iterable[q.Key],
+                 sync: bool) -> None:
         """A PREPARED answer of ours, before it is sent: the record, synced, which makes the
-        intents just placed durable too (a PREPARE sent again finds the record and syncs)."""
+        intents just placed durable too (a PREPARE sent again finds the record and syncs).
+        Without `sync` the caller syncs the metastore before the answer leaves."""
         if txns.txn(self.meta, txn_id) is None:
             txns.put_txn(self.meta, TxnRecord(txn_id=txn_id, coordinator=coordinator, members=members,
-                                              level=q.Level.QUORUM, status=TxnStatus.PENDING, keys=frozenset(keys)))
-        else:
+                                              level=q.Level.QUORUM, status=TxnStatus.PENDING, keys=frozenset(keys)),
+                         sync=sync)
+        elif sync:
             self.meta.sync()
 
     def decided(self, txn_id: int, status: TxnStatus, row: tuple[int, int] | None = None) -> None:

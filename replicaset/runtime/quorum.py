@@ -13,8 +13,9 @@ intents they held. The client hears once the level's members hold the row durabl
 COMMIT answers and the relays' acknowledgements both say so.
 
 Metastore writes follow `replicaset.meta.recovery`'s order: intents (inside the
-participant's `place`), the PENDING record (synced, for both), then the answer; the
-decision, then the release.
+participant's `place`), the PENDING record (both synced by one group fsync with the
+records written meanwhile, `group_sync.py`), then the answer; the decision, then the
+release.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from replicaset.meta.recovery import recover_participant
 from replicaset.meta.store import MetaStore
 from replicaset.meta.txns import TxnStatus
 from replicaset.runtime.errors import RequestError
+from replicaset.runtime.group_sync import GroupSync
 from replicaset.runtime.links import RECEIVE_BYTES, PeerError, PeerLink
 from replicaset.runtime.relay import record_bytes
 from replicaset.storage import ApplyError, Captured, SqlError
@@ -100,7 +102,7 @@ class QuorumHost:
         self._links: dict[int, _Link] = {}
         self._outcomes: dict[q.Level, _Outcomes] = {}  # for the console
         self._last_answer_s: dict[int, float] = {}  # each peer's last answer to a PREPARE of ours
-        self._recording: dict[int, trio.Event] = {}  # PREPARED records being synced, by txn id
+        self._meta_sync = GroupSync(self.meta.sync)  # one fsync for the records written meanwhile
         self._begun: dict[int, trio.Event] = {}  # our PENDING records on their way to disk, for the row
         self._collected = 0  # decided records deleted by the collection since start, for the console
         self._synced = trio.Event()  # set at each sync of our WAL, then replaced
@@ -180,8 +182,8 @@ class QuorumHost:
         client = self._clients[txn_id] = _Client()
         self._captured[txn_id] = captured
         recorded = self._begun[txn_id] = trio.Event()
-        self._spawn(self._record_begun, recorded, partial(self.records.begun, txn_id, members=members, level=level,
-                                                          keys=reads))
+        self.records.begun(txn_id, members=members, level=level, keys=reads, sync=False)
+        self._spawn(self._record_begun, recorded)
         try:
             self.carry_out(driver.txn_begin(start, txn_id, reads=reads, members=members, level=level,
                                             deadline_s=start + timeout_s))
@@ -331,13 +333,13 @@ class QuorumHost:
 
     # ---------------------------------------------------------------- the coordinator's tasks
 
-    async def _record_begun(self, recorded: trio.Event, write: Callable[[], None]) -> None:
-        """The PENDING record, synced in a thread while PREPARE goes out. It need not be
+    async def _record_begun(self, recorded: trio.Event) -> None:
+        """The PENDING record, written, synced while PREPARE goes out. It need not be
         durable before PREPARE leaves, only before the row: a restart that finds neither
         knows nothing of the transaction and answers ABORT when asked, which is what it
         decides for a record without a row too. A metastore that cannot write stops the
         member, as a WAL that cannot sync does."""
-        await trio.to_thread.run_sync(write)
+        await self._meta_sync.covering()
         recorded.set()
 
     async def _decide_when_recorded(self, recorded: trio.Event, txn_id: int) -> None:
@@ -459,17 +461,11 @@ class QuorumHost:
                                                           f"{request.sender} in this replica set")
 
     async def _record_prepared(self, txn_id: int, **record: Any) -> None:
-        """The PENDING record of a PREPARED answer, synced in a thread (other requests move
-        meanwhile, and RocksDB makes one fsync for the records synced at once). A PREPARE
-        sent again waits for the first one's record, then syncs again for its own intents."""
-        while (busy := self._recording.get(txn_id)) is not None:
-            await busy.wait()
-        done = self._recording[txn_id] = trio.Event()
-        try:
-            await trio.to_thread.run_sync(partial(self.records.prepared, txn_id, **record))
-        finally:
-            del self._recording[txn_id]
-            done.set()
+        """The PENDING record of a PREPARED answer, written with the intents the core just
+        placed, then one group sync for them and every record written meanwhile. A PREPARE
+        sent again finds the record and waits for a sync that covers it."""
+        self.records.prepared(txn_id, sync=False, **record)
+        await self._meta_sync.covering()
 
     async def serve(self, frame: Frame) -> dict[int, Any]:
         """A quorum transaction request from a peer, and the body of its reply."""

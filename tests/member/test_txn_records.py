@@ -68,7 +68,7 @@ def prepare(driver: MemberDriver, records: TxnRecords, txn_id: int = TXN) -> Non
     answer = driver.txn_prepare(0.0, txn_id, coordinator=COORDINATOR, members=MEMBERS, reads={KEY: q.NO_VERSION},
                                 view=MEMBERS)
     assert isinstance(answer, q.Prepared)
-    records.prepared(txn_id, coordinator=COORDINATOR, members=MEMBERS, keys=[KEY])
+    records.prepared(txn_id, coordinator=COORDINATOR, members=MEMBERS, keys=[KEY], sync=True)
 
 
 def test_a_prepare_costs_one_fsync_and_a_decision_none(meta: CountingMeta) -> None:
@@ -77,7 +77,7 @@ def test_a_prepare_costs_one_fsync_and_a_decision_none(meta: CountingMeta) -> No
     assert meta.synced == 1, "the intents and the PENDING record go down with one fsync"
     prepare(driver, records)
     assert meta.synced == 2, "a PREPARE sent again syncs again before its answer"
-    records.begun(0x71, members=MEMBERS, level=q.Level.QUORUM, keys=[("kv", "kv:2")])
+    records.begun(0x71, members=MEMBERS, level=q.Level.QUORUM, keys=[("kv", "kv:2")], sync=True)
     assert meta.synced == 3, "a coordinator's PENDING record is synced before any PREPARE leaves"
     records.decided(TXN, TxnStatus.ABORTED)
     driver.txn_abort(0.0, TXN)
