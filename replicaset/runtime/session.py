@@ -294,7 +294,7 @@ class Session:
         await node.wait_for_member(uuid)
         checkpoint, vclock = await node.writer.open_newest_checkpoint()
         with checkpoint:
-            node.log.info("join_serving", instance_uuid=uuid, instance_id=registration.instance_id,
+            node.log.info("join_serving", joiner_uuid=uuid, joiner_id=registration.instance_id,
                           checkpoint=checkpoint.name, vclock=vclock.to_dict())
             await serve_checkpoint(self, frame.sync, checkpoint, vclock, registration, node.schema_version)
 

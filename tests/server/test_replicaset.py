@@ -62,6 +62,9 @@ def test_joined_members_get_ids_and_everyone_takes_writes(trio_set):
     replication = rs.wait_full_mesh()
     assert set(replication) == {1, 2, 3}
     assert {replication[p]["upstream"]["peer"] for p in (2, 3)} == {f"127.0.0.1:{m.port}" for m in members[1:]}
+    for instance_id, member in enumerate(members, start=1):
+        named = {event["instance_id"] for event in member.log_events()}
+        assert named <= {None, instance_id}, f"member {instance_id}'s log names {named}: a field overwrote its id"
 
 
 def test_concurrent_writes_to_the_same_rows_converge(trio_set):
