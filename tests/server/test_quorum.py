@@ -204,3 +204,49 @@ def test_a_client_never_conflicts_with_its_own_acknowledged_writes(quorum_set) -
             client.execute(f"CREATE TABLE t{n}(id INTEGER PRIMARY KEY)")
     rs.wait_converged()
     assert rows(first) == rows(second) == rows(third) == [[1, "again", 29]]
+
+
+def test_a_join_under_quorum_writes_on_every_member_loses_nothing(quorum_set) -> None:
+    """Every member writes at QUORUM while member 4 joins through member 3 (its
+    registration is one more quorum transaction among them): each write acknowledged is on
+    all four members afterwards, and a write refused was refused with a retryable conflict
+    (members seeing different memberships for a moment), nothing else."""
+    rs, (first, second, third) = quorum_set
+    stop = threading.Event()
+    acknowledged: list[int] = []
+    refused: list[ServerError] = []
+    lock = threading.Lock()
+
+    def write(member, base: int) -> None:
+        with member.client() as client:
+            for n in range(1, 10_000):
+                if stop.is_set():
+                    return
+                try:
+                    client.execute("INSERT INTO kv(k, v) VALUES (?, 'during the join')", [base + n], options=QUORUM)
+                except ServerError as exc:
+                    with lock:
+                        refused.append(exc)
+                    continue
+                with lock:
+                    acknowledged.append(base + n)
+
+    writers = [threading.Thread(target=write, args=(m, i * 100_000)) for i, m in enumerate((first, second, third))]
+    for writer in writers:
+        writer.start()
+    try:
+        wait_for(lambda: len(acknowledged) >= 10, "writes under way")
+        fourth = rs.join(third)
+        rs.wait_status(fourth, "running")
+        during = len(acknowledged)
+        wait_for(lambda: len(acknowledged) >= during + 10, "writes go on once member 4 runs")
+    finally:
+        stop.set()
+        for writer in writers:
+            writer.join(30)
+    assert all(exc.code == ErrorCode.TRANSACTION_CONFLICT for exc in refused), refused
+    rs.wait_converged()
+    for member in (first, second, third, fourth):
+        held = {row[0] for row in rows(member, "SELECT k FROM kv")}
+        assert set(acknowledged) <= held, f"{member.log_path}: {sorted(set(acknowledged) - held)[:5]} missing"
+        assert not [e for e in member.log_events() if e.get("level") == "error"], member.log_path
