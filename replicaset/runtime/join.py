@@ -56,12 +56,13 @@ def join(
         registration = joined.registration
         # Before the identity, which marks the join done: a joiner that stopped in between
         # must not take writes before a majority holds its row (DESIGN 4.7).
-        save_pending_registration(data_dir, registration.pending())
+        save_pending_registration(data_dir, registration.pending)
         identity = Identity(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid, instance_id=registration.instance_id)
         identity.save(data_dir)
         (data_dir / CLEAN_STOP_FILE).touch()  # a fresh member has no rows of its own to lose
         log.info("joined", peer=peer, instance_id=registration.instance_id,
-                 registration_row=[registration.origin, registration.lsn], barrier=dict(registration.barrier),
+                 registration_row=[registration.pending.origin, registration.pending.lsn],
+                 barrier=dict(registration.pending.barrier),
                  vclock=joined.vclock.to_dict(), bytes=joined.size_bytes)
         return identity
     return None

@@ -392,7 +392,8 @@ class Node:
             raise RequestError(ErrorCode.SQL_EXECUTE, f"registering instance {uuid} failed: {exc}") from exc
         (origin, lsn), barrier = await self.quorum.commit_change(captured, max(deadline - trio.current_time(),
                                                                               REGISTER_RETRY_S))
-        registration = Registration(instance_id=instance_id, origin=origin, lsn=lsn, barrier=barrier)
+        registration = Registration(instance_id=instance_id,
+                                    pending=PendingRegistration(origin=origin, lsn=lsn, barrier=barrier))
         self.log.info("member_registered", joiner_id=instance_id, joiner_uuid=uuid, address=address,
                       row=[origin, lsn], barrier=barrier)
         return registration
@@ -407,7 +408,8 @@ class Node:
             raise RequestError(ErrorCode.WAL_IO, f"registering instance {instance_id} failed: {exc}") from exc
         version = self.engine.stored_versions([(CLUSTER_TABLE, f"{CLUSTER_TABLE}:{instance_id}")])
         origin = next(iter(version.values()))[1] if version else self.identity.instance_id
-        return Registration(instance_id=instance_id, origin=origin, lsn=self.engine.vclock.get(origin), barrier={})
+        return Registration(instance_id=instance_id,
+                            pending=PendingRegistration(origin=origin, lsn=self.engine.vclock.get(origin), barrier={}))
 
     async def wait_for_member(self, uuid: str) -> None:
         """Until the `_cluster` row of `uuid` is applied here, so that what we serve holds it."""

@@ -322,7 +322,8 @@ class Session:
             raise RequestError(REFUSAL_CODES[accepted.refusal], accepted.message)
         self._relay_conn = conn
         # What a SUBSCRIBE says the subscriber holds is its first acknowledgement: a member that
-        # has nothing new to acknowledge afterwards still counts as holding it (rule 4 asks).
+        # has nothing new to acknowledge afterwards still counts as holding it (a joiner's
+        # registration holders and the collection of decided records ask).
         node.quorum.carry_out(node.driver.relay_ack(conn, trio.current_time(), request.vclock))
         self._reply_ok(frame, {Key.VCLOCK: accepted.vclock, Key.INSTANCE_UUID: node.identity.instance_uuid})
         node.log.info("relay_started", subscriber=subscriber, vclock=request.vclock.to_dict())

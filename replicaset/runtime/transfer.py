@@ -4,7 +4,7 @@ the checkpoint transfer."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -24,18 +24,11 @@ CHECKPOINT_CHUNK_BYTES = 1024 * 1024
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Registration:
-    """An instance's id; `(origin, lsn)`, a row at or after its `_cluster` row (a member
-    whose vclock of `origin` reaches `lsn` holds it: rows of one origin are applied in
-    order); and `barrier`, what the members that voted for the row held durably, which
-    the joiner holds before it votes (MembershipQuorum R3)."""
+    """An instance's id, and what the joiner waits for before it writes and votes: its
+    `_cluster` row held by a majority and the barrier (`PendingRegistration`)."""
 
     instance_id: int
-    origin: int
-    lsn: int
-    barrier: Mapping[int, int]
-
-    def pending(self) -> PendingRegistration:
-        return PendingRegistration(origin=self.origin, lsn=self.lsn, barrier=self.barrier)
+    pending: PendingRegistration
 
 
 @dataclass(frozen=True)
@@ -85,8 +78,8 @@ async def fetch_checkpoint(
                 os.fsync(out.fileno())
                 os.replace(partial, target)
                 fsync_path(target.parent)  # the rename is durable only once the directory is
-                registration = Registration(instance_id=end.instance_id, origin=end.origin, lsn=end.lsn,
-                                            barrier=end.barrier.to_dict())
+                pending = PendingRegistration(origin=end.origin, lsn=end.lsn, barrier=end.barrier.to_dict())
+                registration = Registration(instance_id=end.instance_id, pending=pending)
                 return Joined(registration=registration, vclock=end.vclock, size_bytes=end.size)
     finally:
         partial.unlink(missing_ok=True)
@@ -117,7 +110,8 @@ async def serve_checkpoint(
         await session.flush_outbox()
     session.send_frame(encode_ok(sync=sync, schema_version=schema_version, body={
         Key.VCLOCK: vclock.to_dict(), PeerKey.SIZE: size, PeerKey.DIGEST: whole.intdigest(),
-        PeerKey.INSTANCE_ID: registration.instance_id, PeerKey.REGISTRATION_ROW: [registration.origin, registration.lsn],
-        PeerKey.BARRIER: dict(registration.barrier),
+        PeerKey.INSTANCE_ID: registration.instance_id,
+        PeerKey.REGISTRATION_ROW: [registration.pending.origin, registration.pending.lsn],
+        PeerKey.BARRIER: dict(registration.pending.barrier),
     }))
     await session.flush_outbox()
