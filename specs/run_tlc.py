@@ -96,6 +96,8 @@ CONFIGS: tuple[Config, ...] = (
     _wrong("VClockReplication", "NoFence", "Agreement"),
     _wrong("VClockReplication", "GiveUpUnguarded", "Agreement"),
     Config(name="VClockReplication_ShipDurable", module="VClockReplication_ShipDurable", spec="VClockReplication"),
+    Config(name="VClockReplication_ShipDurable_deep", module="VClockReplication_ShipDurable",
+           spec="VClockReplication", deep=True),
     _correct("VClockReplication", "_Fences"),
     Config(name="VClockReplication_GiveUp", module="VClockReplication_GiveUp", spec="VClockReplication"),
     _correct("VClockReplication", "_deep", deep=True),
