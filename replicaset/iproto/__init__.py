@@ -34,8 +34,15 @@ from .constants import (
     SqlInfoKey,
 )
 from .errors import LocalProtocolError, RemoteProtocolError, ServerError
+from .prepared import (
+    STATEMENTS_PER_SESSION_MAX,
+    TEXT_BYTES_PER_SESSION_MAX,
+    PreparedStatements,
+    statement_id,
+)
 from .sql_wire import (
     BIND_COUNT_MAX,
+    bind_metadata,
     decode_binds,
     metadata,
     sql_info,
@@ -62,6 +69,8 @@ __all__ = [
     "IPROTO_PROTOCOL_VERSION",
     "PRIVATE_REQUEST_TYPE_MIN",
     "SALT_SIZE",
+    "STATEMENTS_PER_SESSION_MAX",
+    "TEXT_BYTES_PER_SESSION_MAX",
     "Client",
     "ErrorCode",
     "Feature",
@@ -73,6 +82,7 @@ __all__ = [
     "Key",
     "LocalProtocolError",
     "MetaKey",
+    "PreparedStatements",
     "RemoteProtocolError",
     "RequestType",
     "SelectRequest",
@@ -81,6 +91,7 @@ __all__ = [
     "SqlInfoKey",
     "SqlResult",
     "SystemView",
+    "bind_metadata",
     "build_system_views",
     "check_scramble",
     "decode_binds",
@@ -96,6 +107,7 @@ __all__ = [
     "select_system_view",
     "sql_info",
     "sql_type_name",
+    "statement_id",
     "vindex_tuple",
     "vspace_tuple",
 ]

@@ -33,6 +33,15 @@ def metadata(columns: Sequence[tuple[str, str]]) -> list[dict[int, str]]:
     return [{_FIELD_NAME: name, _TYPE: type_name} for name, type_name in columns]
 
 
+def bind_metadata(parameters: Sequence[str]) -> list[dict[int, str]]:
+    """BIND_METADATA of a PREPARE reply from the parameters' names ("?", ":name").
+
+    Each is typed "ANY", as Tarantool types parameters: a parameter has no type until a
+    value is bound to it.
+    """
+    return metadata([(name, "ANY") for name in parameters])
+
+
 def sql_info(row_count: int, autoincrement_ids: Sequence[int]) -> dict[int, Any]:
     """SQL_INFO of an EXECUTE reply for a statement that changed rows.
 

@@ -25,7 +25,8 @@ from replicaset.iproto import auth
 from replicaset.iproto.codec import FrameDecoder, Frame, encode_error, encode_greeting, encode_ok
 from replicaset.iproto.constants import GREETING_VERSION, ErrorCode, Key, RequestType
 from replicaset.iproto.errors import RemoteProtocolError
-from replicaset.iproto.sql_wire import decode_binds, metadata, sql_info, sql_type_name
+from replicaset.iproto.prepared import PreparedStatements
+from replicaset.iproto.sql_wire import bind_metadata, decode_binds, metadata, sql_info, sql_type_name
 from replicaset.iproto.system_views import decode_select, select_system_view
 from replicaset.core import replication as repl
 from replicaset.core.quorum import Level
@@ -36,6 +37,7 @@ from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.transfer import serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
 from replicaset.storage import Captured, DdlNeedsLock, EngineFatal, LocalTxn, SqlError, StatementResult
+from replicaset.storage.statements import Columns
 from wal import VClock
 
 from replicaset.runtime.node import Node
@@ -104,6 +106,7 @@ class Session:
         self._salt = os.urandom(32)
         self._user: str | None = "guest" if node.guest_allowed else None
         self._default_level = Level(node.config["replication.default_write_consistency"].lower())
+        self._prepared = PreparedStatements()
 
     # ---------------------------------------------------------------- plumbing
 
@@ -257,6 +260,8 @@ class Session:
             raise RequestError(ErrorCode.ACCESS_DENIED, "authentication required: this server has no guest access")
         if kind == RequestType.EXECUTE:
             await self._execute(frame, stream)
+        elif kind == RequestType.PREPARE:
+            self._prepare(frame)
         elif kind == RequestType.SELECT:
             self._select(frame)
         elif kind == RequestType.EVAL:
@@ -353,12 +358,52 @@ class Session:
             raise RequestError(ErrorCode.CREDS_MISMATCH, "User not found or supplied credentials are invalid")
         self._user = user
 
-    async def _execute(self, frame: Frame, stream: _Stream) -> None:
-        if Key.STMT_ID in frame.body:
-            raise RequestError(ErrorCode.UNSUPPORTED, "prepared statements are not supported: send SQL_TEXT")
-        sql = frame.body.get(Key.SQL_TEXT)
+    def _prepare(self, frame: Frame) -> None:
+        """PREPARE with SQL_TEXT compiles the text and registers it; with STMT_ID alone it
+        drops that statement (unprepare) and answers with an empty body, as Tarantool."""
+        body = frame.body
+        if Key.SQL_TEXT not in body and Key.STMT_ID in body:
+            self._prepared.unprepare(body[Key.STMT_ID])
+            self._reply_ok(frame)
+            return
+        if Key.STMT_ID in body:
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, "PREPARE takes SQL_TEXT or STMT_ID, not both")
+        sql = body.get(Key.SQL_TEXT)
         if not isinstance(sql, str):
-            raise RequestError(ErrorCode.ILLEGAL_PARAMS, "EXECUTE needs SQL_TEXT")
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, "PREPARE needs SQL_TEXT (or STMT_ID alone to unprepare)")
+        try:
+            shape = self._node.engine.describe(sql)
+        except SqlError as exc:
+            raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
+        if shape.is_empty:
+            raise RequestError(ErrorCode.SQL_STATEMENT_EMPTY, "Failed to execute an empty SQL statement")
+        if shape.has_tail:
+            raise RequestError(ErrorCode.SQL_PREPARE, "Failed to prepare SQL statement: it holds more than one "
+                                                      "statement; prepare each on its own")
+        reply: dict[int, Any] = {
+            Key.STMT_ID: self._prepared.prepare(sql),
+            Key.BIND_COUNT: len(shape.parameters),
+            Key.BIND_METADATA: bind_metadata(shape.parameters),
+        }
+        if shape.columns:
+            reply[Key.METADATA] = metadata(_column_types(shape.columns, None))
+        self._reply_ok(frame, reply)
+
+    def _sql_text(self, body: dict[int, Any]) -> str:
+        """EXECUTE's statement: SQL_TEXT, or the text this session prepared as STMT_ID.
+        Either way it runs the same path, so a prepared statement answers, and is
+        refused, exactly as its text would be."""
+        if Key.STMT_ID in body:
+            if Key.SQL_TEXT in body:
+                raise RequestError(ErrorCode.ILLEGAL_PARAMS, "EXECUTE takes SQL_TEXT or STMT_ID, not both")
+            return self._prepared.text(body[Key.STMT_ID])
+        sql = body.get(Key.SQL_TEXT)
+        if not isinstance(sql, str):
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, "EXECUTE needs SQL_TEXT or STMT_ID")
+        return sql
+
+    async def _execute(self, frame: Frame, stream: _Stream) -> None:
+        sql = self._sql_text(frame.body)
         binds = decode_binds(frame.body.get(Key.SQL_BIND))
         node = self._node
         if stream.timed_out:
@@ -448,11 +493,7 @@ class Session:
 
     def _reply_result(self, frame: Frame, result: StatementResult, *, vclock: VClock | None = None) -> None:
         if result.columns:
-            first = result.rows[0] if result.rows else None
-            columns = [
-                (name, sql_type_name(decl) if decl or first is None else _value_type(first[i]))
-                for i, (name, decl) in enumerate(result.columns)
-            ]
+            columns = _column_types(result.columns, result.rows[0] if result.rows else None)
             self._reply_ok(frame, {Key.METADATA: metadata(columns), Key.DATA: result.rows})
         else:
             # The vclock a write reached, to read it back anywhere with wait_vclock.
@@ -514,6 +555,15 @@ class Session:
             else:
                 self._node.writer.rollback_stream(txn)
         self._reply_ok(frame)
+
+
+def _column_types(columns: Columns, first_row: list[Any] | None) -> list[tuple[str, str]]:
+    """(name, Tarantool type) of each result column: the declared type's, else the type of
+    the first row's value (an expression has no declared type), else "any"."""
+    return [
+        (name, sql_type_name(decl) if decl or first_row is None else _value_type(first_row[i]))
+        for i, (name, decl) in enumerate(columns)
+    ]
 
 
 def _value_type(value: Any) -> str:

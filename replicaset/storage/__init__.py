@@ -13,6 +13,7 @@ from replicaset.storage.errors import (
     SchemaPending,
     SqlError,
 )
+from replicaset.storage.statements import StatementShape
 from replicaset.storage.transactions import Captured, LocalTxn, StatementResult
 
 __all__ = [
@@ -30,4 +31,5 @@ __all__ = [
     "SchemaPending",
     "SqlError",
     "StatementResult",
+    "StatementShape",
 ]

@@ -43,7 +43,7 @@ from replicaset.storage.connections import Connections, connect
 from replicaset.storage.errors import SqlError
 from replicaset.storage.keys import SCHEMA_KEY
 from replicaset.storage.schema import SchemaState, TableCache, committed_schema_id, read_vclock
-from replicaset.storage.statements import is_read, run_statement, sql_message
+from replicaset.storage.statements import StatementShape, describe, is_read, run_statement, sql_message
 from replicaset.storage.rows import DmlPayload
 from replicaset.storage.transactions import Captured, Committed, LocalTxn, StatementResult, Transactions
 from wal import LOCAL_ORIGIN, Record, RecordType, RowsUnavailable, VClock, Wal
@@ -297,6 +297,14 @@ class Engine:
         except (TypeError, ValueError, OverflowError) as exc:
             raise SqlError(f"bad bind value: {exc}") from exc
         return StatementResult(columns=columns, rows=rows, row_count=None, autoincrement_ids=[])
+
+    def describe(self, sql: str) -> StatementShape:
+        """Compile `sql` on the reader without running it (iproto's PREPARE). The reader
+        has no authorizer: what the writer refuses is refused when the text runs."""
+        try:
+            return describe(self._connections.reader, sql)
+        except apsw.Error as exc:
+            raise SqlError(sql_message(exc)) from exc
 
     # ------------------------------------------------------------------ checkpoints
 

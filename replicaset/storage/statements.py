@@ -6,7 +6,8 @@ commit would commit other clients' work), ATTACH and DETACH, PRAGMAs that set st
 writes to internal and system tables. Two refusals need the text (VACUUM; ALTER TABLE ...
 RENAME or DROP COLUMN), and a schema change is judged after SQLite ran it, once the tables
 it touched are known; the caller then undoes it. Reads are told by their first keyword
-only, to be tried on a reader first: the reader refuses any write anyway.
+only, to be tried on a reader first: the reader refuses any write anyway. A statement can
+also be compiled without running (`describe`), for iproto's PREPARE.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import apsw
+import apsw.ext
 
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.schema import INTERNAL_PREFIX, TableCache, refused_alter
@@ -41,6 +44,18 @@ _INTROSPECTION_PRAGMAS = frozenset(
 _TABLE_WRITE_OPS = (apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE, apsw.SQLITE_DROP_TABLE, *_TABLE_IN_P2)
 
 Columns = list[tuple[str, str | None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatementShape:
+    """What compiling a text tells before it runs. `columns` and `parameters` are its first
+    statement's; `is_empty` when the text holds no statement at all (blanks, comments,
+    semicolons), `has_tail` when more statements follow the first."""
+
+    columns: Columns
+    parameters: tuple[str, ...]
+    is_empty: bool
+    has_tail: bool
 
 
 def is_read(sql: str) -> bool:
@@ -152,6 +167,42 @@ def run_statement(
     cursor.exec_trace = trace
     cursor.execute(sql, binds)
     return columns, [list(row) for row in cursor]
+
+
+def describe(conn: apsw.Connection, sql: str) -> StatementShape:
+    """Compile `sql` on `conn` without binding or running it; an error SQLite finds while
+    compiling (syntax, unknown table or column) raises `apsw.Error`.
+
+    Only the first statement is compiled for its shape: a later one may name a table the
+    first creates. The tail is compiled only to tell a statement from blanks and comments,
+    so a tail that does not compile still counts as a statement. SQLite gives parameter
+    names without their marker, so a named one is listed with ":" whichever of `:`, `@`
+    or `$` the text used.
+    """
+    first = apsw.ext.query_info(conn, sql)
+    remaining = first.query_remaining
+    has_tail = False
+    while remaining and not has_tail:
+        try:
+            after = apsw.ext.query_info(conn, remaining)
+        except apsw.Error:
+            has_tail = True
+        else:
+            has_tail, remaining = after.has_vdbe, after.query_remaining
+    return StatementShape(
+        columns=[(name, decl) for name, decl in first.description],
+        parameters=tuple(_parameter_name(name) for name in first.bindings_names),
+        is_empty=not first.has_vdbe,
+        has_tail=has_tail,
+    )
+
+
+def _parameter_name(bare: str | None) -> str:
+    """Tarantool's name of a parameter from SQLite's bare one: `?` for an anonymous
+    parameter, `?NNN` for a numbered one, `:name` for a named one."""
+    if bare is None:
+        return "?"
+    return f"?{bare}" if bare.isdigit() else f":{bare}"
 
 
 def sql_message(exc: apsw.Error) -> str:
