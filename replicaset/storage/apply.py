@@ -29,7 +29,8 @@ from replicaset.storage.errors import ApplyError
 from replicaset.storage.keys import intent_key
 from replicaset.storage.rows import CapturedRow, Op
 from replicaset.storage.schema import TableCache, TableInfo, quote
-from replicaset.storage.virtual import IndexUpkeep, VirtualTable
+from replicaset.storage.index_upkeep import IndexUpkeep
+from replicaset.storage.virtual import VirtualTable
 
 Version = tuple[int, int]
 

@@ -16,7 +16,7 @@ import apsw
 from replicaset.storage.keys import intent_key
 from replicaset.storage.rows import CapturedRow, Op
 from replicaset.storage.schema import TableCache, TableInfo, is_internal
-from replicaset.storage.virtual import IndexUpkeep
+from replicaset.storage.index_upkeep import IndexUpkeep
 
 
 class Capture:

@@ -13,7 +13,8 @@ replicates depends on where a virtual table's rows live:
   content table, which replicates as any table. On the member that wrote, the client's
   triggers keep the index (SQLite's documented recipe); wherever rows change with
   triggers off (the apply path and the writer's unique resolution), `IndexUpkeep` does
-  what those triggers do, so the index follows the content on every member.
+  what those triggers do (`replicaset.storage.index_upkeep`), so the index follows the content
+  on every member.
 
 Contentless FTS5 (`content=''`) cannot give its rows back and other modules are unknown:
 both are refused at CREATE, naming what to use instead.
@@ -23,12 +24,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import apsw
-
-if TYPE_CHECKING:
-    from replicaset.storage.schema import TableCache
 
 _CREATE = re.compile(r"^\s*CREATE\s+VIRTUAL\s+TABLE\s.*?\bUSING\s+(\w+)\s*(?:\((.*)\))?\s*;?\s*$",
                      re.IGNORECASE | re.DOTALL)
@@ -148,53 +145,3 @@ def _unquote(value: str) -> str:
         inner = value[1:-1]
         return inner.replace(value[0] * 2, value[0]) if value[0] != "[" else inner
     return value
-
-
-class IndexUpkeep:
-    """External-content FTS5 indexes kept in step with their content table on a
-    connection where triggers do not run: changes are noted by the preupdate hook (which
-    may not write) and carried out by `flush`, as the documented triggers would: the old
-    values out with FTS5's 'delete' command, the new ones in."""
-
-    def __init__(self, conn: apsw.Connection, tables: TableCache) -> None:
-        self._conn = conn
-        self._tables = tables
-        self._pending: list[tuple[tuple[Declared, ...], dict[str, Any] | None, dict[str, Any] | None]] = []
-
-    def on_change(self, u: apsw.PreUpdate) -> None:
-        if u.database_name != "main":
-            return
-        indexes = self._tables.external_indexes(u.table_name)
-        if not indexes:
-            return
-        info = self._tables.get(u.table_name)
-        if info is None:
-            return
-        old = new = None
-        if u.op != "INSERT":
-            old = {c: u.old[i] for c, i in zip(info.columns, info.capture_positions)} | {"rowid": u.rowid}
-        if u.op != "DELETE":
-            new = {c: u.new[i] for c, i in zip(info.columns, info.capture_positions)} | {"rowid": u.rowid_new}
-        self._pending.append((indexes, old, new))
-
-    def flush(self) -> None:
-        pending, self._pending = self._pending, []
-        described: dict[str, VirtualTable] = {}
-        for indexes, old, new in pending:
-            for declared_index in indexes:
-                index = described.get(declared_index.name) or describe(self._conn, declared_index)
-                described[index.name] = index
-                columns = index.columns[1:]
-                names = ", ".join(map(_quote, columns))
-                marks = ", ".join("?" * len(columns))
-                table = _quote(index.name)
-                if old is not None:
-                    self._conn.execute(f"INSERT INTO {table}({table}, rowid, {names}) VALUES ('delete', ?, {marks})",
-                                       (old[index.content_rowid], *(old.get(c) for c in columns)))
-                if new is not None:
-                    self._conn.execute(f"INSERT INTO {table}(rowid, {names}) VALUES (?, {marks})",
-                                       (new[index.content_rowid], *(new.get(c) for c in columns)))
-
-    def discard(self) -> None:
-        """Forget what was noted: the changes were rolled back."""
-        self._pending.clear()
