@@ -29,6 +29,8 @@ from replicaset.storage.errors import ApplyError
 from replicaset.storage.keys import intent_key
 from replicaset.storage.rows import CapturedRow, Op
 from replicaset.storage.schema import TableCache, TableInfo, quote
+from replicaset.storage.index_upkeep import IndexUpkeep
+from replicaset.storage.virtual import VirtualTable
 
 Version = tuple[int, int]
 
@@ -169,14 +171,24 @@ def upsert_sql(info: TableInfo, image: dict[str, Any]) -> tuple[str, list[Any]]:
 
 
 class RowApplier:
-    """Applies rows on the apply connection (triggers and foreign keys off)."""
+    """Applies rows on the apply connection (triggers and foreign keys off), keeping
+    external-content indexes in step with their content as the writer's triggers do."""
 
     def __init__(self, conn: apsw.Connection, tables: TableCache) -> None:
         self._conn = conn
         self._tables = tables
         self._unique = UniqueResolver(conn)
+        self._upkeep = IndexUpkeep(conn, tables)
+        conn.preupdate_hook(self._upkeep.on_change)
 
     def apply_rows(self, rows: list[CapturedRow], version: Version, *, versioned: bool) -> None:
+        try:
+            self._apply_rows(rows, version, versioned=versioned)
+            self._upkeep.flush()
+        finally:
+            self._upkeep.discard()
+
+    def _apply_rows(self, rows: list[CapturedRow], version: Version, *, versioned: bool) -> None:
         touched: dict[str, TableInfo] = {}
         for row in rows:
             info = self._tables.get(row.table)
@@ -187,6 +199,10 @@ class RowApplier:
                 continue
             stored = get_version(self._conn, row.table, row.key)
             if stored is not None and stored > version:
+                continue
+            if info.virtual is not None:
+                self._apply_virtual(info.virtual, row)
+                set_version(self._conn, row.table, row.key, version, row.op is Op.DELETE)
                 continue
             resolved = bool(info.unique_groups)
             if resolved:
@@ -205,7 +221,21 @@ class RowApplier:
         for info in touched.values():
             self._unique.resolve(info)
 
+    def _apply_virtual(self, vt: VirtualTable, row: CapturedRow) -> None:
+        """Through the module, which keeps its own shadow tables: out, then in again."""
+        image = (row.old if row.op is Op.DELETE else row.new) or {}
+        unknown = [c for c in image if c not in vt.columns]
+        if unknown or vt.key not in image:
+            raise ApplyError(f"row {row.key!r} does not fit virtual table {vt.name!r} (columns {', '.join(vt.columns)})")
+        self._conn.execute(f"DELETE FROM {quote(vt.name)} WHERE {quote(vt.key)} = ?", (image[vt.key],))
+        if row.op is not Op.DELETE:
+            self._conn.execute(f"INSERT INTO {quote(vt.name)}({', '.join(map(quote, image))})"
+                               f" VALUES ({', '.join('?' * len(image))})", list(image.values()))
+
     def _apply_unversioned(self, info: TableInfo, row: CapturedRow) -> None:
+        if info.virtual is not None:
+            self._apply_virtual(info.virtual, row)
+            return
         if info.pk_columns:
             if row.op is Op.DELETE:
                 delete_row(self._conn, info, row.old or {}, row.key)

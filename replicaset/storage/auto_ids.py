@@ -60,8 +60,8 @@ class AutoIds:
             if is_internal(table):
                 continue
             info = self._tables.get(table)
-            if info is None or info.rowid_alias is None:
-                continue
+            if info is None or info.rowid_alias is None or info.shadow_of is not None:
+                continue  # a virtual table's module numbers its shadow tables itself
             pk = quote(info.rowid_alias)
             others = [c for c in info.columns if c != info.rowid_alias]
             cols = ", ".join([pk, *map(quote, others)])

@@ -3,6 +3,9 @@
 The hook fires for every row a statement changes, trigger and cascade changes included
 (depth > 0), and also for changes SQLite later undoes: the engine marks the buffer before
 each statement and truncates it back when the statement's savepoint is rolled back.
+Virtual tables never reach the hook; their shadow tables do, and are member-local: the
+rows of a virtual table that owns them are read back once the statement ran
+(`settle_virtual`, replicaset.storage.virtual).
 """
 
 from __future__ import annotations
@@ -13,14 +16,20 @@ import apsw
 from replicaset.storage.keys import intent_key
 from replicaset.storage.rows import CapturedRow, Op
 from replicaset.storage.schema import TableCache, TableInfo, is_internal
+from replicaset.storage.index_upkeep import IndexUpkeep
 
 
 class Capture:
     def __init__(self, conn: apsw.Connection, tables: TableCache) -> None:
+        self._conn = conn
         self._tables = tables
         self.rows: list[CapturedRow] = []
         self.error: str | None = None
+        # While paused (the writer's own resolution, triggers off), external-content
+        # indexes are kept by `upkeep` instead of the client's triggers.
         self.paused = False
+        self.upkeep = IndexUpkeep(conn, tables)
+        self._virtual: dict[tuple[str, int], None] = {}  # rows of virtual tables the statement touched
         conn.preupdate_hook(self._on_change)
 
     def mark(self) -> int:
@@ -28,6 +37,26 @@ class Capture:
 
     def truncate(self, mark: int) -> None:
         del self.rows[mark:]
+        self._virtual.clear()
+
+    def settle_virtual(self) -> None:
+        """The rows of virtual tables the statement changed, as they are once it ran: an
+        image where the row is, a delete where it is gone."""
+        if not self._virtual:
+            return
+        touched, self._virtual = self._virtual, {}
+        for name, rowid in touched:
+            info = self._tables.get(name)
+            vt = info.virtual if info is not None else None
+            if vt is None:
+                self.error = f"cannot capture a change to virtual table {name!r}"
+                return
+            key = intent_key(name, (vt.key,), [rowid])
+            found = self._conn.execute(vt.read_sql(), (rowid,)).fetchone()
+            if found is None:
+                self.rows.append(CapturedRow(table=name, op=Op.DELETE, key=key, old={vt.key: rowid}))
+            else:
+                self.rows.append(CapturedRow(table=name, op=Op.INSERT, key=key, new=dict(zip(vt.columns, found))))
 
     def take(self, mark: int = 0) -> list[CapturedRow]:
         taken = self.rows[mark:]
@@ -35,11 +64,19 @@ class Capture:
         return taken
 
     def _on_change(self, u: apsw.PreUpdate) -> None:
-        if self.paused or u.database_name != "main" or is_internal(u.table_name):
+        if self.paused:
+            self.upkeep.on_change(u)
+            return
+        if u.database_name != "main" or is_internal(u.table_name):
             return
         info = self._tables.get(u.table_name)
         if info is None:
             self.error = f"cannot capture a change to unknown table {u.table_name!r}"
+            return
+        if info.shadow_of is not None:
+            # The marker's UPDATEs move a row inside the module (an R*Tree node split).
+            if u.table_name == info.shadow_of.marker and u.op != "UPDATE":
+                self._virtual[(info.shadow_of.name, u.rowid)] = None
             return
         if info.virtual_columns:
             self.error = f"table {info.name!r} has VIRTUAL generated columns, which cannot be captured"

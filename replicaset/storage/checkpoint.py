@@ -22,6 +22,7 @@ import msgpack
 import xxhash
 
 from replicaset.storage.schema import is_internal, load_table, quote, read_vclock
+from replicaset.storage.virtual import VirtualTable
 from wal import VClock, Wal, fsync_path
 
 SUFFIX = ".snap"
@@ -102,10 +103,15 @@ def digest(conn: apsw.Connection, exclude: Iterable[str] = ()) -> dict[str, int]
         if is_internal(table) or table in skip:
             continue
         info = load_table(conn, table)
-        order = ", ".join(map(quote, info.pk_columns)) if info and info.pk_columns else "rowid"
+        if info is not None and info.shadow_of is not None:
+            continue  # derived by the module on each member: its layout depends on the order of writes
         h = xxhash.xxh3_64()
-        for row in conn.execute(f"SELECT * FROM {quote(table)} ORDER BY {order}"):
-            h.update(_pack(row))
+        if info is not None and info.virtual is not None:
+            _virtual_rows(conn, info.virtual, h)
+        else:
+            order = ", ".join(map(quote, info.pk_columns)) if info and info.pk_columns else "rowid"
+            for row in conn.execute(f"SELECT * FROM {quote(table)} ORDER BY {order}"):
+                h.update(_pack(row))
         for row in conn.execute(
             "SELECT key, hlc, origin, deleted FROM _rs_version WHERE tbl = ? ORDER BY key", (table,)
         ):
@@ -114,6 +120,22 @@ def digest(conn: apsw.Connection, exclude: Iterable[str] = ()) -> dict[str, int]
             h.update(_pack(row))
         result[table] = h.intdigest()
     return result
+
+
+def _virtual_rows(conn: apsw.Connection, vt: VirtualTable, h: Any) -> None:
+    """A virtual table's rows, and for FTS5 what its index holds, token by token
+    (fts5vocab's instance view): equal answers to every query, whatever the layout of
+    the module's shadow tables."""
+    columns = ", ".join(map(quote, vt.columns))
+    for row in conn.execute(f"SELECT {columns} FROM {quote(vt.name)} ORDER BY {quote(vt.key)}"):
+        h.update(_pack(row))
+    if vt.module == "fts5":
+        conn.execute(f"CREATE VIRTUAL TABLE temp.rs_vocab USING fts5vocab(main, {quote(vt.name)}, instance)")
+        try:
+            for row in conn.execute("SELECT * FROM temp.rs_vocab ORDER BY 1, 2, 3, 4"):
+                h.update(_pack(row))
+        finally:
+            conn.execute("DROP TABLE temp.rs_vocab")
 
 
 def _pack(row: Any) -> bytes:

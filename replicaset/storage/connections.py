@@ -46,6 +46,8 @@ def open_connections(db_path: Path) -> Connections:
         raise EngineFatal("SQLite refused WAL journal mode")
     writer.execute("PRAGMA synchronous=NORMAL")
     writer.execute("PRAGMA foreign_keys=ON")
+    # Shadow tables of virtual tables stay each member's own: only their module writes them.
+    writer.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, 1)
     if writer.execute("PRAGMA synchronous").fetchone()[0] != 1:
         raise EngineFatal("SQLite refused synchronous=NORMAL")
     for ddl in INTERNAL_DDL:

@@ -14,6 +14,7 @@ import apsw
 import msgpack
 import xxhash
 
+from replicaset.storage.virtual import Declared, VirtualTable, declared, describe
 from wal import LOCAL_ORIGIN, VClock
 
 INTERNAL_PREFIX = "_rs_"
@@ -68,7 +69,9 @@ def refused_alter(sql: str) -> bool:
 class TableInfo:
     """`columns` are the writable ones, which images carry; generated columns are
     computed again on every member. Positions index the preupdate hook's tuple, which
-    holds the stored columns (writable and STORED generated) in declaration order."""
+    holds the stored columns (writable and STORED generated) in declaration order. A
+    virtual table (`virtual`) is keyed by its rowid and has no positions: the hook never
+    sees it. A shadow table names the virtual table it belongs to (`shadow_of`)."""
 
     name: str
     columns: tuple[str, ...]
@@ -78,6 +81,8 @@ class TableInfo:
     rowid_alias: str | None
     unique_indexes: tuple[tuple[str, ...], ...]
     virtual_columns: tuple[str, ...]
+    virtual: VirtualTable | None = None
+    shadow_of: Declared | None = None
 
     @property
     def unique_groups(self) -> tuple[tuple[str, ...], ...]:
@@ -93,9 +98,15 @@ class TableInfo:
 
 
 def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
+    virtual = declared(conn)
+    if table in virtual:
+        vt = describe(conn, virtual[table])
+        return TableInfo(name=table, columns=vt.columns, capture_positions=(), pk_columns=(vt.key,), pk_positions=(),
+                         rowid_alias=None, unique_indexes=(), virtual_columns=(), virtual=vt)
     rows = conn.execute(f"PRAGMA main.table_xinfo({quote(table)})").fetchall()
     if not rows:
         return None
+    owner = next((vt for vt in virtual.values() if vt.owns_shadow(table)), None)
     stored = [r[1] for r in rows if r[6] in (0, 3)]
     columns = tuple(r[1] for r in rows if r[6] == 0)
     pk = sorted((r[5], r[1]) for r in rows if r[5] > 0)
@@ -129,6 +140,7 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
         rowid_alias=rowid_alias,
         unique_indexes=tuple(uniques),
         virtual_columns=tuple(r[1] for r in rows if r[6] == 2),
+        shadow_of=owner,
     )
 
 
@@ -159,9 +171,20 @@ class TableCache:
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
         self._tables: dict[str, TableInfo | None] = {}
+        self._external: dict[str, tuple[Declared, ...]] | None = None
 
     def invalidate(self) -> None:
         self._tables.clear()
+        self._external = None
+
+    def external_indexes(self, table: str) -> tuple[Declared, ...]:
+        """The external-content FTS5 tables whose content is `table`."""
+        if self._external is None:
+            self._external = {}
+            for vt in declared(self._conn).values():
+                if vt.content:
+                    self._external[vt.content] = (*self._external.get(vt.content, ()), vt)
+        return self._external.get(table, ())
 
     def get(self, table: str) -> TableInfo | None:
         if table not in self._tables:

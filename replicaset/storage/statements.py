@@ -133,6 +133,10 @@ def schema_change_refusal(
     if explicit:
         return "a DDL statement must run alone, outside a stream transaction"
     tables_now = {n for (n,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    for table in touched & tables_now:
+        info = tables.get(table)
+        if info is not None and info.virtual is not None and info.virtual.refusal is not None:
+            return info.virtual.refusal
     if any(table in tables_now for table in changed_tables):
         return (
             "a DDL statement that also changes rows (a cascade, or other statements in the same "
@@ -140,6 +144,8 @@ def schema_change_refusal(
         )
     for table in touched & tables_now:
         info = tables.get(table)
+        if info is not None and (info.virtual is not None or info.shadow_of is not None):
+            continue  # keyed by rowid, which the client gives; shadow tables stay on each member
         if info is not None and info.virtual_columns:
             return (
                 f"table {table!r} has VIRTUAL generated columns ({', '.join(info.virtual_columns)}), "

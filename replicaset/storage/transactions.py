@@ -155,6 +155,7 @@ class Transactions:
         except (TypeError, ValueError, OverflowError) as exc:
             self._undo_statement(savepoint, mark)
             raise SqlError(f"bad bind value: {exc}") from exc
+        self._capture.settle_virtual()
         if self._capture.error:
             self._undo_statement(savepoint, mark)
             raise SqlError(self._capture.error)
@@ -281,7 +282,9 @@ class Transactions:
         self._conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
         try:
             resolve_after_local_write(self._unique, self._tables, rows)
+            self._capture.upkeep.flush()
         finally:
+            self._capture.upkeep.discard()
             self._conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 1)
             self._capture.paused = False
 

@@ -1,5 +1,6 @@
-"""A real three-member run (bootstrap, two joins, writes on all) passes every check; a member
-whose final table is changed behind the engine's back fails convergence, one whose db.sqlite
+"""A real three-member run (bootstrap, two joins, writes on all, virtual tables among them)
+passes every check; a member whose final table or full-text index is changed behind the
+engine's back fails convergence, one whose db.sqlite
 cannot be read is a read error; a torn tail is a warning
 for every check, convergence included; the replay of a joined member passes over a donor WAL
 it cannot read or that does not reach back far enough."""
@@ -19,6 +20,16 @@ from tests.server.conftest import ReplicaSet
 from wal.segment import list_segments, scan_segment
 
 WRITES_PER_MEMBER = 40
+VIRTUAL_SCHEMA = (
+    "CREATE TABLE docs(id INTEGER PRIMARY KEY, body TEXT)",
+    "CREATE VIRTUAL TABLE docs_fts USING fts5(body, content='docs', content_rowid='id')",
+    "CREATE TRIGGER docs_ai AFTER INSERT ON docs BEGIN INSERT INTO docs_fts(rowid, body) VALUES (new.id, new.body); END",
+    "CREATE TRIGGER docs_au AFTER UPDATE ON docs BEGIN"
+    " INSERT INTO docs_fts(docs_fts, rowid, body) VALUES ('delete', old.id, old.body);"
+    " INSERT INTO docs_fts(rowid, body) VALUES (new.id, new.body); END",
+    "CREATE VIRTUAL TABLE notes USING fts5(body)",
+    "CREATE VIRTUAL TABLE geo USING rtree(id, minx, maxx, miny, maxy)",
+)
 
 
 @pytest.fixture
@@ -28,6 +39,8 @@ def stopped_set(tmp_path: Path) -> Iterator[list[Path]]:
         first = rs.bootstrap()
         with first.client() as client:
             client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, n INTEGER DEFAULT 0)")
+            for ddl in VIRTUAL_SCHEMA:  # convergence covers virtual tables and their indexes too
+                client.execute(ddl)
         second = rs.join(first)
         rs.join(second)
         rs.wait_converged()
@@ -40,6 +53,11 @@ def stopped_set(tmp_path: Path) -> Iterator[list[Path]]:
                         client.execute("UPDATE kv SET n = n + 1 WHERE k = ?", [1000 + j])
                     if j % 7 == 0:
                         client.execute("DELETE FROM kv WHERE k = ?", [key])
+                    if j % 10 == 0:
+                        client.execute("INSERT INTO docs(body) VALUES (?)", [f"words of m{i + 1} number {j}"])
+                        client.execute("INSERT INTO notes(rowid, body) VALUES (?, ?)", [key, f"note {j} of m{i + 1}"])
+                        client.execute("INSERT INTO geo VALUES (?, ?, ?, 0, 1)", [key, j, j + 1])
+                client.execute("UPDATE docs SET body = body || ' edited' WHERE id = (SELECT min(id) FROM docs)")
         rs.wait_converged()
         for member in rs.members:
             assert member.stop() == 0
@@ -61,12 +79,16 @@ def test_real_set_passes_then_a_changed_table_is_found(spark, stopped_set: list[
     conn = apsw.Connection(str(stopped_set[1] / "db.sqlite"))
     conn.execute("UPDATE kv SET v = 'changed' WHERE k = (SELECT min(k) FROM kv)")
     conn.close()
+    conn = apsw.Connection(str(stopped_set[2] / "db.sqlite"))  # an index entry its rows do not hold
+    conn.execute("INSERT INTO docs_fts(rowid, body) VALUES ((SELECT min(id) FROM docs), 'stray')")
+    conn.close()
     out = io.StringIO()
     code, report = run_audit(stopped_set, spark=spark, stream=out, progress=False)
     assert code == EXIT_VIOLATIONS, out.getvalue()
     convergence = next(c for c in report["checks"] if c["name"] == "convergence")
     names = {(v["member"], tuple(v["tables"])) for v in convergence["violations"]}
     assert ("m2", ("kv",)) in names
+    assert ("m3", ("docs_fts",)) in names
     assert all(c["ok"] for c in report["checks"] if c["name"] != "convergence")
 
 
