@@ -94,7 +94,9 @@ async def run_applier(node: ApplierHost, upstream: Upstream) -> None:
                 refusal = REFUSALS.get(exc.code) if isinstance(exc, PeerError) else None
                 if refusal is not None and applier.state is repl.ApplierState.AUTH:
                     actions = driver.applier_refused(key, trio.current_time(), refusal, reason)
-                    node.log.error("upstream_refused", peer=upstream.address, error=reason, final=refusal.final)
+                    # Not final (a joiner whose row has not reached this peer yet): it asks again.
+                    log = node.log.error if refusal.final else node.log.warning
+                    log("upstream_refused", peer=upstream.address, error=reason, final=refusal.final)
                 else:
                     unapplied = exc.records if isinstance(exc, ApplyBroke) else ()
                     actions = driver.applier_link_lost(key, trio.current_time(), reason, unapplied=unapplied)
