@@ -371,10 +371,18 @@ class QuorumHost:
             self._node.writer.request_sync()
 
     async def _prepare(self, member: int, txn_id: int, body: dict[int, Any]) -> None:
-        vote = await self._answer(member, PeerRequest.TXN_PREPARE, {PeerKey.TXN_ID: txn_id, **body},
-                                  peer_messages.txn_vote)
-        if vote is None:
-            return
+        """PREPARE to `member`, delivered again every tick while the coordinator still
+        waits for its vote: a member that could not be reached (a joiner not listening
+        yet, a member restarting) may answer before the deadline. Re-PREPARE is idempotent
+        on the participant; a transaction decided meanwhile stops the retries."""
+        while True:
+            vote = await self._answer(member, PeerRequest.TXN_PREPARE, {PeerKey.TXN_ID: txn_id, **body},
+                                      peer_messages.txn_vote)
+            if vote is not None:
+                break
+            if not self._awaits_vote(txn_id, member):
+                return
+            await trio.sleep(TICK_S)
         self._last_answer_s[member] = trio.current_time()
         if vote.prepared:
             answer: q.Prepared | q.Conflicted = q.Prepared(
@@ -385,6 +393,11 @@ class QuorumHost:
         else:
             return
         self.carry_out(self._node.driver.txn_answered(trio.current_time(), member, answer))
+
+    def _awaits_vote(self, txn_id: int, member: int) -> bool:
+        txn = self._node.driver.coordinator.txns.get(txn_id)
+        return (txn is not None and txn.state is q.TxnState.PREPARING
+                and member not in txn.votes and member not in txn.conflicts)
 
     async def _send_commits(self, action: q.SendCommit) -> None:
         record = self._records.pop(action.txn_id, None)

@@ -438,3 +438,36 @@ def test_a_ten_statement_stream_transaction_is_all_or_nothing_everywhere(quorum_
     with third.client() as client:
         _ten_statements(client, stream_id=3, base=6)
     assert _same_everywhere(rs, [first, second, third]) == expected + [[k, "stream", k] for k in range(6, 11)]
+
+
+def test_a_write_waiting_for_its_quorum_commits_once_a_stopped_member_is_back(replicaset_factory) -> None:
+    """Two of three members stopped: the write waits. The coordinator delivers its PREPARE
+    again while it waits (a refused connection is not an answer), so the first member back
+    within the timeout makes the quorum, and the write commits instead of timing out."""
+    rs = replicaset_factory("replication.synchro_timeout_s = 20\n")
+    first = rs.bootstrap()
+    with first.client() as client:
+        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
+    second, third = rs.join(first), rs.join(first)
+    rs.wait_converged()
+    assert second.stop() == 0 and third.stop() == 0
+    outcome: list[object] = []
+
+    def write() -> None:
+        started = time.monotonic()
+        try:
+            with first.client(timeout_s=30) as client:
+                client.execute("INSERT INTO kv(k, v) VALUES (1, 'waited')", options=QUORUM)
+            outcome.append(time.monotonic() - started)
+        except ServerError as exc:
+            outcome.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(0.5)  # the PREPAREs went out and found nobody
+    assert not outcome, outcome
+    third.start()
+    writer.join(30)
+    assert outcome and isinstance(outcome[0], float), outcome
+    assert outcome[0] < 15, "committed when member 3 came back, not at the deadline"
+    assert rows(third, "SELECT v FROM kv WHERE k = 1") == [["waited"]]
