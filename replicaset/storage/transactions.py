@@ -277,7 +277,14 @@ class Transactions:
         return Captured(rows=rows, reads=reads)
 
     def _resolve_unique_locally(self, rows: list[CapturedRow]) -> None:
-        """Settle latent rows as appliers will (DESIGN 4.2): not captured, no triggers."""
+        """Settle latent rows as appliers will (DESIGN 4.2): not captured, no triggers.
+        Only tables with a UNIQUE constraint beyond a rowid key can hold latent rows, and
+        turning triggers off and on expires every prepared statement of the connection
+        (SQLite re-prepares, and re-authorizes, each on its next use): most writes touch
+        none of those tables and skip it."""
+        tables = self._tables
+        if not any((info := tables.get(row.table)) is not None and info.unique_groups for row in rows):
+            return
         self._capture.paused = True
         self._conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
         try:
