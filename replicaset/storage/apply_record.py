@@ -78,7 +78,7 @@ class RecordApplier:
                 )
         batch = self._batches.open(BatchKind.APPLY, log_records=log_records)
         conn = batch.conn
-        conn.execute("SAVEPOINT rs_apply", can_cache=False)
+        conn.execute("SAVEPOINT rs_apply")
         try:
             if skip:
                 pass
@@ -91,12 +91,12 @@ class RecordApplier:
             else:
                 raise ApplyError(f"row {origin}:{lsn} has unknown type {record.type}")
         except (ApplyError, ValueError, apsw.Error) as exc:
-            conn.execute("ROLLBACK TO rs_apply", can_cache=False)
-            conn.execute("RELEASE rs_apply", can_cache=False)
+            conn.execute("ROLLBACK TO rs_apply")
+            conn.execute("RELEASE rs_apply")
             if isinstance(exc, ApplyError):
                 raise
             raise ApplyError(f"row {origin}:{lsn} cannot be applied: {exc}") from exc
-        conn.execute("RELEASE rs_apply", can_cache=False)
+        conn.execute("RELEASE rs_apply")
         self._batches.pending.follow(origin, lsn)
         batch.records.append(record)
         if record.type == RecordType.DDL and not skip:

@@ -71,7 +71,7 @@ class Batches:
             raise BatchKindError(f"a {batch.kind.value} batch is open: flush it before a {kind.value} one")
         if batch is None:
             conn = self._conns[kind]
-            conn.execute("BEGIN IMMEDIATE", can_cache=False)
+            conn.execute("BEGIN IMMEDIATE")
             batch = self.current = Batch(kind=kind, conn=conn, log_records=log_records)
         return batch
 
@@ -91,12 +91,12 @@ class Batches:
                 try:
                     self._wal.append(records)
                 except Exception:
-                    batch.conn.execute("ROLLBACK", can_cache=False)
+                    batch.conn.execute("ROLLBACK")
                     self.pending = self.vclock.copy()
                     self._on_rollback()
                     raise
         try:
-            batch.conn.execute("COMMIT", can_cache=False)
+            batch.conn.execute("COMMIT")
         except apsw.Error as exc:
             self.fatal = EngineFatal(f"SQLite commit failed after the WAL append: {exc}")
             raise self.fatal from exc
@@ -135,5 +135,5 @@ class Batches:
     def close(self) -> None:
         """Roll back the open batch: its records never reached the WAL."""
         if self.current is not None:
-            self.current.conn.execute("ROLLBACK", can_cache=False)
+            self.current.conn.execute("ROLLBACK")
             self.current = None

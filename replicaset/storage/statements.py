@@ -29,6 +29,8 @@ SYSTEM_TABLES = frozenset({"_cluster"})
 _READ_KEYWORDS = ("SELECT", "VALUES", "WITH", "EXPLAIN")
 _LEADING_NOISE = re.compile(r"^(\s+|--[^\n]*\n?|/\*.*?\*/)+", re.DOTALL)
 _VACUUM = re.compile(r"^\s*VACUUM\b", re.IGNORECASE)
+_TRANSACTION_KEYWORDS = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
+TRANSACTION_CONTROL = "transaction control is not allowed in a statement: use BEGIN/COMMIT/ROLLBACK on an iproto stream"
 _TABLE_IN_P2 = (
     apsw.SQLITE_ALTER_TABLE,
     apsw.SQLITE_CREATE_INDEX,
@@ -67,9 +69,19 @@ def _first_keyword(sql: str) -> str:
     return _LEADING_NOISE.sub("", sql, count=1)[:8].upper()
 
 
+def _first_word(sql: str) -> str:
+    words = _LEADING_NOISE.sub("", sql, count=1)[:10].split(None, 1)
+    return words[0].rstrip(";").upper() if words else ""
+
+
 def text_refusal(sql: str) -> str | None:
     """Why a statement is refused before it runs, None when it may run: these two are not
     seen by the authorizer in a form that tells them apart from allowed statements."""
+    if _first_word(sql) in _TRANSACTION_KEYWORDS:
+        # Refused by its text as well as by the authorizer: the engine's own transaction
+        # statements are cached, and a cached statement is not authorized again, so a
+        # client sending the same text would reuse the engine's.
+        return TRANSACTION_CONTROL
     if _VACUUM.match(sql):
         return "VACUUM is not allowed: checkpoints compact the database (box.snapshot())"
     if refused_alter(sql):
@@ -101,7 +113,7 @@ class Authorizer:
             return apsw.SQLITE_OK
         reason = None
         if op in (apsw.SQLITE_TRANSACTION, apsw.SQLITE_SAVEPOINT):
-            reason = "transaction control is not allowed in a statement: use BEGIN/COMMIT/ROLLBACK on an iproto stream"
+            reason = TRANSACTION_CONTROL
         elif op in (apsw.SQLITE_ATTACH, apsw.SQLITE_DETACH):
             reason = "ATTACH and DETACH are not allowed"
         elif op == apsw.SQLITE_PRAGMA and p2 is not None and (p1 or "").lower() not in _INTROSPECTION_PRAGMAS:

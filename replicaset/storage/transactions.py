@@ -101,7 +101,6 @@ class Transactions:
         self._batches = batches
         self._hlc = hlc
         self._clock_ms = clock_ms
-        self._txn_seq = 0
         self._capture = Capture(conn, tables)
         self._authorizer = Authorizer()
         conn.authorizer = self._authorizer
@@ -111,10 +110,10 @@ class Transactions:
 
     def begin(self, *, explicit: bool = False, quorum: bool = False) -> LocalTxn:
         """Open a client transaction in the current local batch; a `quorum` one is to be
-        captured rather than committed."""
+        captured rather than committed. One savepoint name serves every transaction (so
+        its statements stay cached): the writer runs one transaction at a time."""
         self._batches.open(BatchKind.LOCAL)
-        self._txn_seq += 1
-        txn = LocalTxn(savepoint=f"rs_txn_{self._txn_seq}", capture_mark=self._capture.mark(), explicit=explicit,
+        txn = LocalTxn(savepoint="rs_txn", capture_mark=self._capture.mark(), explicit=explicit,
                        quorum=quorum)
         self._internal(f"SAVEPOINT {txn.savepoint}")
         return txn
@@ -178,7 +177,7 @@ class Transactions:
         self._tables.invalidate()
 
     def _schema_version(self) -> int:
-        return self._conn.execute("PRAGMA main.schema_version", can_cache=False).fetchone()[0]
+        return self._conn.execute("PRAGMA main.schema_version").fetchone()[0]
 
     def _ddl_statement(self, txn: LocalTxn, sql: str, savepoint: str, mark: int, *, trusted: bool = False) -> None:
         """Validate a schema change and turn it into the transaction's DDL payload."""
@@ -309,4 +308,6 @@ class Transactions:
         txn.done = True
 
     def _internal(self, sql: str) -> None:
-        self._conn.execute(sql, can_cache=False)
+        """The engine's own statements (savepoints), from the statement cache: a client
+        cannot reuse them, since `text_refusal` refuses transaction control by its text."""
+        self._conn.execute(sql)

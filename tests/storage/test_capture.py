@@ -433,6 +433,14 @@ def test_create_table_without_primary_key_is_refused(engine: Engine) -> None:
         ("ROLLBACK", "transaction control"),
         ("SAVEPOINT sp", "transaction control"),
         ("RELEASE sp", "transaction control"),
+        # The engine's own statements, which it runs from the statement cache (not authorized
+        # again there): the same text from a client is refused by its text.
+        ("SAVEPOINT rs_txn", "transaction control"),
+        ("RELEASE rs_txn", "transaction control"),
+        ("ROLLBACK TO rs_stmt", "transaction control"),
+        ("  /* x */ release rs_stmt;", "transaction control"),
+        ("BEGIN IMMEDIATE", "transaction control"),
+        ("END", "transaction control"),
         ("ATTACH DATABASE ':memory:' AS other", "ATTACH"),
         ("DETACH DATABASE other", "DETACH"),
         ("VACUUM", "VACUUM"),
