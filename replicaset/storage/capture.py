@@ -2,11 +2,14 @@
 
 The hook fires for every row a statement changes, trigger and cascade changes included
 (depth > 0), and also for changes SQLite later undoes: the engine marks the buffer before
-each statement and truncates it back when the statement's savepoint is rolled back.
+each statement and truncates it back when the statement's savepoint is rolled back. SQLite
+allows one hook a connection: an `observer` sees each change of a client table first
+(auto ids follow the statement through it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 
 import apsw
 
@@ -16,8 +19,11 @@ from replicaset.storage.schema import TableCache, TableInfo, is_internal
 
 
 class Capture:
-    def __init__(self, conn: apsw.Connection, tables: TableCache) -> None:
+    def __init__(
+        self, conn: apsw.Connection, tables: TableCache, observer: Callable[[apsw.PreUpdate], None] | None = None
+    ) -> None:
         self._tables = tables
+        self._observer = observer
         self.rows: list[CapturedRow] = []
         self.error: str | None = None
         self.paused = False
@@ -37,6 +43,8 @@ class Capture:
     def _on_change(self, u: apsw.PreUpdate) -> None:
         if self.paused or u.database_name != "main" or is_internal(u.table_name):
             return
+        if self._observer is not None:
+            self._observer(u)
         info = self._tables.get(u.table_name)
         if info is None:
             self.error = f"cannot capture a change to unknown table {u.table_name!r}"
