@@ -8,7 +8,7 @@ only, so rows applied from peers keep the ids they came with; a schema change ma
 stale, and they are built again once it is committed.
 
 The trigger inserts the row itself, one level down, then `RAISE(IGNORE)` makes SQLite skip
-the client's insert of it (so SQLite's RETURNING does not see those rows). Its insert is
+the client's insert of it (returning.py gives RETURNING those rows back). Its insert is
 `INSERT OR IGNORE`, so that a row colliding on a UNIQUE index is not inserted: `rs_assigned`
 then lets the client's own insert go on, which meets the same collision and takes the
 statement's own way out of it, as with plain SQLite: its upsert (`ON CONFLICT ... DO`),
@@ -27,6 +27,7 @@ from typing import Any
 import apsw
 
 from replicaset.storage.errors import SqlError
+from replicaset.storage.returning import drop_mirrors, install_mirror
 from replicaset.storage.schema import TableCache, TableInfo, is_internal, quote
 from replicaset.storage.tokens import has_conflict_clause, tokenize
 
@@ -135,9 +136,11 @@ class AutoIds:
             "SELECT name FROM temp.sqlite_master WHERE type = 'trigger' AND name LIKE 'rs\\_auto\\_%' ESCAPE '\\'"
         ).fetchall():
             conn.execute(f"DROP TRIGGER IF EXISTS temp.{quote(name)}", can_cache=False)
+        drop_mirrors(conn)
 
     def install(self) -> None:
-        """A trigger for every client table with an INTEGER PRIMARY KEY, replacing any."""
+        """A trigger for every client table with an INTEGER PRIMARY KEY, replacing any, and
+        the mirror its RETURNING rows are evaluated in."""
         self.stale = False
         conn = self._conn
         self.drop()
@@ -150,6 +153,7 @@ class AutoIds:
             if info is None or info.rowid_alias is None:
                 continue
             conn.execute(_trigger_sql(f"rs_auto_{i}", info, _own_conflict_clause(conn, table)), can_cache=False)
+            install_mirror(conn, table)
 
 
 def _non_key(info: TableInfo, image: tuple[Any, ...]) -> tuple[Any, ...]:

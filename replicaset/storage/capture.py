@@ -4,7 +4,7 @@ The hook fires for every row a statement changes, trigger and cascade changes in
 (depth > 0), and also for changes SQLite later undoes: the engine marks the buffer before
 each statement and truncates it back when the statement's savepoint is rolled back. SQLite
 allows one hook a connection: an `observer` sees each change of a client table first
-(auto ids follow the statement through it).
+(auto ids and RETURNING follow the statement through it).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from replicaset.storage.capture import Capture
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.errors import DdlNeedsLock, SqlError
 from replicaset.storage.keys import SCHEMA_KEY
+from replicaset.storage.returning import ReturningRows
 from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import SchemaState, TableCache
 from replicaset.storage.statements import (
@@ -102,6 +103,7 @@ class Transactions:
         self._hlc = hlc
         self._clock_ms = clock_ms
         self._txn_seq = 0
+        self._returning = ReturningRows(conn)
         self._capture = Capture(conn, tables, observer=self._observe)
         self._authorizer = Authorizer()
         conn.authorizer = self._authorizer
@@ -140,6 +142,7 @@ class Transactions:
         if txn.explicit:
             self._internal("SAVEPOINT rs_stmt")
         self._auto_ids.start()
+        self._returning.start()
         self._capture.error = None
         cursor = self._conn.cursor()
         try:
@@ -147,6 +150,8 @@ class Transactions:
                 columns, rows = run_statement(cursor, sql, binds, self._statement_started)
                 changes = self._conn.changes()
             error = self._capture.error or self._auto_ids.error
+            if error is None:
+                rows = self._returning.complete(rows)
         except SqlError:
             self._undo_statement(savepoint, mark)
             raise
@@ -175,9 +180,10 @@ class Transactions:
     def _statement_started(self, cursor: apsw.Cursor, sql: str, binds: Any, rows_before: int) -> None:
         """One statement of a client request is about to run (a request may hold several)."""
         self._auto_ids.statement_started(sql)
+        self._returning.statement_started(cursor, sql, binds, rows_before)
 
     def _observe(self, change: apsw.PreUpdate) -> None:
-        self._auto_ids.observe(change)
+        self._returning.observe(change, self._auto_ids.observe(change))
 
     def _undo_statement(self, savepoint: str, mark: int) -> None:
         self._internal(f"ROLLBACK TO {savepoint}")

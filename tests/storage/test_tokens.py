@@ -8,6 +8,8 @@ import apsw
 import apsw.ext
 import pytest
 
+from replicaset.storage.errors import SqlError
+from replicaset.storage.returning import Clause
 from replicaset.storage.tokens import Kind, has_conflict_clause, parameter_numbers, tokenize
 
 STATEMENTS = (
@@ -51,3 +53,16 @@ def test_conflict_clauses_of_an_upsert_and_of_a_constraint() -> None:
     assert has_conflict_clause(tokenize(constraint), top_level=False)
     assert not has_conflict_clause(tokenize(constraint), top_level=True), "inside the column list"
     assert not has_conflict_clause(tokenize("CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT UNIQUE)"), top_level=False)
+
+
+def test_the_returning_clause_is_read_to_the_end_of_its_statement() -> None:
+    clause = Clause.of(STATEMENTS[1] + " ;  ")
+    assert clause.text == "b -- ? :no\n, ?1, ?2"
+    assert clause.parameters == ((1, ":x"), (2, "?"))
+    assert clause.values(("ex", "q"), 2) == ["ex", "q"]
+    clause = Clause.of(STATEMENTS[0])
+    assert clause.text == "a, ?1, ?2, ?3, ?4, ?2, ?5, ?6, ?5"
+    assert clause.values(tuple(range(1, 11)), 10) == [3, 4, 7, 8, 9, 10]
+    assert Clause.of("INSERT INTO t(a) VALUES (:x) RETURNING :x * 2").values({"x": 21}, 1) == [21]
+    with pytest.raises(SqlError, match="cannot match the parameters"):
+        clause.values(tuple(range(1, 11)), 9)
