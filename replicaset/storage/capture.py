@@ -2,7 +2,9 @@
 
 The hook fires for every row a statement changes, trigger and cascade changes included
 (depth > 0), and also for changes SQLite later undoes: the engine marks the buffer before
-each statement and truncates it back when the statement's savepoint is rolled back.
+each statement and truncates it back when the statement's savepoint is rolled back. SQLite
+allows one hook a connection: an `observer` sees each change of a client table first
+(auto ids and RETURNING follow the statement through it).
 Virtual tables never reach the hook; their shadow tables do, and are member-local: the
 rows of a virtual table that owns them are read back once the statement ran
 (`settle_virtual`, replicaset.storage.virtual).
@@ -10,6 +12,7 @@ rows of a virtual table that owns them are read back once the statement ran
 
 from __future__ import annotations
 
+from collections.abc import Callable
 
 import apsw
 
@@ -20,9 +23,12 @@ from replicaset.storage.index_upkeep import IndexUpkeep
 
 
 class Capture:
-    def __init__(self, conn: apsw.Connection, tables: TableCache) -> None:
+    def __init__(
+        self, conn: apsw.Connection, tables: TableCache, observer: Callable[[apsw.PreUpdate], None] | None = None
+    ) -> None:
         self._conn = conn
         self._tables = tables
+        self._observer = observer
         self.rows: list[CapturedRow] = []
         self.error: str | None = None
         # While paused (the writer's own resolution, triggers off), external-content
@@ -70,13 +76,15 @@ class Capture:
         if u.database_name != "main" or is_internal(u.table_name):
             return
         info = self._tables.get(u.table_name)
-        if info is None:
-            self.error = f"cannot capture a change to unknown table {u.table_name!r}"
-            return
-        if info.shadow_of is not None:
+        if info is not None and info.shadow_of is not None:
             # The marker's UPDATEs move a row inside the module (an R*Tree node split).
             if u.table_name == info.shadow_of.marker and u.op != "UPDATE":
                 self._virtual[(info.shadow_of.name, u.rowid)] = None
+            return
+        if self._observer is not None:
+            self._observer(u)
+        if info is None:
+            self.error = f"cannot capture a change to unknown table {u.table_name!r}"
             return
         if info.virtual_columns:
             self.error = f"table {info.name!r} has VIRTUAL generated columns, which cannot be captured"

@@ -13,7 +13,7 @@ also be compiled without running (`describe`), for iproto's PREPARE.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -171,20 +171,32 @@ def schema_change_refusal(
     return None
 
 
+StatementStarted = Callable[[apsw.Cursor, str, Any, int], None]
+
+
 def run_statement(
-    cursor: apsw.Cursor, sql: str, binds: Sequence[Any] | dict[str, Any]
+    cursor: apsw.Cursor,
+    sql: str,
+    binds: Sequence[Any] | dict[str, Any],
+    on_statement: StatementStarted | None = None,
 ) -> tuple[Columns, list[list[Any]]]:
     """Execute and fetch; the columns are read before stepping, while SQLite still has
-    them even for a query that returns no rows."""
+    them even for a query that returns no rows. `on_statement` hears of each statement of
+    `sql` before it runs: its text, its own bindings, and the rows fetched before it."""
     columns: Columns = []
+    rows: list[list[Any]] = []
 
-    def trace(cur: apsw.Cursor, _sql: str, _binds: Any) -> bool:
+    def trace(cur: apsw.Cursor, statement: str, statement_binds: Any) -> bool:
         columns[:] = [(d[0], d[1]) for d in cur.description]
+        if on_statement is not None:
+            on_statement(cur, statement, statement_binds, len(rows))
         return True
 
     cursor.exec_trace = trace
     cursor.execute(sql, binds)
-    return columns, [list(row) for row in cursor]
+    for row in cursor:
+        rows.append(list(row))
+    return columns, rows
 
 
 def describe(conn: apsw.Connection, sql: str) -> StatementShape:

@@ -27,6 +27,7 @@ from replicaset.storage.capture import Capture
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.errors import DdlNeedsLock, SqlError
 from replicaset.storage.keys import SCHEMA_KEY
+from replicaset.storage.returning import ReturningRows
 from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import SchemaState, TableCache
 from replicaset.storage.statements import (
@@ -101,7 +102,8 @@ class Transactions:
         self._batches = batches
         self._hlc = hlc
         self._clock_ms = clock_ms
-        self._capture = Capture(conn, tables)
+        self._returning = ReturningRows(conn)
+        self._capture = Capture(conn, tables, observer=self._observe)
         self._authorizer = Authorizer()
         conn.authorizer = self._authorizer
         # Statements of the writer's own resolution are never cached: they must be
@@ -138,13 +140,18 @@ class Transactions:
         savepoint = "rs_stmt" if txn.explicit else txn.savepoint
         if txn.explicit:
             self._internal("SAVEPOINT rs_stmt")
-        self._auto_ids.issued.clear()
+        self._auto_ids.start()
+        self._returning.start()
         self._capture.error = None
         cursor = self._conn.cursor()
         try:
             with self._authorizer.statement(trusted=trusted):
-                columns, rows = run_statement(cursor, sql, binds)
+                columns, rows = run_statement(cursor, sql, binds, self._statement_started)
                 changes = self._conn.changes()
+            self._capture.settle_virtual()
+            error = self._capture.error or self._auto_ids.error
+            if error is None:
+                rows = self._returning.complete(rows)
         except SqlError:
             self._undo_statement(savepoint, mark)
             raise
@@ -154,20 +161,29 @@ class Transactions:
         except (TypeError, ValueError, OverflowError) as exc:
             self._undo_statement(savepoint, mark)
             raise SqlError(f"bad bind value: {exc}") from exc
-        self._capture.settle_virtual()
-        if self._capture.error:
+        if error:
             self._undo_statement(savepoint, mark)
-            raise SqlError(self._capture.error)
+            raise SqlError(error)
         if self._schema_version() != version_before:
             self._ddl_statement(txn, sql, savepoint, mark, trusted=trusted)
             changes = 1  # Tarantool's row_count for DDL; SQLite's count is a previous statement's
         if txn.explicit:
             self._internal("RELEASE rs_stmt")
         txn.statements += 1
-        auto_ids = list(self._auto_ids.issued)
         return StatementResult(
-            columns=columns, rows=rows, row_count=changes + len(auto_ids), autoincrement_ids=auto_ids
+            columns=columns,
+            rows=rows,
+            row_count=changes + self._auto_ids.statement_rows,
+            autoincrement_ids=list(self._auto_ids.issued),
         )
+
+    def _statement_started(self, cursor: apsw.Cursor, sql: str, binds: Any, rows_before: int) -> None:
+        """One statement of a client request is about to run (a request may hold several)."""
+        self._auto_ids.statement_started(sql)
+        self._returning.statement_started(cursor, sql, binds, rows_before)
+
+    def _observe(self, change: apsw.PreUpdate) -> None:
+        self._returning.observe(change, self._auto_ids.observe(change))
 
     def _undo_statement(self, savepoint: str, mark: int) -> None:
         self._internal(f"ROLLBACK TO {savepoint}")

@@ -128,3 +128,25 @@ def test_introspection_pragmas_work_and_settings_do_not(conn):
     with pytest.raises(tarantool.error.DatabaseError) as refused:
         conn.execute("PRAGMA user_version = 5")
     assert "cannot be set" in refused.value.args[1]
+
+
+def test_returning_gives_the_assigned_keys_at_quorum_at_one_and_in_a_stream(server, conn):
+    """ORMs learn new keys from RETURNING: the connector's INSERT goes at the server's
+    default level (QUORUM: the reply comes from the captured run), ours at ONE and in a
+    stream, and each key returned is the one the row was stored with."""
+    conn.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+    at_quorum = [list(row) for row in conn.execute("INSERT INTO notes(body) VALUES (?), (?) RETURNING id, body",
+                                                   ["q1", "q2"])]
+    with server.client() as client:
+        at_one = client.execute("INSERT INTO notes(id, body) VALUES (NULL, 'o1'), (7, 'o2') RETURNING id, body",
+                                options={"consistency": "one"}).rows
+        client.call(RequestType.BEGIN, {}, stream_id=5)
+        streamed = "INSERT INTO notes(body) VALUES ('s1') RETURNING id, upper(body)"
+        in_stream = client.call(RequestType.EXECUTE, {Key.SQL_TEXT: streamed}, stream_id=5).body[Key.DATA]
+        client.call(RequestType.COMMIT, {}, stream_id=5)
+        stored = client.execute("SELECT id, body FROM notes ORDER BY body").rows
+    assert [body for _, body in at_quorum + at_one] == ["q1", "q2", "o1", "o2"] and at_one[1][0] == 7
+    assert in_stream[0][1] == "S1"
+    returned = at_quorum + at_one + [[in_stream[0][0], "s1"]]
+    assert sorted(returned, key=lambda row: row[1]) == stored
+    assert len({key for key, _ in returned}) == 5

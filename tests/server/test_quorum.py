@@ -250,3 +250,18 @@ def test_a_join_under_quorum_writes_on_every_member_loses_nothing(quorum_set) ->
         held = {row[0] for row in rows(member, "SELECT k FROM kv")}
         assert set(acknowledged) <= held, f"{member.log_path}: {sorted(set(acknowledged) - held)[:5]} missing"
         assert not [e for e in member.log_events() if e.get("level") == "error"], member.log_path
+
+
+def test_returning_at_quorum_gives_the_keys_every_member_holds(quorum_set) -> None:
+    """The reply of a QUORUM write comes from the run that was captured: the keys it
+    returns are those of the decided row, on every member, in the residue of the member
+    that ran it (DESIGN 4.1)."""
+    rs, (first, second, third) = quorum_set
+    with second.client() as client:
+        written = client.execute("INSERT INTO kv(k, v) VALUES (NULL, 'a'), (5, 'b'), (NULL, 'c') RETURNING k, v, n",
+                                 options=QUORUM).rows
+    member_id = rs.info(second)["id"]
+    assert [row[1] for row in written] == ["a", "b", "c"] and written[1][0] == 5
+    assert all(row[0] % 32 == member_id for row in (written[0], written[2]))
+    rs.wait_converged()
+    assert rows(first) == rows(second) == rows(third) == sorted(written)

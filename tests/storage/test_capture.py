@@ -651,6 +651,60 @@ def test_a_multi_row_insert_failing_on_auto_id_exhaustion_logs_nothing(engine: E
     assert select(engine, "SELECT name FROM t") == [["top"]]
 
 
+def test_a_row_left_without_a_key_that_collides_takes_the_statements_way_out(engine: Engine) -> None:
+    """As in plain SQLite: the upsert updates the row it collides with, OR IGNORE and DO
+    NOTHING skip it, a plain INSERT fails; only rows inserted are counted and reported."""
+    run(engine, "INSERT INTO t(id, name, n) VALUES (1, 'ann', 1)")
+    txn = engine.begin()
+    upsert = engine.execute(txn, "INSERT INTO t(name, n) VALUES ('ann', 5), ('bob', 2)"
+                                 " ON CONFLICT(name) DO UPDATE SET n = n + excluded.n")
+    record = only_record(engine.commit(txn))
+    engine.flush()
+    [bob] = upsert.autoincrement_ids
+    assert upsert.row_count == 2
+    assert changes(record) == [
+        ("t", "UPDATE", "t:1", {"id": 1, "name": "ann", "n": 1}, {"id": 1, "name": "ann", "n": 6}),
+        ("t", "INSERT", f"t:{bob}", None, {"id": bob, "name": "bob", "n": 2}),
+    ]
+    skips = ("INSERT OR IGNORE INTO t(name) VALUES ('ann')", "INSERT INTO t(name) VALUES ('bob') ON CONFLICT DO NOTHING")
+    for sql in skips:
+        txn = engine.begin()
+        skipped = engine.execute(txn, sql)
+        assert engine.commit(txn) is None
+        assert (skipped.row_count, skipped.autoincrement_ids) == (0, [])
+    txn = engine.begin()
+    with pytest.raises(SqlError, match="UNIQUE constraint failed: t.name"):
+        engine.execute(txn, "INSERT INTO t(name) VALUES ('cat'), ('ann')")
+    assert engine.commit(txn) is None
+    engine.flush()
+    assert select(engine, "SELECT id, name, n FROM t ORDER BY id") == [[1, "ann", 6], [bob, "bob", 2]]
+
+
+def test_a_row_that_would_get_a_key_of_sqlites_choosing_is_refused(engine: Engine) -> None:
+    """A constraint on the key that our id fails and SQLite's would pass: the client's
+    insert would go through with SQLite's rowid, which another member may give too."""
+    run(engine, "CREATE TABLE ck(id INTEGER PRIMARY KEY CHECK (id < 20), name TEXT)")
+    txn = engine.begin()
+    with pytest.raises(SqlError, match="SQLite's choosing"):
+        engine.execute(txn, "INSERT INTO ck(name) VALUES ('x')")
+    assert engine.commit(txn) is None
+    engine.flush()
+    assert select(engine, "SELECT count(*) FROM ck") == [[0]]
+
+
+def test_or_replace_with_an_upsert_is_refused_where_the_assigned_row_would_replace(engine: Engine) -> None:
+    """SQLite takes the upsert's branch for its target; the trigger's insert inherits OR
+    REPLACE and would replace the row instead."""
+    run(engine, "INSERT INTO t(id, name, n) VALUES (1, 'ann', 1)")
+    sql = "INSERT OR REPLACE INTO t(name, n) VALUES (?, 2) ON CONFLICT(name) DO UPDATE SET n = 3"
+    txn = engine.begin()
+    with pytest.raises(SqlError, match="ON CONFLICT clause"):
+        engine.execute(txn, sql, ["ann"])
+    assert engine.commit(txn) is None
+    run(engine, (sql, ["bob"]))
+    assert select(engine, "SELECT name, n FROM t ORDER BY id") == [["ann", 1], ["bob", 2]]
+
+
 # ------------------------------------------------------------------ max_txn_bytes
 
 
