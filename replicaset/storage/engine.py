@@ -296,6 +296,8 @@ class Engine:
             raise SqlError(sql_message(exc)) from exc
         except (TypeError, ValueError, OverflowError) as exc:
             raise SqlError(f"bad bind value: {exc}") from exc
+        except KeyError as exc:  # apsw: a named parameter the binds do not hold
+            raise SqlError(f"no value bound for parameter :{exc.args[0]}") from exc
         return StatementResult(columns=columns, rows=rows, row_count=None, autoincrement_ids=[])
 
     def describe(self, sql: str) -> StatementShape:

@@ -23,6 +23,7 @@ import apsw.ext
 
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.schema import INTERNAL_PREFIX, TableCache, refused_alter
+from replicaset.storage.tokens import meaningful, tokenize
 
 # Replicated tables that only the node itself writes (membership, Tarantool's _cluster).
 SYSTEM_TABLES = frozenset({"_cluster"})
@@ -75,13 +76,20 @@ def _first_word(sql: str) -> str:
 
 
 def text_refusal(sql: str) -> str | None:
-    """Why a statement is refused before it runs, None when it may run: these two are not
-    seen by the authorizer in a form that tells them apart from allowed statements."""
+    """Why a statement is refused before it runs, None when it may run: these are not seen
+    by the authorizer in a form that tells them apart from allowed statements."""
     if _first_word(sql) in _TRANSACTION_KEYWORDS:
         # Refused by its text as well as by the authorizer: the engine's own transaction
         # statements are cached, and a cached statement is not authorized again, so a
         # client sending the same text would reuse the engine's.
         return TRANSACTION_CONTROL
+    if "rollback" in sql.lower() and any(t.is_word("ROLLBACK") for _, t in meaningful(tokenize(sql))):
+        # Past the first word, ROLLBACK is a conflict resolution (OR ROLLBACK, ON CONFLICT
+        # ROLLBACK in a table, RAISE(ROLLBACK) in a trigger): it would roll back the SQLite
+        # transaction that other clients' committed transactions share until the flush.
+        return ("ROLLBACK as a conflict resolution (OR ROLLBACK, ON CONFLICT ROLLBACK, RAISE(ROLLBACK)) is "
+                "refused: it would undo other clients' transactions committed in the same group; use ABORT "
+                "(the default) or FAIL, which undo this statement only")
     if _VACUUM.match(sql):
         return "VACUUM is not allowed: checkpoints compact the database (box.snapshot())"
     if refused_alter(sql):

@@ -25,7 +25,7 @@ from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batches, BatchKind
 from replicaset.storage.capture import Capture
 from replicaset.storage.config import EngineConfig
-from replicaset.storage.errors import DdlNeedsLock, SqlError
+from replicaset.storage.errors import DdlNeedsLock, EngineFatal, SqlError
 from replicaset.storage.keys import SCHEMA_KEY
 from replicaset.storage.returning import ReturningRows
 from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
@@ -161,6 +161,9 @@ class Transactions:
         except (TypeError, ValueError, OverflowError) as exc:
             self._undo_statement(savepoint, mark)
             raise SqlError(f"bad bind value: {exc}") from exc
+        except KeyError as exc:  # apsw: a named parameter the binds do not hold
+            self._undo_statement(savepoint, mark)
+            raise SqlError(f"no value bound for parameter :{exc.args[0]}") from exc
         if error:
             self._undo_statement(savepoint, mark)
             raise SqlError(error)
@@ -186,6 +189,12 @@ class Transactions:
         self._returning.observe(change, self._auto_ids.observe(change))
 
     def _undo_statement(self, savepoint: str, mark: int) -> None:
+        if self._conn.get_autocommit():
+            # The statement ended the SQLite transaction that the batch's committed, not yet
+            # flushed, transactions share: none of them can be made durable now. Refused by
+            # its text (text_refusal); if something still gets there, stop rather than
+            # acknowledge them: recovery starts from the WAL, which never held them.
+            raise EngineFatal("a client statement rolled back the writer's batch transaction")
         self._internal(f"ROLLBACK TO {savepoint}")
         if savepoint == "rs_stmt":
             self._internal("RELEASE rs_stmt")

@@ -441,6 +441,10 @@ def test_create_table_without_primary_key_is_refused(engine: Engine) -> None:
         ("  /* x */ release rs_stmt;", "transaction control"),
         ("BEGIN IMMEDIATE", "transaction control"),
         ("END", "transaction control"),
+        ("INSERT OR ROLLBACK INTO t(id, name) VALUES (1, 'x')", "ROLLBACK as a conflict resolution"),
+        ("CREATE TABLE r(id INTEGER PRIMARY KEY ON CONFLICT ROLLBACK)", "ROLLBACK as a conflict resolution"),
+        ("CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT RAISE(ROLLBACK, 'no'); END",
+         "ROLLBACK as a conflict resolution"),
         ("ATTACH DATABASE ':memory:' AS other", "ATTACH"),
         ("DETACH DATABASE other", "DETACH"),
         ("VACUUM", "VACUUM"),
@@ -748,3 +752,38 @@ def test_wal_holds_exactly_the_committed_records(engine: Engine) -> None:
     assert logged == [only_record(c) for c in committed]
     assert [r.lsn for r in logged] == [2, 3, 4]
     assert [r.txn_id for r in logged] == sorted(r.txn_id for r in logged)
+
+
+def test_a_conflict_resolved_by_rollback_cannot_undo_the_transactions_queued_before_it(engine: Engine) -> None:
+    """Transactions committed into a group stay queued in one SQLite transaction until the
+    flush: a statement whose conflict resolution is ROLLBACK would undo them all. It is
+    refused, and the queued ones reach the WAL and the table."""
+    run(engine, "INSERT INTO t(id, name) VALUES (1, 'ann')")
+    queued = engine.begin()
+    engine.execute(queued, "INSERT INTO t(id, name) VALUES (2, 'bob')")
+    engine.commit(queued)
+    txn = engine.begin()
+    with pytest.raises(SqlError, match="ROLLBACK as a conflict resolution"):
+        engine.execute(txn, "INSERT OR ROLLBACK INTO t(id, name) VALUES (1, 'again')")
+    engine.rollback(txn)
+    engine.flush()
+    assert select(engine, "SELECT id, name FROM t ORDER BY id") == [[1, "ann"], [2, "bob"]]
+    assert engine.wal.vclock.get(1) == engine.vclock.get(1)
+
+
+def test_rollback_inside_a_literal_or_a_name_is_just_text(engine: Engine) -> None:
+    run(engine, "INSERT INTO t(id, name) VALUES (1, 'rollback')")
+    run(engine, 'CREATE TABLE "rollback"(id INTEGER PRIMARY KEY)')
+    assert select(engine, "SELECT name FROM t") == [["rollback"]]
+
+
+def test_a_named_parameter_without_a_value_is_a_clear_error(engine: Engine) -> None:
+    txn = engine.begin()
+    with pytest.raises(SqlError, match="no value bound for parameter :missing"):
+        engine.execute(txn, "INSERT INTO t(id, name) VALUES (:id, :missing)", {"id": 1})
+    engine.rollback(txn)
+    engine.flush()
+    with pytest.raises(SqlError, match="no value bound for parameter :missing"):
+        engine.query("SELECT :missing", {"other": 1})
+    run(engine, "INSERT INTO t(id, name) VALUES (1, 'ann')")
+    assert select(engine, "SELECT id FROM t") == [[1]]
