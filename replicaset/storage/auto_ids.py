@@ -29,6 +29,7 @@ import apsw
 from replicaset.storage.errors import SqlError
 from replicaset.storage.returning import drop_mirrors, install_mirror
 from replicaset.storage.schema import TableCache, TableInfo, is_internal, quote
+from replicaset.storage.statements import AUTO_ID_TRIGGER_PREFIX
 from replicaset.storage.tokens import has_conflict_clause, tokenize
 
 AUTO_ID_NODE_BITS = 5
@@ -152,7 +153,7 @@ class AutoIds:
             info = self._tables.get(table)
             if info is None or info.rowid_alias is None or info.shadow_of is not None:
                 continue  # a virtual table's module numbers its shadow tables itself
-            conn.execute(_trigger_sql(f"rs_auto_{i}", info, _own_conflict_clause(conn, table)), can_cache=False)
+            conn.execute(_trigger_sql(f"{AUTO_ID_TRIGGER_PREFIX}{i}", info, _own_conflict_clause(conn, table)), can_cache=False)
             install_mirror(conn, table)
 
 

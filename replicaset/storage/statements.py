@@ -25,6 +25,9 @@ from replicaset.storage.config import EngineConfig
 from replicaset.storage.schema import INTERNAL_PREFIX, TableCache, refused_alter
 from replicaset.storage.tokens import meaningful, tokenize
 
+# The engine's functions and triggers on the writer connection (auto ids, RETURNING).
+ENGINE_PREFIX = "rs_"
+AUTO_ID_TRIGGER_PREFIX = "rs_auto_"
 # Replicated tables that only the node itself writes (membership, Tarantool's _cluster).
 SYSTEM_TABLES = frozenset({"_cluster"})
 _READ_KEYWORDS = ("SELECT", "VALUES", "WITH", "EXPLAIN")
@@ -78,7 +81,8 @@ def _first_word(sql: str) -> str:
 def text_refusal(sql: str) -> str | None:
     """Why a statement is refused before it runs, None when it may run: these are not seen
     by the authorizer in a form that tells them apart from allowed statements."""
-    if _first_word(sql) in _TRANSACTION_KEYWORDS:
+    first = _first_word(sql)
+    if first in _TRANSACTION_KEYWORDS:
         # Refused by its text as well as by the authorizer: the engine's own transaction
         # statements are cached, and a cached statement is not authorized again, so a
         # client sending the same text would reuse the engine's.
@@ -90,11 +94,23 @@ def text_refusal(sql: str) -> str | None:
         return ("ROLLBACK as a conflict resolution (OR ROLLBACK, ON CONFLICT ROLLBACK, RAISE(ROLLBACK)) is "
                 "refused: it would undo other clients' transactions committed in the same group; use ABORT "
                 "(the default) or FAIL, which undo this statement only")
+    if first == "DROP" and _drops_engine_trigger(sql):
+        # By its text: the authorizer sees the same drop when a DROP TABLE takes the
+        # table's auto-id trigger with it, which must go on.
+        return f"triggers named {ENGINE_PREFIX}... are the engine's own and cannot be dropped"
     if _VACUUM.match(sql):
         return "VACUUM is not allowed: checkpoints compact the database (box.snapshot())"
     if refused_alter(sql):
         return "ALTER TABLE ... RENAME and DROP COLUMN are refused: captured rows name columns and tables"
     return None
+
+
+def _drops_engine_trigger(sql: str) -> bool:
+    """`DROP TRIGGER [IF EXISTS] [schema.]rs_...`."""
+    words = [t for _, t in meaningful(tokenize(sql)) if t.text != ";"]
+    if len(words) < 3 or not words[1].is_word("TRIGGER"):
+        return False
+    return words[-1].text.strip('"`[]').lower().startswith(ENGINE_PREFIX)
 
 
 class Authorizer:
@@ -126,6 +142,17 @@ class Authorizer:
             reason = "ATTACH and DETACH are not allowed"
         elif op == apsw.SQLITE_PRAGMA and p2 is not None and (p1 or "").lower() not in _INTROSPECTION_PRAGMAS:
             reason = f"PRAGMA {p1} cannot be set by a client"
+        elif op == apsw.SQLITE_CREATE_TEMP_TRIGGER:
+            # Every client's statements run on the writer's one connection, where the
+            # engine's own triggers (auto ids) live too.
+            reason = "TEMP triggers are not allowed: the writer's connection is shared by every client"
+        elif op in (apsw.SQLITE_CREATE_TEMP_TABLE, apsw.SQLITE_DROP_TEMP_TABLE) and (p1 or "").startswith(INTERNAL_PREFIX):
+            reason = f"table {p1} is the engine's own"
+        elif op == apsw.SQLITE_CREATE_TRIGGER and (p1 or "").startswith(ENGINE_PREFIX):
+            reason = f"trigger names starting with {ENGINE_PREFIX} are the engine's"
+        elif op == apsw.SQLITE_FUNCTION and (p2 or "").startswith(ENGINE_PREFIX) and not (trigger or "").startswith(
+                AUTO_ID_TRIGGER_PREFIX):
+            reason = f"function {p2} is the engine's own"
         elif op in _TABLE_WRITE_OPS:
             table = p2 if op in _TABLE_IN_P2 else p1
             if table and (table.startswith(INTERNAL_PREFIX) or table in SYSTEM_TABLES):

@@ -445,6 +445,10 @@ def test_create_table_without_primary_key_is_refused(engine: Engine) -> None:
         ("CREATE TABLE r(id INTEGER PRIMARY KEY ON CONFLICT ROLLBACK)", "ROLLBACK as a conflict resolution"),
         ("CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT RAISE(ROLLBACK, 'no'); END",
          "ROLLBACK as a conflict resolution"),
+        ("CREATE TEMP TRIGGER mine BEFORE INSERT ON main.t BEGIN SELECT 1; END", "TEMP triggers"),
+        ("CREATE TRIGGER rs_auto_9 AFTER INSERT ON t BEGIN SELECT 1; END", "the engine's"),
+        ("SELECT rs_next_id('t')", "function rs_next_id is the engine's own"),
+        ("INSERT INTO t(id, name) VALUES (rs_next_id('t'), 'x')", "function rs_next_id is the engine's own"),
         ("ATTACH DATABASE ':memory:' AS other", "ATTACH"),
         ("DETACH DATABASE other", "DETACH"),
         ("VACUUM", "VACUUM"),
@@ -787,3 +791,17 @@ def test_a_named_parameter_without_a_value_is_a_clear_error(engine: Engine) -> N
         engine.query("SELECT :missing", {"other": 1})
     run(engine, "INSERT INTO t(id, name) VALUES (1, 'ann')")
     assert select(engine, "SELECT id FROM t") == [[1]]
+
+
+def test_the_engine_s_auto_id_trigger_cannot_be_dropped_by_a_client(engine: Engine) -> None:
+    (name,) = engine.connections.writer.execute(
+        "SELECT name FROM temp.sqlite_master WHERE type = 'trigger' AND tbl_name = 't'").fetchone()
+    txn = engine.begin()
+    with pytest.raises(SqlError, match="the engine's own and cannot be dropped"):
+        engine.execute(txn, f"DROP TRIGGER temp.{name}")
+    with pytest.raises(SqlError, match="the engine's own and cannot be dropped"):
+        engine.execute(txn, f'drop trigger if exists "{name}";')
+    engine.rollback(txn)
+    engine.flush()
+    assert run(engine, "INSERT INTO t(name) VALUES ('ann')").records[0].origin == 1
+    assert [row[0] & 31 for row in select(engine, "SELECT id FROM t")] == [1], "an id of our residue"
