@@ -104,7 +104,10 @@ def run_demo(data_dir: Path | None, rows: int) -> int:
             infos = wait_converged(ports)
             for n in sorted(results):
                 print(f"member {n}: {results[n]}")
-            print(f"workload: {3 * rows} statements on three members in {elapsed:.2f} s ({3 * rows / elapsed:,.0f}/s)")
+            level = infos[0].get("synchro", {}).get("default_consistency", "?")
+            print(f"workload: {3 * rows} statements on three members in {elapsed:.2f} s ({3 * rows / elapsed:,.0f}/s), "
+                  f"each write at consistency {level}, the default (a majority holds it before the client hears; "
+                  '[replication] default_write_consistency = "one" writes asynchronously, as Tarantool)')
             for port, info in zip(ports, infos):
                 print(f"box.info of member {info['id']} (127.0.0.1:{port}):")
                 print(to_yaml(info), end="")
