@@ -87,7 +87,7 @@ def text_refusal(sql: str) -> str | None:
         # statements are cached, and a cached statement is not authorized again, so a
         # client sending the same text would reuse the engine's.
         return TRANSACTION_CONTROL
-    if "rollback" in sql.lower() and any(t.is_word("ROLLBACK") for _, t in meaningful(tokenize(sql))):
+    if "rollback" in sql.lower() and _rolls_back_on_conflict(sql):
         # Past the first word, ROLLBACK is a conflict resolution (OR ROLLBACK, ON CONFLICT
         # ROLLBACK in a table, RAISE(ROLLBACK) in a trigger): it would roll back the SQLite
         # transaction that other clients' committed transactions share until the flush.
@@ -103,6 +103,18 @@ def text_refusal(sql: str) -> str | None:
     if refused_alter(sql):
         return "ALTER TABLE ... RENAME and DROP COLUMN are refused: captured rows name columns and tables"
     return None
+
+
+def _rolls_back_on_conflict(sql: str) -> bool:
+    """`OR ROLLBACK`, `ON CONFLICT ROLLBACK` or `RAISE(ROLLBACK`: ROLLBACK as a word
+    elsewhere (a column named rollback) is left alone."""
+    words = [t for _, t in meaningful(tokenize(sql))]
+    for i, token in enumerate(words):
+        if token.is_word("ROLLBACK") and i > 0 and (
+                words[i - 1].is_word("OR") or words[i - 1].is_word("CONFLICT")
+                or (words[i - 1].text == "(" and i > 1 and words[i - 2].is_word("RAISE"))):
+            return True
+    return False
 
 
 def _drops_engine_trigger(sql: str) -> bool:

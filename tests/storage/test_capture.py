@@ -777,8 +777,10 @@ def test_a_conflict_resolved_by_rollback_cannot_undo_the_transactions_queued_bef
 
 def test_rollback_inside_a_literal_or_a_name_is_just_text(engine: Engine) -> None:
     run(engine, "INSERT INTO t(id, name) VALUES (1, 'rollback')")
-    run(engine, 'CREATE TABLE "rollback"(id INTEGER PRIMARY KEY)')
+    run(engine, 'CREATE TABLE "rollback"(id INTEGER PRIMARY KEY, rollback INTEGER)')
+    run(engine, 'INSERT INTO "rollback"(id, rollback) VALUES (1, 2) /* or rollback */')
     assert select(engine, "SELECT name FROM t") == [["rollback"]]
+    assert select(engine, 'SELECT rollback FROM "rollback"') == [[2]]
 
 
 def test_a_named_parameter_without_a_value_is_a_clear_error(engine: Engine) -> None:
