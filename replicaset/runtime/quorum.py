@@ -380,9 +380,12 @@ class QuorumHost:
                                       peer_messages.txn_vote)
             if vote is not None:
                 break
+            await trio.sleep(TICK_S)
+            # Asked again only while undecided: a PREPARE sent after the ABORT would be
+            # prepared by a member that had it queued (a hung one), holding its keys until
+            # it asked the coordinator.
             if not self._awaits_vote(txn_id, member):
                 return
-            await trio.sleep(TICK_S)
         self._last_answer_s[member] = trio.current_time()
         if vote.prepared:
             answer: q.Prepared | q.Conflicted = q.Prepared(
@@ -395,8 +398,9 @@ class QuorumHost:
         self.carry_out(self._node.driver.txn_answered(trio.current_time(), member, answer))
 
     def _awaits_vote(self, txn_id: int, member: int) -> bool:
+        """Whether `txn_id` is undecided, before its deadline, and without `member`'s answer."""
         txn = self._node.driver.coordinator.txns.get(txn_id)
-        return (txn is not None and txn.state is q.TxnState.PREPARING
+        return (txn is not None and txn.state is q.TxnState.PREPARING and trio.current_time() < txn.deadline_s
                 and member not in txn.votes and member not in txn.conflicts)
 
     async def _send_commits(self, action: q.SendCommit) -> None:
