@@ -36,6 +36,7 @@ class Capture:
         self.paused = False
         self.upkeep = IndexUpkeep(conn, tables)
         self._virtual: dict[tuple[str, int], None] = {}  # rows of virtual tables the statement touched
+        self.inserting = False  # the statement running is an INSERT (or REPLACE)
         conn.preupdate_hook(self._on_change)
 
     def mark(self) -> int:
@@ -88,6 +89,14 @@ class Capture:
             return
         if info.virtual_columns:
             self.error = f"table {info.name!r} has VIRTUAL generated columns, which cannot be captured"
+            return
+        if u.op == "DELETE" and u.depth == 0 and self.inserting and self._tables.external_indexes(info.name):
+            # An INSERT deleting a row of its own table: REPLACE conflict resolution, which
+            # fires no DELETE trigger (recursive_triggers is off), so the index would keep the
+            # old row's words here while appliers take them out.
+            names = ", ".join(vt.name for vt in self._tables.external_indexes(info.name))
+            self.error = (f"REPLACE on table {info.name!r} removes a row without its DELETE triggers, so the "
+                          f"full-text index {names} would keep its words: use INSERT ... ON CONFLICT DO UPDATE")
             return
         if info.pk_columns and any(
             (u.new if u.op != "DELETE" else u.old)[i] is None for i in info.pk_positions

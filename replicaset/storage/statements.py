@@ -73,7 +73,8 @@ def _first_keyword(sql: str) -> str:
     return _LEADING_NOISE.sub("", sql, count=1)[:8].upper()
 
 
-def _first_word(sql: str) -> str:
+def first_word(sql: str) -> str:
+    """The statement's first word, upper case, past blanks and comments."""
     words = _LEADING_NOISE.sub("", sql, count=1)[:10].split(None, 1)
     return words[0].rstrip(";").upper() if words else ""
 
@@ -81,7 +82,7 @@ def _first_word(sql: str) -> str:
 def text_refusal(sql: str) -> str | None:
     """Why a statement is refused before it runs, None when it may run: these are not seen
     by the authorizer in a form that tells them apart from allowed statements."""
-    first = _first_word(sql)
+    first = first_word(sql)
     if first in _TRANSACTION_KEYWORDS:
         # Refused by its text as well as by the authorizer: the engine's own transaction
         # statements are cached, and a cached statement is not authorized again, so a

@@ -32,6 +32,7 @@ from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import SchemaState, TableCache
 from replicaset.storage.statements import (
     Authorizer,
+    first_word,
     run_statement,
     schema_change_refusal,
     sql_message,
@@ -184,6 +185,7 @@ class Transactions:
         """One statement of a client request is about to run (a request may hold several)."""
         self._auto_ids.statement_started(sql)
         self._returning.statement_started(cursor, sql, binds, rows_before)
+        self._capture.inserting = first_word(sql) in ("INSERT", "REPLACE")
 
     def _observe(self, change: apsw.PreUpdate) -> None:
         self._returning.observe(change, self._auto_ids.observe(change))

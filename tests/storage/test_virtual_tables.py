@@ -201,3 +201,24 @@ def test_rtree_rows_carry_what_the_module_stores(members: list[Engine]) -> None:
     run(a, "INSERT INTO geo VALUES (1, 0.1, 0.30000001, 0, 1)")
     ship(a, b)
     assert select(a, "SELECT * FROM geo") == select(b, "SELECT * FROM geo") != [[1, 0.1, 0.30000001, 0.0, 1.0]]
+
+
+def test_replace_on_a_content_table_is_refused_an_upsert_keeps_the_index(members: list[Engine]) -> None:
+    """SQLite's REPLACE removes the old row without firing its DELETE trigger (recursive
+    triggers are off), so the index of its writer would keep the old words while the
+    appliers take them out: refused, naming the upsert that does the same correctly."""
+    a, b, _ = members
+    run(a, "INSERT INTO docs(id, title, body) VALUES (1, 't', 'old words')")
+    for statement in ("INSERT OR REPLACE INTO docs(id, title, body) VALUES (1, 't', 'new words')",
+                      "REPLACE INTO docs(id, title, body) VALUES (1, 't', 'new words')"):
+        with pytest.raises(SqlError, match="use INSERT ... ON CONFLICT DO UPDATE"):
+            run(a, statement)
+    run(a, "INSERT INTO docs(id, title, body) VALUES (1, 't', 'new words')"
+           " ON CONFLICT(id) DO UPDATE SET body = excluded.body")
+    run(a, "INSERT OR REPLACE INTO notes(rowid, title, body) VALUES (1, 'n', 'own content replaces fine')")
+    mesh(members)
+    for engine in (a, b):
+        assert select(engine, "SELECT rowid FROM docs_fts WHERE docs_fts MATCH 'old'") == []
+        assert select(engine, "SELECT rowid FROM docs_fts WHERE docs_fts MATCH 'new'") == [[1]]
+        check_indexes(engine)
+        assert engine.table_digest() == a.table_digest()
