@@ -13,6 +13,8 @@ batch; they are durable, and the client may be answered, only after the batch's 
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +81,9 @@ class Committed:
 
     records: tuple[Record, ...]
     txn_id: int
+
+
+_MAY_NOT_BE_MODIFIED = re.compile(r"table (\S+) may not be modified")
 
 
 class Transactions:
@@ -158,7 +163,7 @@ class Transactions:
             raise
         except apsw.Error as exc:
             self._undo_statement(savepoint, mark)
-            raise SqlError(self._authorizer.deny_reason or sql_message(exc)) from exc
+            raise SqlError(self._authorizer.deny_reason or self._shadow_refusal(exc) or sql_message(exc)) from exc
         except (TypeError, ValueError, OverflowError) as exc:
             self._undo_statement(savepoint, mark)
             raise SqlError(f"bad bind value: {exc}") from exc
@@ -180,6 +185,16 @@ class Transactions:
             row_count=changes + self._auto_ids.statement_rows,
             autoincrement_ids=list(self._auto_ids.issued),
         )
+
+    def _shadow_refusal(self, exc: apsw.Error) -> str | None:
+        """SQLite's defensive mode says only "table X may not be modified" of a shadow table:
+        say whose it is and where to write instead."""
+        match = _MAY_NOT_BE_MODIFIED.search(str(exc))
+        info = self._tables.get(match.group(1)) if match else None
+        if info is None or info.shadow_of is None:
+            return None
+        return (f"table {info.name!r} is a shadow table of virtual table {info.shadow_of.name!r}, kept by its "
+                f"module on each member: write to {info.shadow_of.name!r} instead")
 
     def _statement_started(self, cursor: apsw.Cursor, sql: str, binds: Any, rows_before: int) -> None:
         """One statement of a client request is about to run (a request may hold several)."""
