@@ -14,7 +14,6 @@ batch; they are durable, and the client may be answered, only after the batch's 
 from __future__ import annotations
 
 import re
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
