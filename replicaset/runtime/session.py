@@ -37,7 +37,7 @@ from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.transfer import serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
 from replicaset.storage import Captured, DdlNeedsLock, EngineFatal, LocalTxn, SqlError, StatementResult
-from replicaset.storage.statements import Columns
+from replicaset.storage.statements import Columns, first_word
 from wal import VClock
 
 from replicaset.runtime.node import Node
@@ -404,6 +404,8 @@ class Session:
 
     async def _execute(self, frame: Frame, stream: _Stream) -> None:
         sql = self._sql_text(frame.body)
+        if not first_word(sql):  # blanks and comments: SQLite runs nothing, and changes() is a past statement's
+            raise RequestError(ErrorCode.SQL_STATEMENT_EMPTY, "Failed to execute an empty SQL statement")
         binds = decode_binds(frame.body.get(Key.SQL_BIND))
         node = self._node
         if stream.timed_out:

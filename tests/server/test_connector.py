@@ -63,6 +63,10 @@ def test_bad_statement_is_an_error_and_the_connection_stays_usable(conn):
     with pytest.raises(tarantool.error.DatabaseError) as refused:
         conn.execute("BEGIN")
     assert "stream" in refused.value.args[1]
+    for empty in ("", "  -- nothing here", ";"):  # it answered row_count 1, a past statement's
+        with pytest.raises(tarantool.error.DatabaseError) as nothing:
+            conn.execute(empty)
+        assert nothing.value.args[0] == 182 and "empty SQL statement" in nothing.value.args[1], empty
     assert list(conn.execute("SELECT * FROM t")) == [[1, "x"]]
 
 
