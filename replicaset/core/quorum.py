@@ -270,18 +270,18 @@ _DECIDED = (T.COMMITTED, T.ACKED, T.ABORTED)
 TXN_TRANSITIONS: dict[TxnState, dict[str, frozenset[TxnState]]] = {
     T.PREPARING: {"prepared": frozenset({T.PREPARING, T.COMMITTING}), "conflict": frozenset({T.PREPARING, T.ABORTED}),
                   "tick": frozenset({T.PREPARING, T.ABORTED}), "query_decision": frozenset({T.ABORTED}),
-                  "restart": frozenset({T.ABORTED})},
+                  "restart": frozenset({T.ABORTED}), "undelivered": frozenset({T.PREPARING})},
     T.COMMITTING: {"prepared": frozenset({T.COMMITTING}), "conflict": frozenset({T.COMMITTING}),
                    "query_decision": frozenset({T.COMMITTING}), "committed": frozenset({T.COMMITTED}),
-                   "write_failed": frozenset({T.ABORTED}),
+                   "write_failed": frozenset({T.ABORTED}), "undelivered": frozenset({T.COMMITTING}),
                    "restart": frozenset({T.COMMITTED, T.ABORTED})},
     T.COMMITTED: {"prepared": frozenset({T.COMMITTED}), "conflict": frozenset({T.COMMITTED}),
                   "query_decision": frozenset({T.COMMITTED}), "durable": frozenset({T.COMMITTED}),
-                  "acked": frozenset({T.COMMITTED, T.ACKED})},
+                  "acked": frozenset({T.COMMITTED, T.ACKED}), "undelivered": frozenset({T.COMMITTED})},
     T.ACKED: {"prepared": frozenset({T.ACKED}), "conflict": frozenset({T.ACKED}),
-              "query_decision": frozenset({T.ACKED})},
+              "query_decision": frozenset({T.ACKED}), "undelivered": frozenset({T.ACKED})},
     T.ABORTED: {"prepared": frozenset({T.ABORTED}), "conflict": frozenset({T.ABORTED}),
-                "query_decision": frozenset({T.ABORTED})},
+                "query_decision": frozenset({T.ABORTED}), "undelivered": frozenset({T.ABORTED})},
 }
 
 
@@ -297,6 +297,7 @@ class Transaction:
     level: Level
     deadline_s: float
     min_stamp: int
+    reads: Mapping[Key, Version] = field(default_factory=dict)  # what PREPARE carries
     state: TxnState = TxnState.PREPARING
     votes: set[int] = field(default_factory=set)
     barrier: dict[int, int] = field(default_factory=dict)  # what the voters of a membership change held
@@ -306,6 +307,7 @@ class Transaction:
     lsn: int | None = None
     recovered: bool = False  # rebuilt from its record after a restart: the votes are gone
     row_durable: bool = False  # the row is in our WAL beyond an OS crash: others may hold it
+    resend_to: set[int] = field(default_factory=set)  # members our PREPARE did not reach: sent again at the tick
 
     def __str__(self) -> str:
         return f"transaction {self.txn_id:#x}"
@@ -327,12 +329,14 @@ class Transaction:
         if self.state is not T.PREPARING:
             return []
         self.conflicts.pop(member, None)
+        self.resend_to.discard(member)
         self.votes.add(member)
         for origin, lsn in (held or {}).items():
             self.barrier[origin] = max(self.barrier.get(origin, 0), lsn)
         if len(self.votes) < self.needed:
             return []
         self.state, self.decided_with = T.COMMITTING, frozenset(self.votes)
+        self.resend_to.clear()
         return [DecideCommit(txn_id=self.txn_id, min_stamp=self.min_stamp)]
 
     @transition(TXN_TRANSITIONS)
@@ -341,6 +345,7 @@ class Transaction:
         if self.state is not T.PREPARING or member in self.votes:
             return []
         self.conflicts[member] = Conflict(key=key, holder=holder, holder_member=holder_member)
+        self.resend_to.discard(member)
         unanswered = len(self.members) - len(self.votes) - len(self.conflicts)
         if len(self.votes) + unanswered >= self.needed:
             return []
@@ -348,9 +353,22 @@ class Transaction:
         return self._abort(f"CONFLICT on {first.key!r}", first)
 
     @transition(TXN_TRANSITIONS)
+    def undelivered(self, member: int) -> list[Action]:
+        """Our PREPARE did not reach `member` (a refused connection: a joiner not
+        listening yet, a member restarting; or no usable answer): it goes again at the next
+        tick, so a member back before the deadline can still vote. Only while undecided: a
+        PREPARE after the ABORT would be prepared by a member that had both queued."""
+        if self.state is T.PREPARING and member not in self.votes and member not in self.conflicts:
+            self.resend_to.add(member)
+        return []
+
+    @transition(TXN_TRANSITIONS)
     def tick(self, now_s: float) -> list[Action]:
         if now_s < self.deadline_s:
-            return []
+            if not self.resend_to:
+                return []
+            to, self.resend_to = frozenset(self.resend_to), set()
+            return [SendPrepare(txn_id=self.txn_id, to=to, reads=self.reads, members=self.members)]
         return self._abort("the client's deadline passed",
                            Timeout(answered=len(self.votes), needed=self.needed, total=len(self.members)))
 
@@ -416,6 +434,7 @@ class Transaction:
 
     def _abort(self, reason: str, error: TxnError | None) -> list[Action]:
         self.state = T.ABORTED
+        self.resend_to.clear()
         actions: list[Action] = [DecideAbort(txn_id=self.txn_id, reason=reason)]
         may_hold = self.members - {self.coordinator} - set(self.conflicts)
         if may_hold:
@@ -430,6 +449,8 @@ class Transaction:
         assert self.coordinator in self.members
         assert self.votes <= self.members and set(self.conflicts) <= self.members
         assert not self.votes & set(self.conflicts), "a member either prepared or conflicted"
+        assert not self.resend_to or self.state is T.PREPARING, "PREPARE goes again only while undecided"
+        assert not self.resend_to & (self.votes | set(self.conflicts) | {self.coordinator})
         if self.state in (T.COMMITTING, T.COMMITTED, T.ACKED) and not self.recovered:
             assert len(self.decided_with) >= self.needed, "QuorumOnTotal"
             assert self.decided_with <= self.members
@@ -464,7 +485,7 @@ class Coordinator:
         min_stamp = max((version.hlc for version in keys_read.values()), default=0)
         self.txns[txn_id] = self._open[txn_id] = Transaction(
             txn_id=txn_id, coordinator=self.member, members=members, level=level, deadline_s=deadline_s,
-            min_stamp=min_stamp)
+            min_stamp=min_stamp, reads=dict(keys_read))
         others = members - {self.member}
         if not others:
             return []
@@ -478,6 +499,10 @@ class Coordinator:
                  holder_member: int | None = None) -> list[Action]:
         txn = self._answered(txn_id, member)
         return txn.conflict(member, key, holder, holder_member) if txn else []
+
+    def undelivered(self, now_s: float, txn_id: int, member: int) -> list[Action]:
+        txn = self._answered(txn_id, member)
+        return txn.undelivered(member) if txn else []
 
     def _answered(self, txn_id: int, member: int) -> Transaction | None:
         """The transaction an answer is about; an answer about one this member never

@@ -458,6 +458,11 @@ class MemberDriver:
         return self._answered_by(now_s, member, answer)
 
     @_event
+    def txn_undelivered(self, now_s: float, member: int, txn_id: int) -> list[Action]:
+        """A PREPARE of ours did not reach `member`; the next tick sends it again."""
+        return self._of_quorum(self.coordinator.undelivered(now_s, txn_id, member))
+
+    @_event
     def txn_committed(self, now_s: float, txn_id: int, origin: int, lsn: int) -> list[Action]:
         """The row of a DecideCommit is written and applied here at `(origin, lsn)` (spec
         DecideCommit: the decision is the row)."""

@@ -371,21 +371,11 @@ class QuorumHost:
             self._node.writer.request_sync()
 
     async def _prepare(self, member: int, txn_id: int, body: dict[int, Any]) -> None:
-        """PREPARE to `member`, delivered again every tick while the coordinator still
-        waits for its vote: a member that could not be reached (a joiner not listening
-        yet, a member restarting) may answer before the deadline. Re-PREPARE is idempotent
-        on the participant; a transaction decided meanwhile stops the retries."""
-        while True:
-            vote = await self._answer(member, PeerRequest.TXN_PREPARE, {PeerKey.TXN_ID: txn_id, **body},
-                                      peer_messages.txn_vote)
-            if vote is not None:
-                break
-            await trio.sleep(TICK_S)
-            # Asked again only while undecided: a PREPARE sent after the ABORT would be
-            # prepared by a member that had it queued (a hung one), holding its keys until
-            # it asked the coordinator.
-            if not self._awaits_vote(txn_id, member):
-                return
+        vote = await self._answer(member, PeerRequest.TXN_PREPARE, {PeerKey.TXN_ID: txn_id, **body},
+                                  peer_messages.txn_vote)
+        if vote is None:  # the coordinator core sends it again at its next tick while undecided
+            self.carry_out(self._node.driver.txn_undelivered(trio.current_time(), member, txn_id))
+            return
         self._last_answer_s[member] = trio.current_time()
         if vote.prepared:
             answer: q.Prepared | q.Conflicted = q.Prepared(
@@ -396,12 +386,6 @@ class QuorumHost:
         else:
             return
         self.carry_out(self._node.driver.txn_answered(trio.current_time(), member, answer))
-
-    def _awaits_vote(self, txn_id: int, member: int) -> bool:
-        """Whether `txn_id` is undecided, before its deadline, and without `member`'s answer."""
-        txn = self._node.driver.coordinator.txns.get(txn_id)
-        return (txn is not None and txn.state is q.TxnState.PREPARING and trio.current_time() < txn.deadline_s
-                and member not in txn.votes and member not in txn.conflicts)
 
     async def _send_commits(self, action: q.SendCommit) -> None:
         record = self._records.pop(action.txn_id, None)

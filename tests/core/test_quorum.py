@@ -67,6 +67,24 @@ def test_two_of_five_never_commit_and_the_deadline_aborts_them():
     assert vote(coordinator, 3, 4, 5) == [], "a decided transaction is never decided again"
 
 
+def test_a_prepare_that_reached_nobody_goes_again_at_the_tick_only_while_undecided():
+    coordinator = started()
+    for member in (4, 5):
+        assert coordinator.undelivered(0.1, TXN, member) == []
+    coordinator.check_invariants()
+    assert coordinator.tick(0.2) == [q.SendPrepare(txn_id=TXN, to=frozenset({4, 5}), reads={"k": V0}, members=FIVE)]
+    assert coordinator.tick(0.3) == [], "sent once per failed delivery"
+    coordinator.undelivered(0.4, TXN, 4)
+    assert vote(coordinator, 2, 4) == []
+    assert coordinator.tick(0.5) == [], "a member that answered is not asked again"
+    coordinator.undelivered(0.6, TXN, 5)
+    assert kinds(coordinator.tick(10.0)) == [q.DecideAbort, q.SendAbort, q.ReleaseIntents, q.FailClient], \
+        "past the deadline the abort, not the PREPARE"
+    coordinator.undelivered(10.1, TXN, 3)
+    coordinator.check_invariants()
+    assert coordinator.tick(10.2) == [], "never after the decision: it would follow the ABORT"
+
+
 def test_partial_prepare_success_commits_under_quorum_and_aborts_under_all():
     quorum = started(THREE)
     assert quorum.conflict(1.0, TXN, 3, "k", 0x99) == []

@@ -117,8 +117,7 @@ def test_malformed_answers_to_prepare_commit_and_query_are_dropped_and_the_membe
                 driver = SimpleNamespace(txn_answered=lambda *a: answered.append(a) or [],
                                          txn_durable=lambda *a: answered.append(a) or [],
                                          txn_decision=lambda *a: answered.append(a),
-                                         # no transaction awaits the vote: the PREPARE is not sent again
-                                         coordinator=SimpleNamespace(txns={}))
+                                         txn_undelivered=lambda *a: [])
                 node = host_node(nursery, driver=driver)
                 log = node.log
                 host = QuorumHost.__new__(QuorumHost)
