@@ -14,6 +14,7 @@ import apsw
 import msgpack
 import xxhash
 
+from replicaset.storage.tokens import quote
 from replicaset.storage.virtual import Declared, VirtualTable, declared, describe
 from wal import LOCAL_ORIGIN, VClock
 
@@ -50,10 +51,6 @@ _REFUSED_ALTER = re.compile(
     rf"^{_NOISE}ALTER{_NOISE}TABLE{_NOISE}{_IDENTIFIER}(?:{_NOISE}\.{_NOISE}{_IDENTIFIER})?{_NOISE}(RENAME|DROP)\b",
     re.IGNORECASE | re.DOTALL,
 )
-
-
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def is_internal(table: str) -> bool:

@@ -66,11 +66,7 @@ class StatementShape:
 
 def is_read(sql: str) -> bool:
     """Statements worth trying on a reader first; a reader refuses any write anyway."""
-    return _first_keyword(sql).startswith(_READ_KEYWORDS)
-
-
-def _first_keyword(sql: str) -> str:
-    return _LEADING_NOISE.sub("", sql, count=1)[:8].upper()
+    return first_word(sql).startswith(_READ_KEYWORDS)
 
 
 def first_word(sql: str) -> str:

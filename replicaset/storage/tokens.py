@@ -63,6 +63,11 @@ _PATTERN = re.compile(
 _KINDS = {kind.value: kind for kind in Kind}
 
 
+def quote(name: str) -> str:
+    """An identifier as SQL text, whatever characters it holds."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def tokenize(sql: str) -> list[Token]:
     tokens = []
     depth = 0

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import apsw
 
+from replicaset.storage.tokens import Kind, quote, tokenize
+
 _CREATE = re.compile(r"^\s*CREATE\s+VIRTUAL\s+TABLE\s.*?\bUSING\s+(\w+)\s*(?:\((.*)\))?\s*;?\s*$",
                      re.IGNORECASE | re.DOTALL)
 SUPPORTED = "fts5 and rtree"
@@ -49,12 +51,8 @@ class VirtualTable:
     refusal: str | None = None
 
     def read_sql(self) -> str:
-        return (f"SELECT {', '.join(map(_quote, self.columns))} FROM {_quote(self.name)}"
-                f" WHERE {_quote(self.key)} = ?")
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+        return (f"SELECT {', '.join(map(quote, self.columns))} FROM {quote(self.name)}"
+                f" WHERE {quote(self.key)} = ?")
 
 
 # The shadow tables each supported module makes, by suffix (its xShadowName).
@@ -105,7 +103,7 @@ def declared(conn: apsw.Connection) -> dict[str, Declared]:
 def describe(conn: apsw.Connection, vt: Declared) -> VirtualTable:
     """What replicates of virtual table `vt`, or why it cannot; asks the table its columns."""
     name, module = vt.name, vt.module
-    visible = tuple(r[1] for r in conn.execute(f"PRAGMA main.table_xinfo({_quote(name)})") if r[6] == 0)
+    visible = tuple(r[1] for r in conn.execute(f"PRAGMA main.table_xinfo({quote(name)})") if r[6] == 0)
     if module == "fts5":
         if vt.content == "":
             return VirtualTable(name, module, "rowid", (), None, refusal=(
@@ -121,22 +119,15 @@ def describe(conn: apsw.Connection, vt: Declared) -> VirtualTable:
 
 
 def _split_args(text: str) -> list[str]:
-    """The module arguments, split at top-level commas outside quotes."""
-    args, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "'\"`[":
-            quote = "]" if ch == "[" else ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            args.append(text[start:i])
-            start = i + 1
-    args.append(text[start:])
+    """The module arguments, split at commas outside parentheses, quotes and comments."""
+    args, current = [], []
+    for token in tokenize(text):
+        if token.kind is Kind.PUNCT and token.text == "," and token.depth == 0:
+            args.append("".join(current))
+            current = []
+        elif token.kind is not Kind.SPACE or current:
+            current.append(token.text)
+    args.append("".join(current))
     return [a.strip() for a in args if a.strip()]
 
 
