@@ -197,6 +197,23 @@ class Wal:
         """(path, start vclock) of every segment, oldest first."""
         return [(path, start.copy()) for path, start in self._segments]
 
+    def remove_oldest(self, names: Sequence[str]) -> list[Path]:
+        """Remove the segments named, which must be the oldest of the log and not the live
+        one (WAL GC decides which: `replicaset.core.gc`). The log then starts at the next
+        segment's vclock; a reader already past them is unaffected, one that still needed
+        them gets `RowsUnavailable`. Call it where no append runs (a roll adds a segment)."""
+        count = len(names)
+        oldest = [path.name for path, _ in self._segments[:count]]
+        if list(names) != oldest or count >= len(self._segments):
+            raise ValueError(f"only the oldest segments but the live one can go: asked {list(names)}, "
+                             f"the log has {[path.name for path, _ in self._segments]}")
+        removed = [path for path, _ in self._segments[:count]]
+        self._segments = self._segments[count:]
+        for path in removed:
+            self._unsynced.pop(path, None)
+            path.unlink(missing_ok=True)
+        return removed
+
     def append(self, records: Sequence[Record]) -> None:
         """Write one group commit: every record with one write and at most one fsync, or none.
 
@@ -297,9 +314,13 @@ class Wal:
         for path in paths:
             live_path, live_end = self._live
             end_offset = live_end if path == live_path else None
-            for _, record in read_segment_records(path, end_offset=end_offset):
-                if record.lsn > vclock.get(record.origin):
-                    yield record
+            try:
+                records = read_segment_records(path, end_offset=end_offset)
+                for _, record in records:
+                    if record.lsn > vclock.get(record.origin):
+                        yield record
+            except FileNotFoundError as exc:
+                raise RowsUnavailable(f"WAL segment {path.name} was collected while it was being read from {vclock}") from exc
 
     def close(self) -> None:
         if self._fd is not None:

@@ -2,7 +2,9 @@
 
 Theory of operation. SQLite commits a batch only after the WAL holds it, so at start
 SQLite's `_rs_vclock` is at or behind the WAL's, and the rows it lacks are replayed from
-the WAL through the apply path, in batches that are not logged again. SQLite ahead of the
+the WAL through the apply path, in batches that are not logged again; that needs SQLite
+at or past the WAL's start (FINDINGS F3: below it, after WAL GC, the database is rebuilt
+from a checkpoint as when it is ahead). SQLite ahead of the
 WAL means the WAL lost rows whose SQLite commit had followed (an OS crash under
 wal_mode=write): the database is rebuilt from the newest checkpoint the WAL continues
 (from nothing when the WAL starts at zero) and what SQLite held beyond the WAL is logged
@@ -56,7 +58,7 @@ def open_files(config: EngineConfig, log: Callable[..., None]) -> Opened:
     sqlite_vclock = read_vclock(connections.writer)
     wal_vclock = wal.vclock
     checkpoints.set_aside_beyond(config.snap_dir, wal_vclock, log)
-    if not sqlite_vclock <= wal_vclock:
+    if not (checkpoints.log_start(wal) <= sqlite_vclock and sqlite_vclock <= wal_vclock):
         connections.close()
         _rebuild(config, wal, sqlite_vclock, log)
         connections = open_connections(config.db_path)
@@ -66,26 +68,32 @@ def open_files(config: EngineConfig, log: Callable[..., None]) -> Opened:
 
 def _rebuild(config: EngineConfig, wal: Wal, sqlite_vclock: VClock, log: Callable[..., None]) -> None:
     """Replace the database by the newest checkpoint the WAL continues, or by nothing when
-    the WAL holds every row from the start; the replay brings it up to the WAL."""
+    the WAL holds every row from the start; the replay brings it up to the WAL. SQLite
+    ahead of the WAL lost rows with an OS crash; SQLite behind the WAL's start (an OS crash
+    took SQLite's last commits after WAL GC removed the segments holding them: FINDINGS F3)
+    cannot be replayed from the log alone."""
     wal_vclock = wal.vclock
-    log(
-        "sqlite_ahead_of_wal",
-        sqlite_vclock=sqlite_vclock.to_dict(),
-        wal_vclock=wal_vclock.to_dict(),
-        dropped={o: lsn - wal_vclock.get(o) for o, lsn in sqlite_vclock.items() if lsn > wal_vclock.get(o)},
-    )
     wal_start = checkpoints.log_start(wal)
+    if sqlite_vclock <= wal_vclock:
+        log("sqlite_behind_wal_start", sqlite_vclock=sqlite_vclock.to_dict(), wal_start=wal_start.to_dict())
+    else:
+        log(
+            "sqlite_ahead_of_wal",
+            sqlite_vclock=sqlite_vclock.to_dict(),
+            wal_vclock=wal_vclock.to_dict(),
+            dropped={o: lsn - wal_vclock.get(o) for o, lsn in sqlite_vclock.items() if lsn > wal_vclock.get(o)},
+        )
     usable = checkpoints.newest_usable(config.snap_dir, wal_start, wal_vclock)
     base = usable[0] if usable else None
+    if base is None and wal_start.signature != 0:
+        raise EngineFatal(
+            f"SQLite's vclock {sqlite_vclock.to_dict()} lies outside the WAL and no checkpoint lies between "
+            f"the WAL start {wal_start.to_dict()} and its end {wal_vclock.to_dict()}: restore or re-join"
+        )
     for suffix in ("", "-wal", "-shm"):
         Path(str(config.db_path) + suffix).unlink(missing_ok=True)
     if base is not None:
         shutil.copyfile(base, config.db_path)
-    elif wal_start.signature != 0:
-        raise EngineFatal(
-            "SQLite is ahead of the WAL and no checkpoint lies between the WAL start "
-            f"{wal_start.to_dict()} and its end {wal_vclock.to_dict()}: restore or re-join"
-        )
     log("rebuild_from_checkpoint", checkpoint=str(base) if base else None)
 
 

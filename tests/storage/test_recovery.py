@@ -211,6 +211,65 @@ def test_sqlite_ahead_of_the_wal_rebuilds_from_the_checkpoint_and_the_wal(tmp_pa
     assert record.lsn == 5
 
 
+def stale_copy(db: Path) -> dict[str, bytes]:
+    """The database's files as they are now (SQLite's own WAL included)."""
+    return {suffix: Path(str(db) + suffix).read_bytes() for suffix in ("", "-wal") if Path(str(db) + suffix).exists()}
+
+
+def put_back(db: Path, files: dict[str, bytes]) -> None:
+    """The database as `stale_copy` found it: an OS crash that took its later commits."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    for suffix, data in files.items():
+        Path(str(db) + suffix).write_bytes(data)
+
+
+def test_sqlite_behind_the_wal_start_after_gc_rebuilds_from_the_checkpoint(tmp_path: Path) -> None:
+    """FINDINGS F3: GC removed the segments below the checkpoint, then an OS crash took
+    SQLite's last commits (synchronous=NORMAL) back below the log's start. Replaying the log
+    alone would leave a hole; the checkpoint GC kept the log for is the base."""
+    e1 = open_engine(tmp_path / "e1", 1, FakeClock(), wal_max_size_bytes=65536)
+    run(e1, T)
+    run(e1, insert(1))
+    stale = stale_copy(tmp_path / "e1" / "db.sqlite")  # what the OS crash will leave: {1: 2}
+    for i in range(2, 400):
+        run(e1, f"INSERT INTO t VALUES ({i}, '{'x' * 300}')")
+    checkpoint = e1.checkpoint()
+    run(e1, insert(1000))
+    segments = e1.wal.segments()
+    below = [path.name for (path, _), (_, following) in zip(segments, segments[1:]) if following <= vclock_of(checkpoint)]
+    assert below, "the log rolled past the checkpoint"
+    e1.wal.remove_oldest(below)
+    end = e1.vclock.copy()
+    e1.close()
+    put_back(tmp_path / "e1" / "db.sqlite", stale)
+
+    log = EventLog()
+    e1 = open_engine(tmp_path / "e1", 1, FakeClock(start_ms=START_MS + 1_000), log=log, wal_max_size_bytes=65536)
+    [behind] = log.named("sqlite_behind_wal_start")
+    assert behind["sqlite_vclock"] == {1: 2} and behind["wal_start"][1] > 2
+    assert [f["checkpoint"] for f in log.named("rebuild_from_checkpoint")] == [str(checkpoint)]
+    assert e1.vclock == end
+    assert select(e1, "SELECT count(*) FROM t") == [[400]]
+
+
+def test_sqlite_behind_the_wal_start_with_no_checkpoint_is_refused_and_keeps_the_database(tmp_path: Path) -> None:
+    e1 = open_engine(tmp_path / "e1", 1, FakeClock(), wal_max_size_bytes=65536)
+    run(e1, T)
+    stale = stale_copy(tmp_path / "e1" / "db.sqlite")
+    for i in range(1, 400):
+        run(e1, f"INSERT INTO t VALUES ({i}, '{'x' * 300}')")
+    first = e1.wal.segments()[0][0].name
+    e1.wal.remove_oldest([first])  # only a hand, or a bug, removes a segment with no checkpoint
+    e1.close()
+    put_back(tmp_path / "e1" / "db.sqlite", stale)
+    with pytest.raises(EngineFatal, match="outside the WAL and no checkpoint"):
+        open_engine(tmp_path / "e1", 1, FakeClock(), wal_max_size_bytes=65536)
+    kept = apsw.Connection(str(tmp_path / "e1" / "db.sqlite"))
+    assert kept.execute("SELECT count(*) FROM t").fetchall() == [(0,)], "the database is left for the operator"
+    kept.close()
+
+
 def test_rows_of_our_own_origin_lost_in_a_crash_are_fetched_back_from_a_peer(tmp_path: Path) -> None:
     clock = FakeClock()
     e1 = open_engine(tmp_path / "e1", 1, clock)

@@ -174,8 +174,34 @@ def test_covered_segments_are_not_opened(tmp_path: Path) -> None:
     for path, _ in segments[:2]:
         path.unlink()
     assert [r.lsn for r in wal.read_from(third_start)] == list(range(third_start.get(1) + 1, 11))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(RowsUnavailable, match="collected while it was being read"):
         list(wal.read_from(VClock()))
+
+
+def test_removing_the_oldest_segments_moves_the_start_of_the_log(tmp_path: Path) -> None:
+    wal = Wal.open(tmp_path, max_size_bytes=100)
+    for lsn in range(1, 11):
+        wal.append([dml(1, lsn, b"z" * 20)])
+    segments = wal.segments()
+    names = [path.name for path, _ in segments]
+    reader = wal.read_from(VClock())  # planned before the removal, read after it
+    with pytest.raises(ValueError, match="only the oldest segments"):
+        wal.remove_oldest(names[1:2])
+    with pytest.raises(ValueError, match="only the oldest segments"):
+        wal.remove_oldest(names)  # the live one too
+    assert wal.remove_oldest(names[:2]) == [path for path, _ in segments[:2]]
+    assert sorted(p.name for p in tmp_path.glob("*.wal")) == names[2:]
+    assert wal.segments() == segments[2:]
+    with pytest.raises(RowsUnavailable):
+        wal.read_from(VClock())
+    with pytest.raises(RowsUnavailable):
+        list(reader)
+    third_start = segments[2][1]
+    assert [r.lsn for r in wal.read_from(third_start)] == list(range(third_start.get(1) + 1, 11))
+    wal.append([dml(1, 11)])
+    wal.close()
+    reopened = Wal.open(tmp_path, max_size_bytes=100)
+    assert reopened.segments()[0][1] == third_start and reopened.vclock == VClock({1: 11})
 
 
 def test_read_from_refuses_a_vclock_below_the_log(tmp_path: Path) -> None:
