@@ -68,6 +68,9 @@ OPTIONS: dict[str, Option] = {
     "replication.auto_rejoin": Option(False, bool),
     "replication.default_write_consistency": Option("quorum", str, lambda v: v.lower() in ("one", "quorum", "all"),
                                                     "one, quorum or all"),
+    "replication.anti_entropy_interval_seconds": Option(30.0, (int, float), _positive, "> 0 seconds"),
+    "replication.delta_sync_threshold_transactions": Option(10_000, int, lambda v: v >= 0, ">= 0"),
+    "replication.delta_sync_threshold_seconds": Option(3600.0, (int, float), lambda v: v >= 0, ">= 0 seconds"),
     "replication.synchro_timeout_s": Option(5.0, (int, float), _positive, "> 0 seconds"),
     "ddl.lock_lease_seconds": Option(30.0, (int, float), _positive, "> 0 seconds"),
     "gc.interval_s": Option(60.0, (int, float), _positive, "> 0 seconds"),
@@ -146,4 +149,22 @@ def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -
     for name, value in (overrides or {}).items():
         if value is not None:
             values[name] = validate(name, value)
+    _check_retention(values)
     return Config(values)
+
+
+def _check_retention(values: Mapping[str, Any]) -> None:
+    """WAL kept for less than the delta sync window would send a member that is behind
+    by less than it to a checkpoint transfer anyway (Marmot's rule: min >= threshold,
+    max >= 2 x threshold)."""
+    threshold = values["replication.delta_sync_threshold_seconds"]
+    low, high = values["gc.min_retention_s"], values["gc.max_retention_s"]
+    if low < threshold:
+        raise ConfigError(f"[gc] min_retention_s = {low} is below [replication] delta_sync_threshold_seconds = "
+                          f"{threshold}: rows a member may still fetch by delta sync would be collected; raise "
+                          "min_retention_s or lower the threshold")
+    if high < 2 * threshold:
+        raise ConfigError(f"[gc] max_retention_s = {high} is below twice [replication] delta_sync_threshold_seconds "
+                          f"= {threshold}: raise max_retention_s to at least {2 * threshold}")
+    if high < low:
+        raise ConfigError(f"[gc] max_retention_s = {high} is below min_retention_s = {low}")

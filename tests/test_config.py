@@ -56,3 +56,19 @@ def test_invalid_options_are_refused_by_name(tmp_path, text, option):
 def test_unreadable_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load(write(tmp_path, "this is = = not toml"))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[gc]\nmin_retention_s = 600\n", "min_retention_s = 600 is below \\[replication\\] delta_sync_threshold_seconds"),
+    ("[gc]\nmax_retention_s = 5000\n", "below twice \\[replication\\] delta_sync_threshold_seconds = 3600.0: raise "
+                                       "max_retention_s to at least 7200"),
+    ("[replication]\ndelta_sync_threshold_seconds = 0\n[gc]\nmin_retention_s = 10\nmax_retention_s = 5\n",
+     "max_retention_s = 5 is below min_retention_s = 10"),
+])
+def test_wal_retention_must_cover_the_delta_sync_window(tmp_path, text, message):
+    """Marmot's rule: WAL kept shorter than the delta sync window sends members that could
+    catch up from the log to a checkpoint transfer."""
+    with pytest.raises(ConfigError, match=message):
+        load(write(tmp_path, text))
+    assert load(write(tmp_path, "[replication]\ndelta_sync_threshold_seconds = 60\n[gc]\nmin_retention_s = 60\n"
+                                "max_retention_s = 120\n"))["gc.min_retention_s"] == 60

@@ -4,7 +4,7 @@ and hands their actions to the host (the trio node, or the simulator) to carry o
 The public names are these; the modules behind them are the driver's own.
 """
 
-from replicaset.member.actions import Accepted, Action, ApplierAction, QuorumAction, RelayAction, SetAction
+from replicaset.member.actions import Accepted, Action, ApplierAction, GcAction, QuorumAction, RelayAction, SetAction
 from replicaset.member.driver import MemberDriver
 from replicaset.member.store import MemberStore, Membership
 
@@ -12,6 +12,7 @@ __all__ = [
     "Accepted",
     "Action",
     "ApplierAction",
+    "GcAction",
     "QuorumAction",
     "MemberDriver",
     "MemberStore",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replicaset.core import quorum
+from replicaset.core import gc, quorum
 from replicaset.core import replication as repl
 from replicaset.core import replicaset as rs
 
@@ -44,7 +44,14 @@ class QuorumAction:
     action: quorum.Action | quorum.Prepared | quorum.Conflicted
 
 
-Action = ApplierAction | RelayAction | SetAction | QuorumAction
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GcAction:
+    """An action of WAL GC: remove the oldest segments of the log."""
+
+    action: gc.RemoveSegments
+
+
+Action = ApplierAction | RelayAction | SetAction | QuorumAction | GcAction
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

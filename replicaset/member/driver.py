@@ -43,7 +43,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from replicaset.core import quorum
+from replicaset.core import gc, quorum
 from replicaset.core import replication as repl
 from replicaset.core.hlc import unpack_stamp
 from replicaset.core.replicaset import (
@@ -56,7 +56,7 @@ from replicaset.core.replicaset import (
     Status,
     View,
 )
-from replicaset.member.actions import Accepted, Action, ApplierAction, QuorumAction, RelayAction, SetAction
+from replicaset.member.actions import Accepted, Action, ApplierAction, GcAction, QuorumAction, RelayAction, SetAction
 from replicaset.member.store import MemberStore, Membership
 from replicaset.member.trace import stamp, traced_ops
 from wal import LOCAL_ORIGIN, Record, VClock
@@ -99,6 +99,7 @@ class MemberDriver:
         check_invariants: bool = True,
         check_store: Callable[[], None] | None = None,
         participant: quorum.Participant | None = None,
+        wal_gc: gc.WalGc | None = None,
     ) -> None:
         """`timeout_s` is `replication_timeout`, of every applier and relay; `trace`, when
         given, takes one dict per spec action, and `traced_table` gives the member's table as
@@ -108,10 +109,14 @@ class MemberDriver:
         invariants after every event, and the store's through `check_store` (the host knows
         when its store is between two states, as while a flush runs in a thread);
         `participant`, the member's side of quorum transactions as its metastore left it
-        (a fresh one in memory when not given)."""
+        (a fresh one in memory when not given); `wal_gc`, the GC of the member's log with
+        the host's retention (one that keeps nothing past what its consumers need, when
+        not given)."""
         self.instance_id = instance_id
         self.coordinator = quorum.Coordinator(member=instance_id)
         self.participant = participant or quorum.Participant(member=instance_id, timeout_s=timeout_s)
+        self.gc = wal_gc or gc.WalGc(min_retention_s=0.0, max_retention_s=float("inf"))
+        self.gc_kept: gc.Kept | None = None  # the last pass's outcome, for the console
         self.replicaset = replicaset
         self.appliers: dict[str, repl.Applier] = {}
         self.relays: dict[int, repl.Relay] = {}
@@ -343,6 +348,7 @@ class MemberDriver:
         if relay is None:
             return []
         relay.ack(now_s, vclock)
+        self.gc.peer_acked(relay.subscriber, vclock)
         return self._of_quorum(self.coordinator.acked(now_s, relay.subscriber, vclock.to_dict()))
 
     @_event
@@ -600,6 +606,26 @@ class MemberDriver:
         stored = self._store.stored_versions(reads)
         return {key: quorum.Version(hlc=hlc, origin=origin) for key, (hlc, origin) in stored.items()}
 
+    # ---------------------------------------------------------------- WAL GC
+
+    def gc_restored(self, peers: Mapping[int, Mapping[int, int]]) -> None:
+        """The GC consumers of registered peers as the metastore kept them, at start:
+        what they acknowledged before the restart still holds their rows."""
+        self.gc.peers_changed(peers)
+        for peer, acked in peers.items():
+            self.gc.peer_acked(peer, acked)
+
+    @_event
+    def gc_collect(self, now_s: float, segments: Sequence[gc.Segment], *, checkpoints: Sequence[VClock],
+                   peers: frozenset[int]) -> list[Action]:
+        """A pass of WAL GC over the log's `segments` and the kept `checkpoints`, for the
+        registered `peers`. `now_s` is on the clock the segments' write times are on (the
+        host's wall clock: they are file times)."""
+        self.gc.peers_changed(peers)
+        plan = self.gc.collect(now_s, segments, checkpoints=checkpoints, database=self._store.vclock)
+        self.gc_kept = plan.kept
+        return [GcAction(action=plan.remove)] if plan.remove is not None else []
+
     @_event
     def members_changed(self, now_s: float) -> list[Action]:
         """The host's membership may have changed: the replica-set core looks again."""
@@ -620,6 +646,7 @@ class MemberDriver:
         self.replicaset.check_invariants()
         self.coordinator.check_invariants()
         self.participant.check_invariants()
+        self.gc.check_invariants()
         for applier in self.appliers.values():
             applier.check_invariants()
         if self.relays:

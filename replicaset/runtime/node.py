@@ -42,6 +42,7 @@ from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
 from replicaset.runtime.trace_file import TraceFile
 from replicaset.runtime.transfer import Registration
+from replicaset.runtime.wal_gc import WalGcHost, wal_gc
 from replicaset.runtime.writer import Writer
 from replicaset.storage import Engine, EngineConfig, SqlError
 from replicaset.storage.schema import is_internal, load_table, quote
@@ -166,6 +167,7 @@ class Node:
             check_store=self._check_engine,
             trace=self._open_trace(),
             participant=self.quorum.participant(),
+            wal_gc=wal_gc(cfg),
         )
 
     def _open_trace(self) -> TraceFile | None:
@@ -201,6 +203,7 @@ class Node:
         clean_marker.unlink(missing_ok=True)
         self.engine = self.open_engine()
         self.driver = self.open_member()
+        self.wal_gc = WalGcHost(self)
         self.writer = Writer(
             self.engine,
             group_commit=GroupCommitPolicy(
@@ -238,6 +241,8 @@ class Node:
                 self.on_upstream_change()  # with no peer to wait for, the quorum is met now
                 nursery.start_soon(self._watch_members)
                 nursery.start_soon(self.quorum.run)
+                self.wal_gc.restore()
+                nursery.start_soon(self.wal_gc.run)
                 self.log.info(
                     "listening", listen=self.listen_address, vclock=self.engine.vclock.to_dict(),
                     replicaset_uuid=self.identity.replicaset_uuid, instance_uuid=self.identity.instance_uuid,
@@ -514,6 +519,7 @@ class Node:
             "pid": os.getpid(),
             "replication": self.replication_info(),
             "synchro": self.quorum.synchro_info(),
+            "gc": self.wal_gc.info(),
         }
 
     def replication_info(self) -> dict[int, dict[str, Any]]:

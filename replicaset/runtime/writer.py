@@ -71,7 +71,7 @@ class Writer:
         self._on_flush = on_flush
         self._on_synced = on_synced
         self.token = trio.Semaphore(1)
-        self._checkpoint_lock = trio.Lock()
+        self.checkpoint_lock = trio.Lock()
         self._tickets: list[Ticket] = []
         self._wakeup = trio.Event()
         self._sync_wanted = trio.Event()
@@ -313,7 +313,7 @@ class Writer:
         """Flush what is pending, then copy the database on a reader in a thread. Writes go
         on meanwhile, so the copy may hold rows flushed after ours: the WAL is synced once
         the copy is made, before it is published (FINDINGS F2)."""
-        async with self._checkpoint_lock:
+        async with self.checkpoint_lock:
             return str(await self._checkpoint_now())
 
     async def _checkpoint_now(self) -> Path:
@@ -333,7 +333,7 @@ class Writer:
         vclock; a new one only when there is none (DESIGN 4.4: a join is served from it,
         then from the log). Opened under the checkpoint lock, since making a checkpoint
         removes the oldest ones: once open, the file stays readable whatever happens."""
-        async with self._checkpoint_lock:
+        async with self.checkpoint_lock:
             for _ in range(2):
                 async with self.token:  # no append, nor a segment roll, while the log's reach is read
                     found = self.engine.newest_checkpoint()

@@ -17,7 +17,7 @@ WRITES = 12
 
 def test_decided_records_are_collected_and_a_collected_transaction_is_still_answered(
         replicaset_factory: Callable[..., ReplicaSet]) -> None:
-    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, "gc.interval_s = 0.2\ngc.min_retention_s = 0\n")
+    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, "gc.interval_s = 0.2\ngc.min_retention_s = 0\nreplication.delta_sync_threshold_seconds = 0\n")
     with first.client() as client:
         for k in range(WRITES):
             client.execute("INSERT INTO kv(k, v) VALUES (?, 'q')", [k], options=QUORUM)

@@ -1,0 +1,105 @@
+"""WAL GC on the server: the host of the driver's `core.gc` (DESIGN 4.8).
+
+Theory of operation. Every `[gc] interval_s` a pass hands the core the log's segments
+(with their files' modification times: when each was last written), the kept
+checkpoints the log continues and the registered peers, then removes what the core
+says. The pass holds the writer's checkpoint lock and its token: no checkpoint comes or
+goes and no append rolls a segment while the log's shape is read and cut. The peers'
+consumers (the vclock each acknowledged to our relays) are kept in the metastore's
+`/repl/{uuid}` at each pass, unsynced: a crash that loses the newest ones leaves older
+vclocks, which only keep more of the log, and the peers acknowledge again once back.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from replicaset.core import gc
+from replicaset.member import GcAction
+from replicaset.meta.repl import put_repl, repl
+
+if TYPE_CHECKING:
+    from replicaset.runtime.node import Node
+
+
+def wal_gc(config: Any) -> gc.WalGc:
+    """The core with the configured retention (validated at start, with the delta sync
+    thresholds, by `replicaset.config`)."""
+    return gc.WalGc(min_retention_s=float(config["gc.min_retention_s"]),
+                    max_retention_s=float(config["gc.max_retention_s"]))
+
+
+class WalGcHost:
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self.removed_segments = 0  # since start, for the console
+        self.last_pass_s: float | None = None
+
+    def _peers(self) -> dict[int, str]:
+        """Registered members but this one: id -> uuid."""
+        own = self._node.identity.instance_id
+        return {instance_id: uuid for instance_id, uuid, _ in self._node.members() if instance_id != own}
+
+    def restore(self) -> None:
+        """The peers' consumers as the last run left them in the metastore."""
+        meta = self._node.quorum.meta
+        kept = {peer: repl(meta, uuid) for peer, uuid in self._peers().items()}
+        self._node.driver.gc_restored({peer: acked or {} for peer, acked in kept.items()})
+
+    async def run(self) -> None:
+        interval = float(self._node.config["gc.interval_s"])
+        while True:
+            await trio.sleep(interval)
+            await self.collect()
+
+    async def collect(self) -> gc.Kept | None:
+        """One pass; what stays and why (`box.info.gc`)."""
+        node = self._node
+        engine, writer = node.engine, node.writer
+        peers = self._peers()
+        meta = node.quorum.meta
+        for peer, uuid in peers.items():
+            if peer in node.driver.gc.peers and node.driver.gc.peers[peer]:
+                put_repl(meta, uuid, node.driver.gc.peers[peer])
+        async with writer.checkpoint_lock, writer.token:
+            wal = engine.wal
+            start = engine.log_start()
+            segments = [gc.Segment(name=path.name, start=vclock, written_s=path.stat().st_mtime)
+                        for path, vclock in wal.segments()]
+            checkpoints = [vclock for _, vclock in engine.checkpoints() if start <= vclock]
+            actions = node.driver.gc_collect(time.time(), segments, checkpoints=checkpoints, peers=frozenset(peers))
+            for tagged in actions:
+                assert isinstance(tagged, GcAction)
+                removed = wal.remove_oldest(tagged.action.names)
+                self.removed_segments += len(removed)
+                node.log.info("wal_gc", removed=[p.name for p in removed], log_start=engine.log_start().to_dict(),
+                              kept=len(wal.segments()))
+        self.last_pass_s = time.time()
+        return node.driver.gc_kept
+
+    def info(self) -> dict[str, Any]:
+        """`box.info.gc`: the consumers, the segments kept and why."""
+        node = self._node
+        engine = node.engine
+        segments = engine.wal.segments()
+        kept = node.driver.gc_kept
+        start = engine.log_start()
+        checkpoints = [{"vclock": vclock.to_dict(), "file": path.name} for path, vclock in engine.checkpoints()
+                       if start <= vclock]
+        return {
+            "consumers": [
+                *({"name": f"replica {peer}", "vclock": acked} for peer, acked in sorted(node.driver.gc.peers.items())),
+                *({"name": f"checkpoint {c['file']}", "vclock": c["vclock"]} for c in checkpoints),
+                {"name": "database", "vclock": engine.vclock.to_dict()},
+            ],
+            "segments": len(segments),
+            "log_start": start.to_dict(),
+            "kept_because": None if kept is None else (
+                f"{kept.keeper.value} {kept.peer}" if kept.peer is not None else kept.keeper.value),
+            "removed_segments": self.removed_segments,
+            "min_retention_s": node.driver.gc.min_retention_s,
+            "max_retention_s": node.driver.gc.max_retention_s,
+        }
