@@ -92,6 +92,22 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", type=Path, dest="json_out", metavar="OUT")
     audit.add_argument("--html", type=Path, dest="html_out", metavar="OUT")
     audit.add_argument("--no-progress", action="store_true")
+
+    restore = sub.add_parser("restore", help="point-in-time copy: a checkpoint plus WAL rows up to a bound "
+                                             "(docs/restore.md)")
+    restore.add_argument("--from", dest="source", required=True, type=Path, metavar="DATA_DIR_OR_CHECKPOINT",
+                         help="a data directory (its WAL and its newest checkpoint that WAL continues) "
+                              "or a checkpoint file (snap/*.snap)")
+    restore.add_argument("--to", dest="target", required=True, type=Path, metavar="NEW_DIR",
+                         help="the data directory to build; it must not exist, or be empty")
+    restore.add_argument("--wal", action="append", default=[], type=Path, metavar="DIR",
+                         help="more rows: a WAL directory or another member's data directory (repeatable)")
+    until = restore.add_mutually_exclusive_group()
+    until.add_argument("--until-lsn", metavar="ORIGIN:LSN", help="up to that row, included")
+    until.add_argument("--until-time", metavar="ISO8601", help="up to the rows committed at or before that time")
+    until.add_argument("--until-txn", metavar="TXN_ID", help="up to that transaction, included")
+    restore.add_argument("--skip-failed", action="store_true",
+                         help="skip a row that cannot be applied, name it, and go on (default: stop there)")
     return parser
 
 
@@ -273,6 +289,36 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return run_from_args(args)
 
 
+def cmd_restore(args: argparse.Namespace) -> int:
+    from replicaset.restore import (
+        BoundNotReached,
+        ReplayStopped,
+        RestoreError,
+        parse_until_lsn,
+        parse_until_time,
+        parse_until_txn,
+        restore,
+    )
+
+    def progress(line: str) -> None:
+        print(f"replicaset restore: {line}", file=sys.stderr, flush=True)
+
+    try:
+        bound = (parse_until_lsn(args.until_lsn) if args.until_lsn is not None
+                 else parse_until_time(args.until_time) if args.until_time is not None
+                 else parse_until_txn(args.until_txn) if args.until_txn is not None else None)
+        result = restore(args.source, args.target, wals=args.wal, bound=bound, skip_failed=args.skip_failed,
+                         progress=progress)
+    except (BoundNotReached, ReplayStopped) as exc:
+        print(f"replicaset restore: {exc}", file=sys.stderr)
+        return 1
+    except (RestoreError, OSError) as exc:
+        print(f"replicaset restore: {exc}", file=sys.stderr)
+        return 2
+    print(result.summary())
+    return 0
+
+
 COMMANDS = {
     "bootstrap": cmd_bootstrap,
     "serve": cmd_serve,
@@ -281,6 +327,7 @@ COMMANDS = {
     "console": cmd_console,
     "demo": cmd_demo,
     "audit": cmd_audit,
+    "restore": cmd_restore,
 }
 
 
