@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="take writes after an unclean stop without waiting for every member")
     serve.add_argument("--rejoin", action="store_true",
                        help="when no member has the rows this instance needs, join again from a checkpoint")
+    serve.add_argument("--read-only", action="store_true",
+                       help="take no writes (box.cfg.read_only); a copy made by `restore` is always served so")
 
     join = sub.add_parser("join", help="join an existing replica set through one of its members")
     join.add_argument("--uuid", required=True, help="the replica set UUID")
@@ -111,9 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load_config(args: argparse.Namespace, data_dir: Path) -> configuration.Config:
+def _load_config(args: argparse.Namespace, data_dir: Path, *, read_only: bool = False) -> configuration.Config:
     path = args.config or (data_dir / CONFIG_FILE if (data_dir / CONFIG_FILE).exists() else None)
-    return configuration.load(path, {"listen": args.listen})
+    return configuration.load(path, {"listen": args.listen, "read_only": True if read_only else None})
 
 
 def _keep_config(data_dir: Path, config: Path | None, listen: str) -> None:
@@ -126,14 +128,16 @@ def _keep_config(data_dir: Path, config: Path | None, listen: str) -> None:
 
 
 def _serve(
-    data_dir: Path, cfg: configuration.Config, identity: Identity, *, force_recovery: bool = False, rejoin: bool = False
+    data_dir: Path, cfg: configuration.Config, identity: Identity, *, force_recovery: bool = False, rejoin: bool = False,
+    isolated: bool = False,
 ) -> int:
     from replicaset.runtime.logging import configure
     from replicaset.runtime.node import Node
     from replicaset.runtime.server import serve
 
     configure(cfg.log_level)
-    node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery, rejoin=rejoin)
+    node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery, rejoin=rejoin,
+                isolated=isolated)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -190,9 +194,14 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from replicaset.restore import is_copy
+
     identity = Identity.load(args.data_dir)
-    return _serve(args.data_dir, _load_config(args, args.data_dir), identity,
-                  force_recovery=args.force_recovery, rejoin=args.rejoin)
+    # A restored copy holds the original set's `_cluster`: it must follow none of those
+    # members, and a write would fork their history (docs/restore.md).
+    copy = is_copy(args.data_dir)
+    return _serve(args.data_dir, _load_config(args, args.data_dir, read_only=args.read_only or copy), identity,
+                  force_recovery=args.force_recovery, rejoin=args.rejoin, isolated=copy)
 
 
 def cmd_join(args: argparse.Namespace) -> int:

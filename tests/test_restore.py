@@ -1,11 +1,15 @@
 """Point-in-time restore (docs/restore.md): WALs made by real engines in-process, restored up to
-a row, a time or a transaction; the result compared with the audit's replay."""
+a row, a time or a transaction; the result compared with the audit's replay; one real `serve
+--read-only` of a copy at the end."""
 
 from __future__ import annotations
 
 import io
 import os
 import shutil
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -367,3 +371,40 @@ def test_the_copy_is_a_set_of_its_own_with_an_id_no_origin_or_member_has(pair: P
     assert identity.instance_id == 30
     assert is_copy(tmp_path / "copy") and not is_copy(pair.a)
     assert "read_only = true" in (tmp_path / "copy" / "config.toml").read_text()
+
+
+def test_serve_read_only_answers_reads_refuses_writes_and_follows_no_member(tmp_path: Path) -> None:
+    from replicaset.iproto.client import Client
+    from replicaset.iproto.constants import ErrorCode
+    from replicaset.iproto.errors import ServerError
+    from replicaset.testing.processes import start_instance, stop_instance
+
+    with socket.socket() as member:  # a member of the original set, listed in the copy's _cluster
+        member.bind(("127.0.0.1", 0))
+        member.listen()
+        member.settimeout(1.0)
+        source = open_engine(tmp_path / "source", 1, FakeClock())
+        add_cluster(source, [(1, "127.0.0.1:%d" % member.getsockname()[1])])  # 1:1, 1:2
+        run(source, KV_DDL)  # 1:3
+        for k, v in ((1, "one"), (2, "two"), (3, "three")):  # 1:4 .. 1:6
+            insert(source, k, v)
+        close_all()
+        done = subprocess.run([sys.executable, "-m", "replicaset.cli", "restore", "--from", str(tmp_path / "source"),
+                               "--to", str(tmp_path / "copy"), "--until-lsn", "1:5"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "vclock reached: {1: 5}" in done.stdout and "replaying 5 rows" in done.stderr
+        proc, port = start_instance(["serve", "--data-dir", str(tmp_path / "copy"), "--read-only"],
+                                    tmp_path / "serve.log")
+        try:
+            with Client.connect("127.0.0.1", port) as client:
+                assert client.execute("SELECT k, v FROM kv ORDER BY k").rows == [[1, "one"], [2, "two"]]
+                with pytest.raises(ServerError) as refused:
+                    client.execute("INSERT INTO kv VALUES (99, 'no')")
+                assert refused.value.code == ErrorCode.READONLY
+                (info,) = client.eval("box.info")
+                assert info["ro"] is True and info["id"] == 31 and info["vclock"] == {1: 5}
+            with pytest.raises(TimeoutError):
+                member.accept()
+        finally:
+            stop_instance(proc)
