@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="take writes after an unclean stop without waiting for every member")
     serve.add_argument("--rejoin", action="store_true",
                        help="when no member has the rows this instance needs, join again from a checkpoint")
+    serve.add_argument("--read-only", action="store_true",
+                       help="take no writes (box.cfg.read_only); a copy made by `restore` is always served so")
 
     join = sub.add_parser("join", help="join an existing replica set through one of its members")
     join.add_argument("--uuid", required=True, help="the replica set UUID")
@@ -92,12 +94,28 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", type=Path, dest="json_out", metavar="OUT")
     audit.add_argument("--html", type=Path, dest="html_out", metavar="OUT")
     audit.add_argument("--no-progress", action="store_true")
+
+    restore = sub.add_parser("restore", help="point-in-time copy: a checkpoint plus WAL rows up to a bound "
+                                             "(docs/restore.md)")
+    restore.add_argument("--from", dest="source", required=True, type=Path, metavar="DATA_DIR_OR_CHECKPOINT",
+                         help="a data directory (its WAL and its newest checkpoint that WAL continues) "
+                              "or a checkpoint file (snap/*.snap)")
+    restore.add_argument("--to", dest="target", required=True, type=Path, metavar="NEW_DIR",
+                         help="the data directory to build; it must not exist, or be empty")
+    restore.add_argument("--wal", action="append", default=[], type=Path, metavar="DIR",
+                         help="more rows: a WAL directory or another member's data directory (repeatable)")
+    until = restore.add_mutually_exclusive_group()
+    until.add_argument("--until-lsn", metavar="ORIGIN:LSN", help="up to that row, included")
+    until.add_argument("--until-time", metavar="ISO8601", help="up to the rows committed at or before that time")
+    until.add_argument("--until-txn", metavar="TXN_ID", help="up to that transaction, included")
+    restore.add_argument("--skip-failed", action="store_true",
+                         help="skip a row that cannot be applied, name it, and go on (default: stop there)")
     return parser
 
 
-def _load_config(args: argparse.Namespace, data_dir: Path) -> configuration.Config:
+def _load_config(args: argparse.Namespace, data_dir: Path, *, read_only: bool = False) -> configuration.Config:
     path = args.config or (data_dir / CONFIG_FILE if (data_dir / CONFIG_FILE).exists() else None)
-    return configuration.load(path, {"listen": args.listen})
+    return configuration.load(path, {"listen": args.listen, "read_only": True if read_only else None})
 
 
 def _keep_config(data_dir: Path, config: Path | None, listen: str) -> None:
@@ -110,14 +128,16 @@ def _keep_config(data_dir: Path, config: Path | None, listen: str) -> None:
 
 
 def _serve(
-    data_dir: Path, cfg: configuration.Config, identity: Identity, *, force_recovery: bool = False, rejoin: bool = False
+    data_dir: Path, cfg: configuration.Config, identity: Identity, *, force_recovery: bool = False, rejoin: bool = False,
+    isolated: bool = False,
 ) -> int:
     from replicaset.runtime.logging import configure
     from replicaset.runtime.node import Node
     from replicaset.runtime.server import serve
 
     configure(cfg.log_level)
-    node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery, rejoin=rejoin)
+    node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery, rejoin=rejoin,
+                isolated=isolated)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -174,9 +194,14 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from replicaset.restore import is_copy
+
     identity = Identity.load(args.data_dir)
-    return _serve(args.data_dir, _load_config(args, args.data_dir), identity,
-                  force_recovery=args.force_recovery, rejoin=args.rejoin)
+    # A restored copy holds the original set's `_cluster`: it must follow none of those
+    # members, and a write would fork their history (docs/restore.md).
+    copy = is_copy(args.data_dir)
+    return _serve(args.data_dir, _load_config(args, args.data_dir, read_only=args.read_only or copy), identity,
+                  force_recovery=args.force_recovery, rejoin=args.rejoin, isolated=copy)
 
 
 def cmd_join(args: argparse.Namespace) -> int:
@@ -273,6 +298,36 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return run_from_args(args)
 
 
+def cmd_restore(args: argparse.Namespace) -> int:
+    from replicaset.restore import (
+        BoundNotReached,
+        ReplayStopped,
+        RestoreError,
+        parse_until_lsn,
+        parse_until_time,
+        parse_until_txn,
+        restore,
+    )
+
+    def progress(line: str) -> None:
+        print(f"replicaset restore: {line}", file=sys.stderr, flush=True)
+
+    try:
+        bound = (parse_until_lsn(args.until_lsn) if args.until_lsn is not None
+                 else parse_until_time(args.until_time) if args.until_time is not None
+                 else parse_until_txn(args.until_txn) if args.until_txn is not None else None)
+        result = restore(args.source, args.target, wals=args.wal, bound=bound, skip_failed=args.skip_failed,
+                         progress=progress)
+    except (BoundNotReached, ReplayStopped) as exc:
+        print(f"replicaset restore: {exc}", file=sys.stderr)
+        return 1
+    except (RestoreError, OSError) as exc:
+        print(f"replicaset restore: {exc}", file=sys.stderr)
+        return 2
+    print(result.summary())
+    return 0
+
+
 COMMANDS = {
     "bootstrap": cmd_bootstrap,
     "serve": cmd_serve,
@@ -281,6 +336,7 @@ COMMANDS = {
     "console": cmd_console,
     "demo": cmd_demo,
     "audit": cmd_audit,
+    "restore": cmd_restore,
 }
 
 

@@ -10,12 +10,13 @@ every copy of an (origin, lsn) is the same): the first of these donors that can 
 every one of those rows. Replay stops at the member's final vclock (the `_rs_vclock` of
 `db.sqlite`). Both sides are compared with `checkpoint.digest`, local tables excluded. Each member is one Spark task; the function itself is plain Python.
 
-WALs are read as recovery reads them: a torn record at the end of the last segment (a crash
-mid-write) ends the log, as recovery cuts it there; the audit reports it as a warning.
+WALs are read as recovery reads them (`replicaset.restore.logs.read_wal`): a torn record at the
+end of the last segment (a crash mid-write) ends the log, as recovery cuts it there; the audit
+reports it as a warning.
 
-The engine is opened on a scratch directory whose WAL is created first at the base vclock
-(`Wal.open(start_vclock=...)`), as `replicaset join` does: `Engine.open` on a database ahead of an
-empty WAL would otherwise take it for an OS crash and rebuild it from nothing.
+The base is chosen, and the engine opened on a scratch directory at the base vclock, as
+`replicaset restore` does it (`replicaset.restore.base`), which replays the same way up to a
+bound instead of up to `db.sqlite`'s vclock.
 """
 
 from __future__ import annotations
@@ -58,21 +59,14 @@ def _rows_from(wal_dir: str, low: dict[int, int], high: dict[int, int]) -> list[
     A torn tail of the last segment ends the log (recovery cuts it off: no row of it was
     acknowledged); a torn record anywhere else, or any other damage, raises `WalError`.
     """
-    from wal.errors import TruncatedRecord
-    from wal.segment import list_segments, read_segment_records
+    from replicaset.restore.logs import read_wal
 
     out, seen = [], set()
-    segments = list_segments(wal_dir)
-    for path in segments:
-        try:
-            for _, record in read_segment_records(path):
-                o, lsn = record.origin, record.lsn
-                if low.get(o, 0) < lsn <= high.get(o, 0) and (o, lsn) not in seen:
-                    seen.add((o, lsn))
-                    out.append(record)
-        except TruncatedRecord:
-            if path != segments[-1]:
-                raise
+    for _, _, record in read_wal(Path(wal_dir)):
+        o, lsn = record.origin, record.lsn
+        if low.get(o, 0) < lsn <= high.get(o, 0) and (o, lsn) not in seen:
+            seen.add((o, lsn))
+            out.append(record)
     return out
 
 
@@ -103,9 +97,9 @@ def _rows_from_donors(donors: list[str], low: dict[int, int], high: dict[int, in
 
 def replay_member(spec: dict[str, Any]) -> dict[str, Any]:
     """Replay one member; returns {member, ok, detail, tables, base, rows_applied, ...}."""
-    from replicaset.storage import Engine, EngineConfig
+    from replicaset.restore.base import newest_base, open_engine_at
     from replicaset.storage.errors import ApplyError, GapError, SchemaPending
-    from wal import VClock, Wal
+    from wal import VClock
     from wal.errors import WalError
 
     name = spec["member"]
@@ -121,13 +115,9 @@ def replay_member(spec: dict[str, Any]) -> dict[str, Any]:
     final = {o: lsn for o, lsn in final_vclock.items()}
     wal_start = VClock(spec["wal_start"])
     wal_end = VClock(spec["wal_end"])
-    base_path, base = None, VClock()
-    for path, vclock in reversed(spec["checkpoints"]):
-        vc = VClock(vclock)
-        if wal_start <= vc and vc <= wal_end and vc <= VClock(final):
-            base_path, base = path, vc
-            break
-    result["base"] = base_path or "empty database"
+    base_path, base = newest_base([(Path(path), VClock(vclock)) for path, vclock in spec["checkpoints"]],
+                                  wal_start, wal_end, within=lambda vc: vc <= VClock(final))
+    result["base"] = str(base_path) if base_path else "empty database"
     result["base_vclock"] = base.to_dict()
     result["final_vclock"] = final
     rows: list[Any] = []
@@ -148,13 +138,8 @@ def replay_member(spec: dict[str, Any]) -> dict[str, Any]:
         result["error"] = True
         return result
     with tempfile.TemporaryDirectory(prefix="audit-replay-") as tmp:
-        scratch = Path(tmp)
-        if base_path is not None:
-            shutil.copyfile(base_path, scratch / "db.sqlite")
-        Wal.open(scratch / "wal", start_vclock=base).close()
-        config = EngineConfig(data_dir=scratch, instance_id=spec["instance_id"] or 31,
-                              local_tables=frozenset(exclude))
-        engine = Engine.open(config, clock_ms=lambda: int(time.time() * 1000))
+        engine = open_engine_at(Path(tmp), base_path, base, instance_id=spec["instance_id"] or 31,
+                                local_tables=frozenset(exclude))
         applied = 0
         try:
             for record in rows:

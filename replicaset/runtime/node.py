@@ -79,9 +79,12 @@ class Node:
     shutdown_grace_s = 5.0
 
     def __init__(
-        self, *, config: Config, identity: Identity, data_dir: Path, force_recovery: bool = False, rejoin: bool = False
+        self, *, config: Config, identity: Identity, data_dir: Path, force_recovery: bool = False, rejoin: bool = False,
+        isolated: bool = False,
     ) -> None:
         self.config = config
+        # A restored copy (docs/restore.md): it follows no one, whatever `_cluster` and the config list.
+        self.isolated = isolated
         self.identity = identity
         self.data_dir = data_dir
         self.force_recovery = force_recovery
@@ -304,6 +307,8 @@ class Node:
 
     def upstreams(self) -> dict[str, Upstream]:
         """Every member but us, by UUID, and the configured addresses of no member."""
+        if self.isolated:
+            return {}
         mine = {self.listen_address, self.config.listen} | self.ignored_addresses
         found = {
             uuid: Upstream(key=uuid, address=address, uuid=uuid)
