@@ -72,6 +72,10 @@ OPTIONS: dict[str, Option] = {
     "replication.delta_sync_threshold_transactions": Option(10_000, int, lambda v: v >= 0, ">= 0"),
     "replication.delta_sync_threshold_seconds": Option(3600.0, (int, float), lambda v: v >= 0, ">= 0 seconds"),
     "replication.synchro_timeout_s": Option(5.0, (int, float), _positive, "> 0 seconds"),
+    "cluster.gossip_interval_ms": Option(1000, int, lambda v: v >= 10, ">= 10 ms"),
+    "cluster.gossip_fanout": Option(3, int, lambda v: v >= 0, ">= 0"),
+    "cluster.suspect_timeout_ms": Option(5000, int, _positive, "> 0 ms"),
+    "cluster.dead_timeout_ms": Option(10000, int, _positive, "> 0 ms"),
     "ddl.lock_lease_seconds": Option(30.0, (int, float), _positive, "> 0 seconds"),
     "gc.interval_s": Option(60.0, (int, float), _positive, "> 0 seconds"),
     "gc.min_retention_s": Option(7200.0, (int, float), lambda v: v >= 0, ">= 0 seconds"),
@@ -150,6 +154,9 @@ def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -
         if value is not None:
             values[name] = validate(name, value)
     _check_retention(values)
+    if values["cluster.dead_timeout_ms"] < values["cluster.suspect_timeout_ms"]:
+        raise ConfigError(f"[cluster] dead_timeout_ms = {values['cluster.dead_timeout_ms']} is below suspect_timeout_ms "
+                          f"= {values['cluster.suspect_timeout_ms']}: a member is suspected before it is declared dead")
     return Config(values)
 
 

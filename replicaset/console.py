@@ -1,8 +1,9 @@
 """The admin console: `box.*` expressions answered with data, printed as YAML.
 
 The server evaluates a small fixed language (no Lua): `box.info`, `box.info.<field>`,
-`box.cfg`, `box.cfg.<option>`, `box.snapshot()`. The client prints the answer as YAML,
-as Tarantool's console does.
+`box.cfg`, `box.cfg.<option>`, and calls `box.snapshot()`, `box.remove(3)`,
+`box.remove(3, {force = true})`: arguments are integers, `true`/`false`, and Lua-style
+option tables of those. The client prints the answer as YAML, as Tarantool's console does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any
 
 import yaml
 
-_PATH = re.compile(r"^\s*(box(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*(\(\s*\))?\s*$")
+_PATH = re.compile(r"^\s*(box(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*(\((.*)\))?\s*$")
+_INTEGER = re.compile(r"^-?\d+$")
+_OPTION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.+)$")
 
 
 class ConsoleError(ValueError):
@@ -21,7 +24,42 @@ class ConsoleError(ValueError):
 
 
 Provider = Callable[[], Any]
-Action = Callable[[], Awaitable[Any]]
+Action = Callable[..., Awaitable[Any]]
+
+
+def _scalar(text: str) -> int | bool:
+    if text in ("true", "false"):
+        return text == "true"
+    if not _INTEGER.match(text):
+        raise ConsoleError(f"{text!r} is not an argument the console takes: an integer, true or false")
+    return int(text)
+
+
+def _arguments(text: str) -> list[Any]:
+    """`3, {force = true}` -> `[3, {"force": True}]`."""
+    args: list[Any] = []
+    rest = text.strip()
+    while rest:
+        if rest.startswith("{"):
+            end = rest.find("}")
+            if end < 0:
+                raise ConsoleError(f"unclosed option table in {text!r}")
+            options = {}
+            for item in filter(None, (part.strip() for part in rest[1:end].split(","))):
+                option = _OPTION.match(item)
+                if option is None:
+                    raise ConsoleError(f"{item!r} is not `name = value`")
+                options[option.group(1)] = _scalar(option.group(2).strip())
+            args.append(options)
+            rest = rest[end + 1:].strip()
+            if rest and not rest.startswith(","):
+                raise ConsoleError(f"expected a comma after the option table in {text!r}")
+            rest = rest[1:].strip()
+        else:
+            head, _, rest = rest.partition(",")
+            args.append(_scalar(head.strip()))
+            rest = rest.strip()
+    return args
 
 
 async def evaluate(expr: str, values: Mapping[str, Provider], actions: Mapping[str, Action]) -> Any:
@@ -34,7 +72,11 @@ async def evaluate(expr: str, values: Mapping[str, Provider], actions: Mapping[s
         action = actions.get(path)
         if action is None:
             raise ConsoleError(f"{path}() is not a known function")
-        return await action()
+        args = _arguments(match.group(3))
+        try:
+            return await action(*args)
+        except TypeError as exc:
+            raise ConsoleError(f"{path}: {exc}") from exc
     parts = path.split(".")
     for depth in range(len(parts), 0, -1):
         provider = values.get(".".join(parts[:depth]))

@@ -167,6 +167,9 @@ APPLIER_TRANSITIONS: dict[ApplierState, dict[str, frozenset[ApplierState]]] = {
     S.STOPPED: {"tick": frozenset({S.STOPPED}), "disconnected": frozenset({S.STOPPED}),
                 "rows_applied": frozenset({S.STOPPED})},
 }
+# A member removed from the set (`box.remove`) is followed no more, whatever the state.
+for _row in APPLIER_TRANSITIONS.values():
+    _row["removed"] = frozenset({S.STOPPED})
 
 @dataclass
 class Applier:
@@ -220,6 +223,15 @@ class Applier:
             self.state, self.message = S.STOPPED, message
             return [Disconnect(peer=self.peer, reason=message)]
         return self.disconnected(now_s, message) + [Disconnect(peer=self.peer, reason=message)]
+
+    @transition(APPLIER_TRANSITIONS)
+    def removed(self, now_s: float) -> list[Action]:
+        """The upstream was removed from the replica set: nothing it sends is taken from
+        now on (a removed member that still writes forks from the set, DESIGN 4.7)."""
+        linked = self.state in (S.AUTH, S.SYNC, S.FOLLOW)
+        if self.state is not S.STOPPED:
+            self.state, self.message, self.waiting = S.STOPPED, "removed from the replica set", None
+        return [Disconnect(peer=self.peer, reason="removed from the replica set")] if linked else []
 
     @transition(APPLIER_TRANSITIONS)
     def rows_received(self, now_s: float, records: Sequence[Record], *, own_allowed: bool = False) -> list[Action]:

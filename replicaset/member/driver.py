@@ -243,6 +243,8 @@ class MemberDriver:
 
     @_event
     def applier_apply_failed(self, key: str, now_s: float, error: str) -> list[Action]:
+        if self.appliers[key].state is repl.ApplierState.STOPPED:  # removed while the rows were applied
+            return []
         return self._of_applier(key, self.appliers[key].apply_failed(now_s, error))
 
     @_event
@@ -250,6 +252,8 @@ class MemberDriver:
                                *, own_allowed: bool) -> list[Action]:
         """The store took the rows of an ApplyRows up to one whose schema it lacks: the rest
         wait in the applier. The host calls `applier_schema_check` until they go."""
+        if self.appliers[key].state is repl.ApplierState.STOPPED:
+            return []
         return self._of_applier(key, self.appliers[key].schema_pending(
             now_s, schema_id, records, self._store.pending_vclock, own_allowed=own_allowed))
 
@@ -284,6 +288,12 @@ class MemberDriver:
             actions = self._of_applier(key, applier.disconnected(now_s, reason, failed_row=failed_row))
         actions += self._of_set(now_s, self.replicaset.upstream_failed(now_s, key))
         return actions + self._observe(now_s)
+
+    @_event
+    def applier_removed(self, key: str, now_s: float) -> list[Action]:
+        """Upstream `key` was removed from the replica set (its `_cluster` row is gone)."""
+        applier = self.appliers.get(key)
+        return [] if applier is None else self._of_applier(key, applier.removed(now_s))
 
     @_event
     def applier_ignored(self, key: str, now_s: float, why: str) -> list[Action]:

@@ -112,6 +112,8 @@ async def run_applier(node: ApplierHost, upstream: Upstream) -> None:
                 node.carry_out(driver.applier_link_lost(key, trio.current_time(), repr(exc)))
             if applier.state is repl.ApplierState.STOPPED and upstream.address in node.ignored_addresses:
                 return
+        if applier.state is repl.ApplierState.STOPPED and key not in node.upstreams():
+            return  # removed from the set (`box.remove`): followed no more
         await trio.sleep(node.config.replication_timeout / 2)
         driver.applier_tick(key, trio.current_time())
 
@@ -142,6 +144,8 @@ async def _follow(node: ApplierHost, upstream: Upstream) -> None:
         await _carry_out(node, link, actions)
         while True:
             frame = await _receive(link, driver, key)
+            if driver.appliers[key].state is repl.ApplierState.STOPPED:
+                raise PeerError(ErrorCode.NO_CONNECTION, driver.appliers[key].message or "stopped")
             actions = []
             if frame.request_type == PeerRequest.ROWS:
                 received = driver.applier_rows(key, trio.current_time(), peer_messages.rows(frame), wall_ms=now_ms())

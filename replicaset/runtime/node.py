@@ -40,6 +40,7 @@ from replicaset.runtime.applier import Upstream, run_applier
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
+from replicaset.runtime.swim import SwimHost
 from replicaset.runtime.trace_file import TraceFile
 from replicaset.runtime.transfer import Registration
 from replicaset.runtime.wal_gc import WalGcHost, wal_gc
@@ -105,6 +106,9 @@ class Node:
         self._system_views: dict[SystemView, list[list[Any]]] | None = None
         self.listen_address = config.listen
         self.trace_file: TraceFile | None = None
+        self.swim: SwimHost | None = None  # once listening, unless isolated
+        self._registered: dict[str, int] = {}  # `_cluster` as last seen: uuid -> id, to notice removals
+        self.removed = False  # this member's own row is gone: it takes no writes
 
     @property
     def guest_allowed(self) -> bool:
@@ -121,6 +125,8 @@ class Node:
     def check_writable(self) -> None:
         if self.config.read_only:
             raise RequestError(ErrorCode.READONLY, "Can't modify data on a read-only instance - box.cfg.read_only is true")
+        if self.removed:
+            raise RequestError(ErrorCode.READONLY, "Can't modify data: this instance was removed from the replica set")
         if self.driver.running:
             return
         self.on_upstream_change()
@@ -225,6 +231,9 @@ class Node:
                 listeners = await nursery.start(partial(trio.serve_tcp, serve_connection, port, host=host))
                 sockname = listeners[0].socket.getsockname()
                 self.listen_address = f"{sockname[0]}:{sockname[1]}"
+                if not self.isolated:
+                    self.swim = SwimHost(self)
+                    self.swim.bind(sockname[0], sockname[1])
                 nursery.start_soon(self.writer.run_flusher)
                 if self.config.checkpoint_interval:
                     nursery.start_soon(self._checkpoint_daemon)
@@ -246,6 +255,8 @@ class Node:
                 nursery.start_soon(self.quorum.run)
                 self.wal_gc.restore()
                 nursery.start_soon(self.wal_gc.run)
+                if self.swim is not None:
+                    nursery.start_soon(self.swim.run)
                 self.log.info(
                     "listening", listen=self.listen_address, vclock=self.engine.vclock.to_dict(),
                     replicaset_uuid=self.identity.replicaset_uuid, instance_uuid=self.identity.instance_uuid,
@@ -261,6 +272,8 @@ class Node:
                 await self.writer._flush_now()
         self.engine.close()
         self.quorum.close()
+        if self.swim is not None:
+            self.swim.close()
         if self.trace_file is not None:
             self.trace_file.close()
         if self.writer.fatal is None:
@@ -335,13 +348,63 @@ class Node:
             self._nursery.start_soon(run_applier, self, upstream)
 
     async def _watch_members(self) -> None:
-        """Full mesh: follow every registered member, including those that join later."""
+        """Full mesh: follow every registered member, including those that join later, and
+        none that was removed."""
         while True:
             await trio.sleep(self.config.replication_timeout)
+            self._notice_removals()
             for upstream in self.upstreams().values():
                 self._start_applier(upstream)
             self.on_upstream_change()
             await self._rejoin_if_needed()
+
+    def _notice_removals(self) -> None:
+        """Members whose `_cluster` row went (`box.remove`, here or elsewhere): their
+        appliers stop for good, SWIM gossips REMOVED; this member, removed, takes no more
+        writes (they would fork from the set)."""
+        current = {uuid: instance_id for instance_id, uuid, _ in self.members()}
+        gone = {uuid: instance_id for uuid, instance_id in self._registered.items() if uuid not in current}
+        self._registered = current
+        if not gone:
+            return
+        now = trio.current_time()
+        for uuid, instance_id in gone.items():
+            if uuid == self.identity.instance_uuid:
+                self.removed = True
+                self.log.error("removed_from_replicaset", instance_id=instance_id)
+                continue
+            self.log.warning("member_removed", member=instance_id, uuid=uuid)
+            if self.swim is not None:
+                self.swim.removed(instance_id)
+            for key in [k for k in self.driver.appliers if self.upstream_uuids.get(k, k) == uuid]:
+                self.carry_out(self.driver.applier_removed(key, now))
+
+    async def remove_member(self, instance_id: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """`box.remove(ID)`: delete the member's `_cluster` row by a QUORUM transaction
+        (DESIGN 4.7), shrinking total membership. Refused for this member itself, an id not
+        registered, and a member SWIM holds alive unless `{force = true}`: a live member
+        removed goes on taking writes that no one takes any more."""
+        force = bool((options or {}).get("force", False))
+        members = {i: (u, a) for i, u, a in self.members()}
+        if instance_id == self.identity.instance_id:
+            raise console.ConsoleError("a member cannot remove itself: remove it through another member")
+        if instance_id not in members:
+            raise console.ConsoleError(f"instance {instance_id} is not registered in this replica set")
+        state = self.swim.core.state_of(instance_id) if self.swim is not None else None
+        if not force and (state is None or state.value in ("alive", "joining", "suspect")):
+            raise console.ConsoleError(f"instance {instance_id} is {state.value if state else 'not known to be dead'}: "
+                               "stop it first, or box.remove(ID, {force = true})")
+        self.check_writable()
+        try:
+            _, captured = await self.writer.capture("DELETE FROM _cluster WHERE id = ?", (instance_id,), trusted=True)
+        except SqlError as exc:
+            raise RequestError(ErrorCode.SQL_EXECUTE, f"removing instance {instance_id} failed: {exc}") from exc
+        row, _ = await self.quorum.commit_change(captured, self.config["replication.synchro_timeout_s"])
+        uuid, address = members[instance_id]
+        self.log.warning("member_removal_committed", member=instance_id, uuid=uuid, address=address, row=list(row),
+                         forced=force, swim_state=state.value if state else None)
+        self._notice_removals()
+        return {"removed": instance_id, "uuid": uuid, "members": len(members) - 1}
 
     async def _rejoin_if_needed(self) -> None:
         """No member has the rows we lack (their logs start later): only a new checkpoint
@@ -525,6 +588,8 @@ class Node:
             "replication": self.replication_info(),
             "synchro": self.quorum.synchro_info(),
             "gc": self.wal_gc.info(),
+            "members": self.swim.info() if self.swim is not None else [],
+            "swim": self.swim.stats() if self.swim is not None else None,
         }
 
     def replication_info(self) -> dict[int, dict[str, Any]]:
@@ -561,7 +626,8 @@ class Node:
             "box.info": self.info,
             "box.cfg": self.config.as_dict,
         }
-        actions: dict[str, Callable[[], Awaitable[Any]]] = {"box.snapshot": self._snapshot}
+        actions: dict[str, Callable[..., Awaitable[Any]]] = {"box.snapshot": self._snapshot,
+                                                             "box.remove": self.remove_member}
         return await console.evaluate(expr, values, actions)
 
     async def _snapshot(self) -> str:

@@ -130,6 +130,17 @@ def test_applier_syncs_then_follows_and_acknowledges_durable_rows():
     assert applier.state is repl.ApplierState.FOLLOW
 
 
+def test_an_upstream_removed_from_the_set_is_followed_no_more():
+    applier = subscribed_applier(VClock({1: 1}), VClock({1: 3}))
+    (disconnect,) = applier.removed(0.1)
+    assert isinstance(disconnect, repl.Disconnect) and "removed" in disconnect.reason
+    assert applier.state is repl.ApplierState.STOPPED and applier.message == "removed from the replica set"
+    assert applier.tick(60.0) == [], "no reconnect, ever"
+    applier.check_invariants()
+    idle = repl.Applier(peer="p", timeout_s=1.0)
+    assert idle.removed(0.0) == [] and idle.state is repl.ApplierState.STOPPED, "no link to close"
+
+
 def test_the_apply_says_whether_own_rows_are_taken_and_conflicts_skipped():
     applier = repl.Applier(peer="p", timeout_s=1.0, skip_conflict=True)
     applier.start(0.0)

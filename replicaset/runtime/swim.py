@@ -1,0 +1,189 @@
+"""SWIM on the server: the host of `core.swim` over UDP on the listen address (DESIGN 4.8).
+
+Theory of operation. One datagram socket, bound to the same host and port as the iproto
+listener, carries pings, acks and ping-reqs between members; the core decides whom to
+ping, when to suspect and what to gossip, and this host only sends what it says, feeds it
+what arrives and tells it the registered members (`_cluster`) at every tick. A datagram
+is one msgpack array, `[version, kind, replicaset uuid, sender, seq, target, updates]`,
+at most `DATAGRAM_MAX` bytes; one that does not decode, or is of another replica set, is
+dropped and counted, and the view is untouched (the core also ignores senders and news
+of members `_cluster` does not hold: no datagram can add a member). Peer authentication
+of these datagrams comes with the cluster secret (issue "Faults, hostile input and access
+control"); until then a forged datagram can make a member look alive, never registered.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import trio
+
+from replicaset.core import swim
+from replicaset.core.swim import MemberState, SwimProtocolError
+
+if TYPE_CHECKING:
+    from replicaset.runtime.node import Node
+
+VERSION = 1
+DATAGRAM_MAX = 1400  # under a typical MTU: a gossip message is never fragmented
+KINDS = {"ping": 0, "ack": 1, "ping_req": 2}
+_KIND_NAMES = {code: name for name, code in KINDS.items()}
+SEQ_MAX = 2**63 - 1
+MEMBERS_EVERY_S = 1.0  # how often `_cluster` is read again for the view
+
+
+def settings(config: Any) -> swim.SwimSettings:
+    """`[cluster]` in milliseconds, as Marmot names them; the ping timeout is half a period."""
+    interval_s = config["cluster.gossip_interval_ms"] / 1000
+    return swim.SwimSettings(
+        gossip_interval_s=interval_s,
+        ping_timeout_s=interval_s / 2,
+        gossip_fanout=config["cluster.gossip_fanout"],
+        suspect_timeout_s=config["cluster.suspect_timeout_ms"] / 1000,
+        dead_timeout_s=config["cluster.dead_timeout_ms"] / 1000,
+    )
+
+
+class DatagramError(ValueError):
+    """A datagram that is not a SWIM message of our replica set."""
+
+
+def encode(kind: str, replicaset_uuid: str, sender: int, seq: int, target: int | None,
+           updates: tuple[swim.Update, ...]) -> bytes:
+    return msgpack.packb([VERSION, KINDS[kind], replicaset_uuid, sender, seq, target, swim.encode_updates(updates)])
+
+
+def decode(data: bytes, replicaset_uuid: str) -> tuple[str, int, int, int | None, tuple[swim.Update, ...]]:
+    """`(kind, sender, seq, target, updates)`, every field checked before any is used."""
+    if len(data) > DATAGRAM_MAX:
+        raise DatagramError(f"{len(data)} bytes, more than {DATAGRAM_MAX}")
+    try:
+        message = msgpack.unpackb(data, use_list=True, strict_map_key=True)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise DatagramError(f"not msgpack: {exc}") from exc
+    if not isinstance(message, list) or len(message) != 7:
+        raise DatagramError("not a 7-item array")
+    version, kind, set_uuid, sender, seq, target, raw_updates = message
+    if version != VERSION:
+        raise DatagramError(f"version {version!r:.20}, expected {VERSION}")
+    if set_uuid != replicaset_uuid:
+        raise DatagramError(f"replica set {set_uuid!r:.40}, not ours")
+    if not isinstance(kind, int) or isinstance(kind, bool) or kind not in _KIND_NAMES:
+        raise DatagramError(f"kind {kind!r:.20}")
+    for name, value in (("sender", sender), ("seq", seq)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= SEQ_MAX:
+            raise DatagramError(f"{name} {value!r:.20}")
+    name = _KIND_NAMES[kind]
+    if name == "ping_req":
+        if not isinstance(target, int) or isinstance(target, bool) or target < 1:
+            raise DatagramError(f"target {target!r:.20}")
+    elif target is not None:
+        raise DatagramError(f"a {name} names no target, got {target!r:.20}")
+    try:
+        updates = swim.decode_updates(raw_updates)
+    except SwimProtocolError as exc:
+        raise DatagramError(str(exc)) from exc
+    return name, sender, seq, target, updates
+
+
+def _address(text: str) -> tuple[str, int] | None:
+    host, _, port = text.rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else None
+
+
+class SwimHost:
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self.core = swim.Swim(node.identity.instance_id, node.listen_address, random.Random(), settings(node.config))
+        # Sends go straight to the non-blocking socket (a full buffer drops the datagram, as
+        # the network may); receives wait in trio.
+        self._raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._raw.setblocking(False)
+        self._sock = trio.socket.from_stdlib_socket(self._raw)
+        self.dropped = 0  # datagrams refused, for the console
+        self.last_drop: str | None = None
+        self._members_at_s = float("-inf")
+
+    def bind(self, host: str, port: int) -> None:
+        self._raw.bind((host, port))
+
+    def close(self) -> None:
+        self._sock.close()
+
+    async def run(self) -> None:
+        tick_s = self.core.settings.ping_timeout_s / 2
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._receive)
+            while True:
+                now = trio.current_time()
+                if now - self._members_at_s >= MEMBERS_EVERY_S:
+                    self._members_at_s = now
+                    self._carry_out(self._event("members_changed", now, {
+                        instance_id: address for instance_id, _, address in self._node.members()}))
+                self._carry_out(self._event("tick", now))
+                await trio.sleep(tick_s)
+
+    def _event(self, name: str, *args: Any) -> list[swim.Action]:
+        actions = getattr(self.core, name)(*args)
+        if self._node.config["debug.check_invariants"]:
+            self.core.check_invariants()
+        return actions
+
+    async def _receive(self) -> None:
+        uuid = self._node.identity.replicaset_uuid
+        while True:
+            data, _ = await self._sock.recvfrom(DATAGRAM_MAX + 1)
+            try:
+                kind, sender, seq, target, updates = decode(data, uuid)
+            except DatagramError as exc:
+                self.dropped += 1
+                self.last_drop = str(exc)
+                continue
+            now = trio.current_time()
+            if kind == "ping_req":
+                self._carry_out(self._event("ping_req_received", now, sender, target, seq, updates))
+            else:
+                self._carry_out(self._event(f"{kind}_received", now, sender, seq, updates))
+
+    def _carry_out(self, actions: list[swim.Action]) -> None:
+        uuid, own = self._node.identity.replicaset_uuid, self.core.member
+        for action in actions:
+            if isinstance(action, swim.StateChanged):
+                log = self._node.log.warning if action.state in (MemberState.DEAD, MemberState.SUSPECT) else self._node.log.info
+                log("member_state", member=action.member, state=action.state.value, incarnation=action.incarnation)
+                continue
+            if isinstance(action, swim.SendPingReq):
+                data = encode("ping_req", uuid, own, action.seq, action.target, action.updates)
+            else:
+                data = encode("ping" if isinstance(action, swim.SendPing) else "ack", uuid, own, action.seq, None,
+                              action.updates)
+            self._send(data, action.address)
+
+    def _send(self, data: bytes, address: str) -> None:
+        """Fire and forget, as UDP is: a send that fails is a lost datagram, which SWIM
+        tolerates by design."""
+        where = _address(address)
+        if where is None:
+            return
+        try:
+            self._raw.sendto(data, where)
+        except OSError:  # BlockingIOError included
+            pass
+
+    def removed(self, member: int) -> None:
+        """`member`'s `_cluster` row went: REMOVED in the view, gossiped, final."""
+        self._carry_out(self._event("removed", trio.current_time(), member))
+
+    def stats(self) -> dict[str, Any]:
+        """`box.info.swim`: the member's own incarnation and the datagrams refused."""
+        return {"incarnation": self.core.incarnation, "dropped": self.dropped, "last_drop": self.last_drop}
+
+    def info(self) -> list[dict[str, Any]]:
+        """`box.info.members`."""
+        now = trio.current_time()
+        return [{"id": m.member, "address": m.address, "state": m.state.value, "incarnation": m.incarnation,
+                 "idle": None if m.last_heard_s is None else round(now - m.last_heard_s, 3)}
+                for m in self.core.view()]
