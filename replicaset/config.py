@@ -61,6 +61,7 @@ OPTIONS: dict[str, Option] = {
     "local_tables": Option([], list, _names, "a list of table names"),
     "max_frame_bytes": Option(16 * MIB, int, lambda v: v >= 4 * KIB, ">= 4096 bytes"),
     "max_txn_bytes": Option(8 * MIB, int, lambda v: v >= KIB, ">= 1024 bytes"),
+    "metrics_listen": Option("", str, lambda v: v == "" or _address(v), "HOST:PORT, or empty (no metrics endpoint)"),
     "log_level": Option("info", str, lambda v: v in ("debug", "info", "warning", "error"), "debug, info, warning or error"),
     "wal.group_commit_rows_max": Option(1024, int, _positive, "> 0"),
     "wal.group_commit_bytes_max": Option(4 * MIB, int, _positive, "> 0"),

@@ -38,6 +38,7 @@ from replicaset.member import Action, MemberDriver, Membership, SetAction
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
 from replicaset.runtime.errors import RequestError
+from replicaset.runtime.metrics import serve_metrics
 from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
 from replicaset.runtime.swim import SwimHost
@@ -228,6 +229,8 @@ class Node:
         host, port = parse_address(self.config.listen)
         try:
             async with trio.open_nursery() as nursery:
+                if self.config.metrics_listen:  # first: it observes every quorum commit from the start
+                    await nursery.start(serve_metrics, self)
                 listeners = await nursery.start(partial(trio.serve_tcp, serve_connection, port, host=host))
                 sockname = listeners[0].socket.getsockname()
                 self.listen_address = f"{sockname[0]}:{sockname[1]}"

@@ -101,6 +101,8 @@ class QuorumHost:
         self._records: dict[int, Record] = {}  # our decided rows, until COMMIT carries them
         self._links: dict[int, _Link] = {}
         self._outcomes: dict[q.Level, _Outcomes] = {}  # for the console
+        # Each client's outcome as it ends (level, error, confirmed durable, seconds): the metrics' histogram.
+        self.on_outcome: Callable[[q.Level, q.TxnError | RequestError | None, bool, float], None] | None = None
         self._last_answer_s: dict[int, float] = {}  # each peer's last answer to a PREPARE of ours
         self._meta_sync = GroupSync(self.meta.sync)  # one fsync for the records written meanwhile
         self._begun: dict[int, trio.Event] = {}  # our PENDING records on their way to disk, for the row
@@ -196,8 +198,10 @@ class QuorumHost:
                 self.carry_out(driver.txn_tick(trio.current_time()))
         finally:
             del self._clients[txn_id]
-            self._outcomes.setdefault(level, _Outcomes()).add(client.error is None and client.done.is_set(),
-                                                              trio.current_time() - start)
+            elapsed_s = trio.current_time() - start
+            self._outcomes.setdefault(level, _Outcomes()).add(client.error is None and client.done.is_set(), elapsed_s)
+            if self.on_outcome is not None:
+                self.on_outcome(level, client.error, client.done.is_set(), elapsed_s)
         if isinstance(client.error, RequestError):
             raise client.error
         if client.error is not None:
