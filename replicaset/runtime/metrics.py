@@ -32,6 +32,7 @@ from prometheus_client.exposition import choose_encoder
 from replicaset.core import quorum as q
 from replicaset.core.replicaset import Status
 from replicaset.core.replication import ApplierState, RelayState
+from replicaset.core.swim import MemberState
 from replicaset.runtime.errors import RequestError
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ class NodeMetrics:
         yield from self._synchro(node.quorum.synchro_info())
         yield from self._wal()
         yield from self._gc(node.wal_gc.info())
+        if node.swim is not None:
+            yield from self._members(node.swim.info())
 
     # ---------------------------------------------------------------- families
 
@@ -160,6 +163,18 @@ class NodeMetrics:
                 lag.add_metric(labels, link["lag"])
                 idle.add_metric(labels, link["idle"])
         yield from (status, lag, idle)
+
+    def _members(self, members: list[dict[str, Any]]) -> Iterator[Metric]:
+        """box.info.members: SWIM's view of each member, 1 for its current state."""
+        me = self._instance
+        state = self._gauge("replicaset_member_state", "SWIM's view of each member: 1 for its current state",
+                            "member", "state")
+        incarnation = self._gauge("replicaset_member_incarnation", "SWIM incarnation of each member", "member")
+        for member in members:
+            for value in MemberState:
+                state.add_metric([me, str(member["id"]), value.value], 1 if value.value == member["state"] else 0)
+            incarnation.add_metric([me, str(member["id"])], member["incarnation"])
+        yield from (state, incarnation)
 
     def _synchro(self, synchro: dict[str, Any]) -> Iterator[Metric]:
         me = self._instance

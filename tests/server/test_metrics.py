@@ -124,6 +124,13 @@ def test_a_scrape_shows_each_member_its_vclock_peers_commits_and_wal(
             "vclock"]
         assert one(samples, "replicaset_gc_removed_segments_total") == info["gc"]["removed_segments"]
 
+        def all_alive() -> bool:
+            # SWIM reads `_cluster` once a second: a member that joined last may not be in the view yet
+            states = pick(scrape(port), "replicaset_member_state", state="alive")
+            return {dict(labels)["member"] for labels, v in states.items() if v} == {"1", "2", "3"}
+
+        wait_for(all_alive, f"member {me}'s replicaset_member_state: three members alive")
+
     port = ports[0]
     assert raw_request(port, b"\x00\xffgarbage\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     assert raw_request(port, b"GET /metrics HTTP/1.1\r\n" + b"X: " + b"y" * 20_000 + b"\r\n\r\n").startswith(
