@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replicaset.core import gc, quorum
+from replicaset.core import anti_entropy, gc, quorum
 from replicaset.core import replication as repl
 from replicaset.core import replicaset as rs
 
@@ -51,7 +51,14 @@ class GcAction:
     action: gc.RemoveSegments
 
 
-Action = ApplierAction | RelayAction | SetAction | QuorumAction | GcAction
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AntiEntropyAction:
+    """An action of anti-entropy: transfer a checkpoint from a peer."""
+
+    action: anti_entropy.SnapshotTransfer
+
+
+Action = ApplierAction | RelayAction | SetAction | QuorumAction | GcAction | AntiEntropyAction
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -43,7 +43,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from replicaset.core import gc, quorum
+from replicaset.core import anti_entropy, gc, quorum
 from replicaset.core import replication as repl
 from replicaset.core.hlc import unpack_stamp
 from replicaset.core.replicaset import (
@@ -56,7 +56,7 @@ from replicaset.core.replicaset import (
     Status,
     View,
 )
-from replicaset.member.actions import Accepted, Action, ApplierAction, GcAction, QuorumAction, RelayAction, SetAction
+from replicaset.member.actions import Accepted, Action, AntiEntropyAction, ApplierAction, GcAction, QuorumAction, RelayAction, SetAction
 from replicaset.member.store import MemberStore, Membership
 from replicaset.member.trace import stamp, traced_ops
 from wal import LOCAL_ORIGIN, Record, VClock
@@ -100,6 +100,7 @@ class MemberDriver:
         check_store: Callable[[], None] | None = None,
         participant: quorum.Participant | None = None,
         wal_gc: gc.WalGc | None = None,
+        repair: anti_entropy.AntiEntropy | None = None,
     ) -> None:
         """`timeout_s` is `replication_timeout`, of every applier and relay; `trace`, when
         given, takes one dict per spec action, and `traced_table` gives the member's table as
@@ -111,12 +112,15 @@ class MemberDriver:
         `participant`, the member's side of quorum transactions as its metastore left it
         (a fresh one in memory when not given); `wal_gc`, the GC of the member's log with
         the host's retention (one that keeps nothing past what its consumers need, when
-        not given)."""
+        not given); `repair`, anti-entropy with the host's thresholds (Marmot's defaults
+        when not given)."""
         self.instance_id = instance_id
         self.coordinator = quorum.Coordinator(member=instance_id)
         self.participant = participant or quorum.Participant(member=instance_id, timeout_s=timeout_s)
         self.gc = wal_gc or gc.WalGc(min_retention_s=0.0, max_retention_s=float("inf"))
         self.gc_kept: gc.Kept | None = None  # the last pass's outcome, for the console
+        self.anti_entropy = repair or anti_entropy.AntiEntropy(member=instance_id, threshold_rows=10_000,
+                                                               threshold_s=3600.0)
         self.replicaset = replicaset
         self.appliers: dict[str, repl.Applier] = {}
         self.relays: dict[int, repl.Relay] = {}
@@ -636,6 +640,27 @@ class MemberDriver:
         self.gc_kept = plan.kept
         return [GcAction(action=plan.remove)] if plan.remove is not None else []
 
+    # ---------------------------------------------------------------- anti-entropy
+
+    @_event
+    def anti_entropy_check(self, now_s: float, alive: frozenset[int]) -> list[Action]:
+        """Compare the member's vclock with each `alive` peer it follows (their relays'
+        word), and how far each holds our own rows: a checkpoint transfer when delta sync
+        is not enough (`core.anti_entropy`)."""
+        ids = self._membership().ids
+        acked = self.acked(self.instance_id)
+        peers = {}
+        for key, applier in self.appliers.items():
+            peer = ids.get(key)
+            if peer is None or peer not in alive:
+                continue
+            vclock = applier.upstream_vclock.to_dict()
+            peers[peer] = anti_entropy.PeerView(
+                vclock=vclock, own_held=max(vclock.get(self.instance_id, 0), acked.get(peer) or 0),
+                syncing=applier.state is repl.ApplierState.SYNC)
+        wanted = self.anti_entropy.check(now_s, self._store.vclock.to_dict(), peers)
+        return [AntiEntropyAction(action=a) for a in wanted]
+
     @_event
     def members_changed(self, now_s: float) -> list[Action]:
         """The host's membership may have changed: the replica-set core looks again."""
@@ -657,6 +682,7 @@ class MemberDriver:
         self.coordinator.check_invariants()
         self.participant.check_invariants()
         self.gc.check_invariants()
+        self.anti_entropy.check_invariants()
         for applier in self.appliers.values():
             applier.check_invariants()
         if self.relays:

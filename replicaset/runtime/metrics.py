@@ -113,6 +113,11 @@ class NodeMetrics:
         yield from self._gc(node.wal_gc.info())
         if node.swim is not None:
             yield from self._members(node.swim.info())
+        runs = self._counter("replicaset_anti_entropy_runs", "Anti-entropy decisions by kind: delta (the applier "
+                             "streams) or snapshot (a checkpoint transfer)", "kind")
+        for kind, count in node.anti_entropy.info()["runs"].items():
+            runs.add_metric([self._instance, kind], count)
+        yield runs
 
     # ---------------------------------------------------------------- families
 

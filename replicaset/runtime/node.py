@@ -15,6 +15,7 @@ import trio
 
 from replicaset import __version__, console
 from replicaset.config import Config
+from replicaset.core.anti_entropy import AntiEntropy
 from replicaset.core.quorum import CLUSTER_TABLE
 from replicaset.core.replicaset import (
     BOOTSTRAP_ID,
@@ -35,6 +36,7 @@ from replicaset.identity import Identity, clear_pending_registration, load_pendi
 from replicaset.iproto.sql_wire import sql_type_name
 from replicaset.iproto.system_views import Field, Space, SystemView, build_system_views
 from replicaset.member import Action, MemberDriver, Membership, SetAction
+from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
 from replicaset.runtime.errors import RequestError
@@ -178,6 +180,9 @@ class Node:
             trace=self._open_trace(),
             participant=self.quorum.participant(),
             wal_gc=wal_gc(cfg),
+            repair=AntiEntropy(member=self.identity.instance_id,
+                               threshold_rows=cfg["replication.delta_sync_threshold_transactions"],
+                               threshold_s=float(cfg["replication.delta_sync_threshold_seconds"])),
         )
 
     def _open_trace(self) -> TraceFile | None:
@@ -214,6 +219,7 @@ class Node:
         self.engine = self.open_engine()
         self.driver = self.open_member()
         self.wal_gc = WalGcHost(self)
+        self.anti_entropy = AntiEntropyHost(self)
         self.writer = Writer(
             self.engine,
             group_commit=GroupCommitPolicy(
@@ -235,8 +241,7 @@ class Node:
                 sockname = listeners[0].socket.getsockname()
                 self.listen_address = f"{sockname[0]}:{sockname[1]}"
                 if not self.isolated:
-                    self.swim = SwimHost(self)
-                    self.swim.bind(sockname[0], sockname[1])
+                    self.swim = self._start_swim(sockname[0], sockname[1])
                 nursery.start_soon(self.writer.run_flusher)
                 if self.config.checkpoint_interval:
                     nursery.start_soon(self._checkpoint_daemon)
@@ -260,6 +265,7 @@ class Node:
                 nursery.start_soon(self.wal_gc.run)
                 if self.swim is not None:
                     nursery.start_soon(self.swim.run)
+                nursery.start_soon(self.anti_entropy.run)
                 self.log.info(
                     "listening", listen=self.listen_address, vclock=self.engine.vclock.to_dict(),
                     replicaset_uuid=self.identity.replicaset_uuid, instance_uuid=self.identity.instance_uuid,
@@ -268,6 +274,18 @@ class Node:
         finally:
             with trio.CancelScope(shield=True):
                 await self._close()
+
+    def _start_swim(self, host: str, port: int) -> SwimHost | None:
+        """SWIM on the UDP port of the listen address; a member whose UDP port is taken
+        runs without it (box.info.members empty, removal needs force) and says so."""
+        swim = SwimHost(self)
+        try:
+            swim.bind(host, port)
+        except OSError as exc:
+            swim.close()
+            self.log.error("swim_disabled", error=str(exc), address=f"{host}:{port}")
+            return None
+        return swim
 
     async def _close(self) -> None:
         if self.writer.fatal is None:
@@ -593,6 +611,7 @@ class Node:
             "gc": self.wal_gc.info(),
             "members": self.swim.info() if self.swim is not None else [],
             "swim": self.swim.stats() if self.swim is not None else None,
+            "anti_entropy": self.anti_entropy.info(),
         }
 
     def replication_info(self) -> dict[int, dict[str, Any]]:

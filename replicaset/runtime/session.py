@@ -295,8 +295,13 @@ class Session:
         hello = self._check_replicaset(peer_messages.hello(frame, "JOIN"))
         uuid, address = hello.instance_uuid, hello.address
         node = self._node
+        rejoining = node.member_id(uuid) is not None
         registration = await node.register(uuid, address)
         await node.wait_for_member(uuid)
+        if rejoining:
+            # A member re-joins to skip rows it lacks (anti-entropy, --rejoin): an older
+            # checkpoint would leave it as far behind as it was.
+            await node.writer.checkpoint()
         checkpoint, vclock = await node.writer.open_newest_checkpoint()
         with checkpoint:
             node.log.info("join_serving", joiner_uuid=uuid, joiner_id=registration.instance_id,

@@ -33,6 +33,7 @@ KINDS = {"ping": 0, "ack": 1, "ping_req": 2}
 _KIND_NAMES = {code: name for name, code in KINDS.items()}
 SEQ_MAX = 2**63 - 1
 MEMBERS_EVERY_S = 1.0  # how often `_cluster` is read again for the view
+UNKNOWN_SENDER_READ_S = 0.1  # at most this often again when a sender is not in the view
 
 
 def settings(config: Any) -> swim.SwimSettings:
@@ -120,11 +121,14 @@ class SwimHost:
             while True:
                 now = trio.current_time()
                 if now - self._members_at_s >= MEMBERS_EVERY_S:
-                    self._members_at_s = now
-                    self._carry_out(self._event("members_changed", now, {
-                        instance_id: address for instance_id, _, address in self._node.members()}))
+                    self._read_members(now)
                 self._carry_out(self._event("tick", now))
                 await trio.sleep(tick_s)
+
+    def _read_members(self, now: float) -> None:
+        self._members_at_s = now
+        self._carry_out(self._event("members_changed", now, {
+            instance_id: address for instance_id, _, address in self._node.members()}))
 
     def _event(self, name: str, *args: Any) -> list[swim.Action]:
         actions = getattr(self.core, name)(*args)
@@ -143,6 +147,8 @@ class SwimHost:
                 self.last_drop = str(exc)
                 continue
             now = trio.current_time()
+            if self.core.state_of(sender) is None and now - self._members_at_s >= UNKNOWN_SENDER_READ_S:
+                self._read_members(now)  # a member that just joined: `_cluster` may hold it already
             if kind == "ping_req":
                 self._carry_out(self._event("ping_req_received", now, sender, target, seq, updates))
             else:
@@ -152,7 +158,9 @@ class SwimHost:
         uuid, own = self._node.identity.replicaset_uuid, self.core.member
         for action in actions:
             if isinstance(action, swim.StateChanged):
-                log = self._node.log.warning if action.state in (MemberState.DEAD, MemberState.SUSPECT) else self._node.log.info
+                # A suspicion is routine under load (a busy member answers late and refutes);
+                # a member declared dead is what an operator must hear of.
+                log = self._node.log.warning if action.state is MemberState.DEAD else self._node.log.info
                 log("member_state", member=action.member, state=action.state.value, incarnation=action.incarnation)
                 continue
             if isinstance(action, swim.SendPingReq):

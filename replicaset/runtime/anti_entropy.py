@@ -1,0 +1,75 @@
+"""Anti-entropy on the server: the host of the driver's `core.anti_entropy` (DESIGN 4.8).
+
+Every `[replication] anti_entropy_interval_seconds` the driver compares the member with
+each peer SWIM holds alive (every peer, without SWIM). A delta sync is what the appliers
+do already; a snapshot transfer is the re-join of `replicaset serve --rejoin`: the node
+stops, keeps its data directory aside and joins again through the peer under the same
+UUID and id, starting from the peer's newest checkpoint. The member does that by itself
+only where the operator allowed it (`--rejoin` or `[replication] auto_rejoin`); otherwise
+it logs `snapshot_transfer_needed` once, with the reason, and goes on streaming.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from replicaset.core.replicaset import Phase
+from replicaset.core.swim import MemberState
+from replicaset.member import AntiEntropyAction
+
+if TYPE_CHECKING:
+    from replicaset.runtime.node import Node
+
+LIVE = frozenset({MemberState.ALIVE, MemberState.JOINING})
+
+
+class AntiEntropyHost:
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._told: tuple[int, str] | None = None  # the snapshot transfer last logged as needed
+
+    def _alive(self) -> frozenset[int]:
+        node = self._node
+        own = node.identity.instance_id
+        if node.swim is None:
+            return frozenset(i for i, _, _ in node.members() if i != own)
+        return frozenset(m.member for m in node.swim.core.view() if m.member != own and m.state in LIVE)
+
+    async def run(self) -> None:
+        interval = float(self._node.config["replication.anti_entropy_interval_seconds"])
+        while True:
+            await trio.sleep(interval)
+            self.check()
+
+    def check(self) -> None:
+        node = self._node
+        if node.driver.replicaset.phase in (Phase.RECOVERING, Phase.REGISTERING):
+            return  # fetching own rows, or a joiner not yet held: the replica-set core decides
+        for tagged in node.driver.anti_entropy_check(trio.current_time(), self._alive()):
+            assert isinstance(tagged, AntiEntropyAction)
+            transfer = tagged.action
+            address = {i: a for i, _, a in node.members()}.get(transfer.through)
+            if address is None:
+                continue
+            if node.allow_rejoin:
+                node.log.warning("snapshot_transfer", through=address, peer=transfer.through, reason=transfer.reason,
+                                 behind_rows=transfer.behind_rows)
+                node.rejoin_through = address
+                node._nursery.cancel_scope.cancel()
+            elif self._told != (transfer.through, transfer.reason):
+                self._told = (transfer.through, transfer.reason)
+                node.log.warning("snapshot_transfer_needed", peer=transfer.through, reason=transfer.reason,
+                                 behind_rows=transfer.behind_rows,
+                                 hint="restart with `replicaset serve --rejoin` or set [replication] auto_rejoin = true")
+
+    def info(self) -> dict[str, Any]:
+        """`box.info.anti_entropy`: runs by kind, and each alive peer at the last check."""
+        core = self._node.driver.anti_entropy
+        return {
+            "runs": {kind.value: count for kind, count in core.runs.items()},
+            "peers": {peer: {"repair": c.repair.value if c.repair else None, "behind_rows": c.behind_rows,
+                             "behind_s": round(c.behind_s, 3), "reason": c.reason}
+                      for peer, c in sorted(core.checks.items())},
+        }
