@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     join.add_argument("--data-dir", required=True, type=Path)
     join.add_argument("--listen", required=True)
     join.add_argument("--config", type=Path)
+    join.add_argument("--anonymous", action="store_true",
+                      help="a read-only follower: receives every row, serves reads, is never registered, "
+                           "never counts toward a quorum")
 
     sql = sub.add_parser("sql", help="run one SQL statement and print the result")
     sql.add_argument("address", type=_address)
@@ -200,7 +203,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # A restored copy holds the original set's `_cluster`: it must follow none of those
     # members, and a write would fork their history (docs/restore.md).
     copy = is_copy(args.data_dir)
-    return _serve(args.data_dir, _load_config(args, args.data_dir, read_only=args.read_only or copy), identity,
+    return _serve(args.data_dir, _load_config(args, args.data_dir, read_only=args.read_only or copy or identity.anonymous),
+                  identity,
                   force_recovery=args.force_recovery, rejoin=args.rejoin, isolated=copy)
 
 
@@ -211,10 +215,11 @@ def cmd_join(args: argparse.Namespace) -> int:
     if Identity.exists(data_dir):
         raise IdentityError(f"{data_dir} already holds an instance: use `replicaset serve`")
     replicaset_uuid = parse_uuid(args.uuid, "--uuid")
-    cfg = _load_config(args, data_dir)
+    cfg = _load_config(args, data_dir, read_only=args.anonymous)
     data_dir.mkdir(parents=True, exist_ok=True)
     _keep_config(data_dir, args.config, cfg.listen)
-    identity = join(data_dir, replicaset_uuid=replicaset_uuid, peers=args.peer, listen=cfg.listen)
+    identity = join(data_dir, replicaset_uuid=replicaset_uuid, peers=args.peer, listen=cfg.listen,
+                    anonymous=args.anonymous)
     if identity is None:
         return 1
     return _serve(data_dir, cfg, identity)

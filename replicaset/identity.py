@@ -22,16 +22,21 @@ class IdentityError(ValueError):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Identity:
+    """`anonymous`: a read-only follower (`join --anonymous`), never registered: its
+    instance id is 0, the number no member has."""
+
     replicaset_uuid: str
     instance_uuid: str
     instance_id: int
+    anonymous: bool = False
 
     def save(self, data_dir: Path) -> None:
         write_durably(
             data_dir / FILE_NAME,
             f'replicaset_uuid = "{self.replicaset_uuid}"\n'
             f'instance_uuid = "{self.instance_uuid}"\n'
-            f"instance_id = {self.instance_id}\n",
+            f"instance_id = {self.instance_id}\n"
+            + ("anonymous = true\n" if self.anonymous else ""),
         )
 
     @classmethod
@@ -43,12 +48,15 @@ class Identity:
                 replicaset_uuid=str(uuid.UUID(doc["replicaset_uuid"])),
                 instance_uuid=str(uuid.UUID(doc["instance_uuid"])),
                 instance_id=int(doc["instance_id"]),
+                anonymous=doc.get("anonymous", False) is True,
             )
         except FileNotFoundError as exc:
             raise IdentityError(f"{path} does not exist: run `replicaset bootstrap` or `replicaset join` first") from exc
         except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError) as exc:
             raise IdentityError(f"{path} is unreadable: {exc}") from exc
-        if not 1 <= identity.instance_id <= 31:
+        if identity.anonymous and identity.instance_id != 0:
+            raise IdentityError(f"{path}: an anonymous follower has instance_id 0, not {identity.instance_id}")
+        if not identity.anonymous and not 1 <= identity.instance_id <= 31:
             raise IdentityError(f"{path}: instance_id {identity.instance_id} is outside 1..31")
         return identity
 

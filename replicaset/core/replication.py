@@ -375,6 +375,10 @@ class Applier:
 
 # ---------------------------------------------------------------- relay
 
+# The subscriber id of an anonymous follower's relay: no member has it (ids are 1..31), and
+# rows of origin 0 (local tables) are never relayed anyway.
+ANONYMOUS_SUBSCRIBER = LOCAL_ORIGIN
+
 
 class RelayState(Enum):
     SUBSCRIBE = "subscribe"

@@ -50,3 +50,4 @@ class PeerKey(IntEnum):
     TXN_IDS = 0x81  # [txn id, ...]
     BARRIER = 0x82  # {origin: lsn}: what a joiner holds before it votes (MembershipQuorum R3)
     HELD = 0x83  # {origin: lsn}: what a member voting for a membership change holds durably
+    ANONYMOUS = 0x84  # bool: JOIN/SUBSCRIBE of a read-only follower, never registered

@@ -34,6 +34,7 @@ class Hello:
     replicaset_uuid: str
     instance_uuid: str
     address: str
+    anonymous: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +45,7 @@ class Subscribe:
     vclock: VClock
     last_txn: dict[int, tuple[int, int]]
     include_own: bool
+    anonymous: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +119,7 @@ def hello(frame: Frame, request: str) -> Hello:
         replicaset_uuid=body.uuid(Key.REPLICASET_UUID, "REPLICASET_UUID"),
         instance_uuid=body.uuid(Key.INSTANCE_UUID, "INSTANCE_UUID"),
         address=body.address(PeerKey.ADDRESS, "ADDRESS"),
+        anonymous=body.flag(PeerKey.ANONYMOUS, "ANONYMOUS"),
     )
 
 
@@ -125,6 +128,9 @@ def subscribe(frame: Frame) -> Subscribe:
     replica_id = frame.header.get(Key.REPLICA_ID)
     if replica_id is not None and not _is_int(replica_id, INSTANCE_ID_MIN, INSTANCE_ID_MAX):
         raise body.error("REPLICA_ID", f"must be an instance id in {INSTANCE_ID_MIN}..{INSTANCE_ID_MAX}")
+    anonymous = body.flag(PeerKey.ANONYMOUS, "ANONYMOUS")
+    if anonymous and replica_id is not None:
+        raise body.error("REPLICA_ID", "an anonymous follower has no instance id")
     return Subscribe(
         replicaset_uuid=body.uuid(Key.REPLICASET_UUID, "REPLICASET_UUID"),
         instance_uuid=body.uuid(Key.INSTANCE_UUID, "INSTANCE_UUID"),
@@ -132,6 +138,7 @@ def subscribe(frame: Frame) -> Subscribe:
         vclock=body.vclock(Key.VCLOCK, "VCLOCK"),
         last_txn=body.last_txn(PeerKey.LAST_TXN, "LAST_TXN"),
         include_own=body.flag(PeerKey.INCLUDE_OWN, "INCLUDE_OWN"),
+        anonymous=anonymous,
     )
 
 
@@ -264,8 +271,20 @@ def checkpoint_chunk(frame: Frame) -> CheckpointChunk:
     )
 
 
-def joined(frame: Frame) -> Joined:
+def joined(frame: Frame, *, anonymous: bool = False) -> Joined:
+    """The end of a JOIN; an anonymous follower's carries instance id 0 and no
+    registration (it is never registered)."""
     body = _Body(frame, "JOIN reply")
+    if anonymous:
+        return Joined(
+            vclock=body.vclock(Key.VCLOCK, "VCLOCK"),
+            size=body.integer(PeerKey.SIZE, "SIZE", 0, U64_MAX),
+            digest=body.integer(PeerKey.DIGEST, "DIGEST", 0, U64_MAX),
+            instance_id=body.integer(PeerKey.INSTANCE_ID, "INSTANCE_ID", 0, 0),
+            origin=0,
+            lsn=0,
+            barrier=VClock(),
+        )
     row = body.required(PeerKey.REGISTRATION_ROW, "REGISTRATION_ROW")
     if not (isinstance(row, list) and len(row) == 2 and _is_int(row[0], INSTANCE_ID_MIN, INSTANCE_ID_MAX)
             and _is_int(row[1], 0, U64_MAX)):

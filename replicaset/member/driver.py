@@ -163,8 +163,10 @@ class MemberDriver:
         return self.replicaset.write_refusal(now_s)
 
     def acked(self, origin: int) -> dict[int, int]:
-        """What each subscriber acknowledged of `origin`'s rows (its newest relay's word)."""
-        return {relay.subscriber: relay.acked.get(origin) for relay in self.relays.values()}
+        """What each member subscribed acknowledged of `origin`'s rows (its newest relay's
+        word); anonymous followers hold rows for no one: they count for nothing."""
+        return {relay.subscriber: relay.acked.get(origin) for relay in self.relays.values()
+                if relay.subscriber != repl.ANONYMOUS_SUBSCRIBER}
 
     def downstream(self, subscriber: int) -> repl.Relay | None:
         """The newest relay serving `subscriber`."""
@@ -362,6 +364,8 @@ class MemberDriver:
         if relay is None:
             return []
         relay.ack(now_s, vclock)
+        if relay.subscriber == repl.ANONYMOUS_SUBSCRIBER:
+            return []  # a follower's copy counts toward no quorum and keeps no WAL
         self.gc.peer_acked(relay.subscriber, vclock)
         return self._of_quorum(self.coordinator.acked(now_s, relay.subscriber, vclock.to_dict()))
 

@@ -134,7 +134,8 @@ async def _follow(node: ApplierHost, upstream: Upstream) -> None:
             Key.VCLOCK: subscribe.action.vclock,
             PeerKey.LAST_TXN: {o: list(v) for o, v in subscribe.action.last_txn.items()},
             PeerKey.INCLUDE_OWN: subscribe.action.include_own,
-        }, replica_id=node.identity.instance_id)
+            **({PeerKey.ANONYMOUS: True} if node.identity.anonymous else {}),
+        }, replica_id=None if node.identity.anonymous else node.identity.instance_id)
         reply = peer_messages.subscribed(await _receive(link, driver, key))
         if reply.instance_uuid != link.greeting_uuid:
             raise WrongInstance(f"{address} greeted as {link.greeting_uuid} and subscribed as {reply.instance_uuid}")

@@ -21,10 +21,12 @@ PROGRESS_LOG_STEP = 0.1
 
 
 def join(
-    data_dir: Path, *, replicaset_uuid: str, peers: list[str], listen: str, instance_uuid: str | None = None
+    data_dir: Path, *, replicaset_uuid: str, peers: list[str], listen: str, instance_uuid: str | None = None,
+    anonymous: bool = False,
 ) -> Identity | None:
     """Try each peer in turn; None when none of them could serve the join. A re-join passes
-    the instance's own UUID and so keeps its id."""
+    the instance's own UUID and so keeps its id. An `anonymous` follower is registered
+    nowhere: it gets the checkpoint only, and id 0."""
     configure()
     log = get_logger(None, replicaset_uuid=replicaset_uuid)
     instance_uuid = instance_uuid or str(uuid.uuid4())
@@ -42,7 +44,7 @@ def join(
         try:
             joined = trio.run(lambda: fetch_checkpoint(
                 peer, replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid, listen=listen,
-                target=data_dir / "db.sqlite", progress=progress,
+                target=data_dir / "db.sqlite", progress=progress, anonymous=anonymous,
             ))
         except (OSError, PeerError, RemoteProtocolError, trio.TooSlowError) as exc:
             log.error("join_failed", peer=peer, error=str(exc) or type(exc).__name__)
@@ -54,10 +56,12 @@ def join(
         with Wal.open(data_dir / "wal", start_vclock=joined.vclock) as wal:
             wal.sync()
         registration = joined.registration
-        # Before the identity, which marks the join done: a joiner that stopped in between
-        # must not take writes before a majority holds its row (DESIGN 4.7).
-        save_pending_registration(data_dir, registration.pending)
-        identity = Identity(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid, instance_id=registration.instance_id)
+        if not anonymous:
+            # Before the identity, which marks the join done: a joiner that stopped in between
+            # must not take writes before a majority holds its row (DESIGN 4.7).
+            save_pending_registration(data_dir, registration.pending)
+        identity = Identity(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid,
+                            instance_id=registration.instance_id, anonymous=anonymous)
         identity.save(data_dir)
         (data_dir / CLEAN_STOP_FILE).touch()  # a fresh member has no rows of its own to lose
         log.info("joined", peer=peer, instance_id=registration.instance_id,

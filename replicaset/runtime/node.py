@@ -112,6 +112,7 @@ class Node:
         self.swim: SwimHost | None = None  # once listening, unless isolated
         self._registered: dict[str, int] = {}  # `_cluster` as last seen: uuid -> id, to notice removals
         self.removed = False  # this member's own row is gone: it takes no writes
+        self.anonymous_followers: dict[int, str] = {}  # relay connection -> the follower's uuid
 
     @property
     def guest_allowed(self) -> bool:
@@ -240,7 +241,7 @@ class Node:
                 listeners = await nursery.start(partial(trio.serve_tcp, serve_connection, port, host=host))
                 sockname = listeners[0].socket.getsockname()
                 self.listen_address = f"{sockname[0]}:{sockname[1]}"
-                if not self.isolated:
+                if not self.isolated and not self.identity.anonymous:  # a follower is in no one's view
                     self.swim = self._start_swim(sockname[0], sockname[1])
                 nursery.start_soon(self.writer.run_flusher)
                 if self.config.checkpoint_interval:
@@ -607,6 +608,7 @@ class Node:
             "listen": self.listen_address,
             "pid": os.getpid(),
             "replication": self.replication_info(),
+            "replication_anon": self.anonymous_info(),
             "synchro": self.quorum.synchro_info(),
             "gc": self.wal_gc.info(),
             "members": self.swim.info() if self.swim is not None else [],
@@ -642,6 +644,17 @@ class Node:
                 entry["prepare"] = self.quorum.prepare_info(instance_id)
             result[instance_id] = entry
         return result
+
+    def anonymous_info(self) -> dict[str, Any]:
+        """`box.info.replication_anon`: the read-only followers this member relays to."""
+        now = trio.current_time()
+        followers = {}
+        for conn, uuid in sorted(self.anonymous_followers.items()):
+            relay = self.driver.relays.get(conn)
+            if relay is not None:
+                followers[uuid] = {"status": relay.state.value, "vclock": relay.acked.to_dict(),
+                                   "idle": round(now - relay.last_ack_s, 3)}
+        return {"count": len(followers), "followers": followers}
 
     async def console(self, expr: str) -> Any:
         values: dict[str, Callable[[], Any]] = {

@@ -29,6 +29,7 @@ from replicaset.iproto.prepared import PreparedStatements
 from replicaset.iproto.sql_wire import bind_metadata, decode_binds, metadata, sql_info, sql_type_name
 from replicaset.iproto.system_views import decode_select, select_system_view
 from replicaset.core import replication as repl
+from replicaset.core.replication import ANONYMOUS_SUBSCRIBER
 from replicaset.core.quorum import Level
 from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerRequest
@@ -295,6 +296,9 @@ class Session:
         hello = self._check_replicaset(peer_messages.hello(frame, "JOIN"))
         uuid, address = hello.instance_uuid, hello.address
         node = self._node
+        if hello.anonymous:
+            await self._join_anonymous(frame.sync, uuid)
+            return
         rejoining = node.member_id(uuid) is not None
         registration = await node.register(uuid, address)
         await node.wait_for_member(uuid)
@@ -308,11 +312,28 @@ class Session:
                           checkpoint=checkpoint.name, vclock=vclock.to_dict())
             await serve_checkpoint(self, frame.sync, checkpoint, vclock, registration, node.schema_version)
 
+    async def _join_anonymous(self, sync: int, uuid: str) -> None:
+        """A read-only follower's JOIN: the newest checkpoint, no registration (Tarantool's
+        anonymous replica). A registered instance cannot turn anonymous: its id would vanish
+        from what acknowledgements count."""
+        node = self._node
+        if node.member_id(uuid) is not None:
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"instance {uuid} is a registered member: it cannot join as "
+                                                         "an anonymous follower")
+        checkpoint, vclock = await node.writer.open_newest_checkpoint()
+        with checkpoint:
+            node.log.info("join_serving", joiner_uuid=uuid, anonymous=True, checkpoint=checkpoint.name,
+                          vclock=vclock.to_dict())
+            await serve_checkpoint(self, sync, checkpoint, vclock, None, node.schema_version)
+
     async def _subscribe(self, frame: Frame) -> None:
         request = self._check_replicaset(peer_messages.subscribe(frame))
         uuid = request.instance_uuid
         node = self._node
-        subscriber = node.member_id(uuid)
+        subscriber = ANONYMOUS_SUBSCRIBER if request.anonymous else node.member_id(uuid)
+        if request.anonymous and node.member_id(uuid) is not None:
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"instance {uuid} is a registered member, not an anonymous "
+                                                         "follower")
         if subscriber is None:
             raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {uuid} is not registered in replica set {node.identity.replicaset_uuid}: join first")
         claimed = request.replica_id
@@ -336,12 +357,18 @@ class Session:
         # registration holders and the collection of decided records ask).
         node.quorum.carry_out(node.driver.relay_ack(conn, trio.current_time(), request.vclock))
         self._reply_ok(frame, {Key.VCLOCK: accepted.vclock, Key.INSTANCE_UUID: node.identity.instance_uuid})
-        node.log.info("relay_started", subscriber=subscriber, vclock=request.vclock.to_dict())
+        node.log.info("relay_started", subscriber=subscriber, vclock=request.vclock.to_dict(),
+                      **({"anonymous": uuid} if request.anonymous else {}))
+        if request.anonymous:
+            node.anonymous_followers[conn] = uuid
 
         async def relay_then_close() -> None:
             """The connection is the relay's from now on: when it stops, the connection goes."""
-            await node.relays.serve(node.driver, conn, feed, accepted.actions, self, engine=node.engine,
-                                    writer=node.writer, log=node.log)
+            try:
+                await node.relays.serve(node.driver, conn, feed, accepted.actions, self, engine=node.engine,
+                                        writer=node.writer, log=node.log)
+            finally:
+                node.anonymous_followers.pop(conn, None)
             await trio.aclose_forcefully(self._stream)
 
         self._nursery.start_soon(relay_then_close)

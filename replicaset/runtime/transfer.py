@@ -47,10 +47,12 @@ async def fetch_checkpoint(
     target: Path,
     progress: Callable[[int, int], None],
     max_frame_bytes: int = 64 * 1024 * 1024,
+    anonymous: bool = False,
 ) -> Joined:
     """JOIN through `address`: get an id and the newest checkpoint, verified chunk by chunk
     with xxhash, into `target` (written under a temporary name, fsynced, renamed, and the
-    directory fsynced: durable on return)."""
+    directory fsynced: durable on return). An `anonymous` follower gets no id (0) and no
+    registration."""
     link = await PeerLink.open(address, max_frame_bytes)
     partial = target.with_name(target.name + ".partial")
     try:
@@ -58,6 +60,7 @@ async def fetch_checkpoint(
             Key.REPLICASET_UUID: replicaset_uuid,
             Key.INSTANCE_UUID: instance_uuid,
             PeerKey.ADDRESS: listen,
+            **({PeerKey.ANONYMOUS: True} if anonymous else {}),
         })
         whole = xxhash.xxh3_64()
         with open(partial, "wb") as out:
@@ -71,7 +74,7 @@ async def fetch_checkpoint(
                     whole.update(part.chunk)
                     progress(out.tell(), part.size)
                     continue
-                end = peer_messages.joined(frame)
+                end = peer_messages.joined(frame, anonymous=anonymous)
                 if out.tell() != end.size or whole.intdigest() != end.digest:
                     raise PeerError(ErrorCode.PROTOCOL, "the checkpoint arrived incomplete or damaged")
                 out.flush()
@@ -90,10 +93,11 @@ async def fetch_checkpoint(
 
 
 async def serve_checkpoint(
-    session: FrameSink, sync: int, checkpoint: BinaryIO, vclock: VClock, registration: Registration, schema_version: int
+    session: FrameSink, sync: int, checkpoint: BinaryIO, vclock: VClock, registration: Registration | None,
+    schema_version: int,
 ) -> None:
     """Stream an open checkpoint file in bounded chunks, each with its xxhash, then its
-    vclock and the joiner's registration."""
+    vclock and the joiner's registration (None for an anonymous follower)."""
     size = os.fstat(checkpoint.fileno()).st_size
     whole = xxhash.xxh3_64()
     offset = 0
@@ -108,10 +112,10 @@ async def serve_checkpoint(
         }))
         offset += len(chunk)
         await session.flush_outbox()
-    session.send_frame(encode_ok(sync=sync, schema_version=schema_version, body={
-        Key.VCLOCK: vclock.to_dict(), PeerKey.SIZE: size, PeerKey.DIGEST: whole.intdigest(),
-        PeerKey.INSTANCE_ID: registration.instance_id,
-        PeerKey.REGISTRATION_ROW: [registration.pending.origin, registration.pending.lsn],
-        PeerKey.BARRIER: dict(registration.pending.barrier),
-    }))
+    ending = {Key.VCLOCK: vclock.to_dict(), PeerKey.SIZE: size, PeerKey.DIGEST: whole.intdigest(),
+              PeerKey.INSTANCE_ID: registration.instance_id if registration else 0}
+    if registration is not None:
+        ending[PeerKey.REGISTRATION_ROW] = [registration.pending.origin, registration.pending.lsn]
+        ending[PeerKey.BARRIER] = dict(registration.pending.barrier)
+    session.send_frame(encode_ok(sync=sync, schema_version=schema_version, body=ending))
     await session.flush_outbox()
