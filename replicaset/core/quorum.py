@@ -115,11 +115,13 @@ class Conflict:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QuorumNotReached:
     """A member asked for the decision before `needed` of `total` members had answered
-    PREPARED (`answered` had): the coordinator aborted rather than leave it waiting."""
+    PREPARED (`answered` had), or so many members were DEAD (SWIM) that `needed` could no
+    longer answer: the coordinator aborted rather than leave the client waiting."""
 
     answered: int
     needed: int
     total: int
+    dead: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -270,7 +272,8 @@ _DECIDED = (T.COMMITTED, T.ACKED, T.ABORTED)
 TXN_TRANSITIONS: dict[TxnState, dict[str, frozenset[TxnState]]] = {
     T.PREPARING: {"prepared": frozenset({T.PREPARING, T.COMMITTING}), "conflict": frozenset({T.PREPARING, T.ABORTED}),
                   "tick": frozenset({T.PREPARING, T.ABORTED}), "query_decision": frozenset({T.ABORTED}),
-                  "restart": frozenset({T.ABORTED}), "undelivered": frozenset({T.PREPARING})},
+                  "restart": frozenset({T.ABORTED}), "undelivered": frozenset({T.PREPARING}),
+                  "member_dead": frozenset({T.PREPARING, T.ABORTED})},
     T.COMMITTING: {"prepared": frozenset({T.COMMITTING}), "conflict": frozenset({T.COMMITTING}),
                    "query_decision": frozenset({T.COMMITTING}), "committed": frozenset({T.COMMITTED}),
                    "write_failed": frozenset({T.ABORTED}), "undelivered": frozenset({T.COMMITTING}),
@@ -308,6 +311,7 @@ class Transaction:
     recovered: bool = False  # rebuilt from its record after a restart: the votes are gone
     row_durable: bool = False  # the row is in our WAL beyond an OS crash: others may hold it
     resend_to: set[int] = field(default_factory=set)  # members our PREPARE did not reach: sent again at the tick
+    dead: set[int] = field(default_factory=set)  # members SWIM holds DEAD, not waited for
 
     def __str__(self) -> str:
         return f"transaction {self.txn_id:#x}"
@@ -330,6 +334,7 @@ class Transaction:
             return []
         self.conflicts.pop(member, None)
         self.resend_to.discard(member)
+        self.dead.discard(member)
         self.votes.add(member)
         for origin, lsn in (held or {}).items():
             self.barrier[origin] = max(self.barrier.get(origin, 0), lsn)
@@ -361,6 +366,23 @@ class Transaction:
         if self.state is T.PREPARING and member not in self.votes and member not in self.conflicts:
             self.resend_to.add(member)
         return []
+
+    @transition(TXN_TRANSITIONS)
+    def member_dead(self, member: int) -> list[Action]:
+        """SWIM holds `member` DEAD: it is not waited for. Once the members still able to
+        vote cannot make the level, the transaction is aborted at once rather than at the
+        deadline (ALL with one member down, QUORUM with a majority down). A dead member that
+        answers after all still votes."""
+        if self.state is not T.PREPARING or member in self.votes or member in self.conflicts:
+            return []
+        self.dead.add(member)
+        self.resend_to.discard(member)
+        able = len(self.members) - len(self.conflicts) - len(self.dead)
+        if able >= self.needed:
+            return []
+        return self._abort(f"members {sorted(self.dead)} are dead",
+                           QuorumNotReached(answered=len(self.votes), needed=self.needed, total=len(self.members),
+                                            dead=frozenset(self.dead)))
 
     @transition(TXN_TRANSITIONS)
     def tick(self, now_s: float) -> list[Action]:
@@ -503,6 +525,11 @@ class Coordinator:
     def undelivered(self, now_s: float, txn_id: int, member: int) -> list[Action]:
         txn = self._answered(txn_id, member)
         return txn.undelivered(member) if txn else []
+
+    def member_dead(self, now_s: float, member: int, txn_id: int | None = None) -> list[Action]:
+        """SWIM holds `member` DEAD: no undecided transaction (or only `txn_id`) waits for it."""
+        txns = self._in(T.PREPARING) if txn_id is None else [t for t in self._in(T.PREPARING) if t.txn_id == txn_id]
+        return [action for txn in txns if member in txn.members for action in txn.member_dead(member)]
 
     def _answered(self, txn_id: int, member: int) -> Transaction | None:
         """The transaction an answer is about; an answer about one this member never

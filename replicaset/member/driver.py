@@ -487,6 +487,12 @@ class MemberDriver:
         return self._of_quorum(self.coordinator.undelivered(now_s, txn_id, member))
 
     @_event
+    def txn_member_dead(self, now_s: float, member: int, txn_id: int | None = None) -> list[Action]:
+        """SWIM holds `member` DEAD: the coordinator waits for it no more, in every undecided
+        transaction of ours (or `txn_id`, whose PREPARE was not sent to it)."""
+        return self._decided(now_s, self.coordinator.member_dead(now_s, member, txn_id))
+
+    @_event
     def txn_committed(self, now_s: float, txn_id: int, origin: int, lsn: int) -> list[Action]:
         """The row of a DecideCommit is written and applied here at `(origin, lsn)` (spec
         DecideCommit: the decision is the row)."""

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from replicaset.core import quorum as q
+from replicaset.core.swim import MemberState
 from replicaset.iproto import peer_messages
 from replicaset.iproto.codec import Frame, FrameDecoder, encode_request
 from replicaset.iproto.constants import ErrorCode, Key
@@ -275,8 +276,12 @@ class QuorumHost:
         if isinstance(action, q.SendPrepare):
             body = {PeerKey.COORDINATOR: self._id, PeerKey.MEMBERS: sorted(action.members),
                     PeerKey.READS: [[t, k, v.hlc, v.origin] for (t, k), v in action.reads.items()]}
-            for member in action.to:
-                self._spawn(self._prepare, member, action.txn_id, body)
+            swim = self._node.swim
+            for member in sorted(action.to):
+                if swim is not None and swim.core.state_of(member) is MemberState.DEAD:
+                    self.carry_out(self._node.driver.txn_member_dead(now, member, action.txn_id))
+                else:
+                    self._spawn(self._prepare, member, action.txn_id, body)
         elif isinstance(action, q.DecideCommit):
             self._spawn(self._write_row, action)
         elif isinstance(action, q.SendCommit):
@@ -554,8 +559,9 @@ def _client_error(error: q.TxnError, timeout_s: float) -> RequestError:
         return RequestError(ErrorCode.TRANSACTION_CONFLICT,
                             f"Transaction has been aborted by conflict on row {key} of table {table}: {why}; retry it")
     if isinstance(error, q.QuorumNotReached):
+        dead = f", members {sorted(error.dead)} are dead (SWIM)" if error.dead else ""
         return RequestError(ErrorCode.QUORUM_WAIT, f"Couldn't wait for quorum {error.needed}: {error.answered} of "
-                                                   f"{error.total} members prepared; the transaction was aborted")
+                                                   f"{error.total} members prepared{dead}; the transaction was aborted")
     return RequestError(ErrorCode.SYNC_QUORUM_TIMEOUT,
                         f"Quorum collection for a synchronous transaction is timed out: {error.answered} of "
                         f"{error.total} members prepared, {error.needed} needed, within {timeout_s} s; the "

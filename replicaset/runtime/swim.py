@@ -162,6 +162,8 @@ class SwimHost:
                 # a member declared dead is what an operator must hear of.
                 log = self._node.log.warning if action.state is MemberState.DEAD else self._node.log.info
                 log("member_state", member=action.member, state=action.state.value, incarnation=action.incarnation)
+                if action.state is MemberState.DEAD:  # our undecided transactions wait for it no more
+                    self._node.quorum.carry_out(self._node.driver.txn_member_dead(trio.current_time(), action.member))
                 continue
             if isinstance(action, swim.SendPingReq):
                 data = encode("ping_req", uuid, own, action.seq, action.target, action.updates)

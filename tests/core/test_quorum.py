@@ -97,6 +97,28 @@ def test_partial_prepare_success_commits_under_quorum_and_aborts_under_all():
     assert actions[3].error == q.Conflict(key="k", holder=0x99)
 
 
+def test_members_swim_holds_dead_are_not_waited_for_once_the_level_is_out_of_reach():
+    every = started(THREE, Level.ALL)
+    vote(every, 1)
+    actions = every.member_dead(1.0, 3)
+    assert kinds(actions) == [q.DecideAbort, q.SendAbort, q.ReleaseIntents, q.FailClient]
+    assert actions[3].error == q.QuorumNotReached(answered=1, needed=3, total=3, dead=frozenset({3}))
+
+    quorum = started(THREE)
+    vote(quorum, 1)
+    assert quorum.member_dead(1.0, 3) == [], "members 1 and 2 can still make two of three"
+    assert kinds(vote(quorum, 2)) == [q.DecideCommit]
+
+    late = started(FIVE)
+    vote(late, 1)
+    assert late.member_dead(1.0, 4) == [] and late.member_dead(1.0, 5) == []
+    assert kinds(vote(late, 5)) == [], "a member held dead that answers after all still votes"
+    assert kinds(late.member_dead(1.0, 4)) == [], "four of five can still answer"
+    assert kinds(late.member_dead(1.0, 3)) == [], "1, 2 and 5: three can still make it"
+    assert kinds(vote(late, 2)) == [q.DecideCommit]
+    late.check_invariants()
+
+
 def test_conflicts_that_leave_the_level_out_of_reach_abort_at_once_naming_key_and_holder():
     coordinator = started()
     vote(coordinator, 1)

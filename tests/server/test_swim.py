@@ -5,8 +5,12 @@ everywhere; stray and forged datagrams change nothing."""
 from __future__ import annotations
 
 import socket
+import time
 
 import msgpack
+import pytest
+
+from replicaset.iproto.errors import ServerError
 
 from tests.server.conftest import REPLICASET_UUID, ReplicaSet, Server, wait_for
 
@@ -43,12 +47,20 @@ def test_a_hung_member_is_suspected_then_dead_and_alive_again_once_it_answers(re
     assert [e["state"] for e in events] == ["alive", "suspect", "dead", "alive"], events  # joined, then the pause
 
 
-def test_a_killed_member_is_dead_on_every_other_member(replicaset_factory):
+def test_a_killed_member_is_dead_on_every_other_member_and_no_write_waits_for_it(replicaset_factory):
     rs, (first, second, third) = three(replicaset_factory)
+    with first.client() as client:
+        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
     wait_for(lambda: all_alive(rs, [first, second, third]), "every member sees three ALIVE members")
     second.kill()
     wait_for(lambda: all(states(rs, m)[2][0] == "dead" for m in (first, third)), "member 2 DEAD on 1 and 3")
     assert rs.info(first)["status"] == "running", "SWIM steers, it never changes the quorum or the status"
+    with first.client() as client:
+        client.execute("INSERT INTO kv VALUES (1, 'two of three')", options={"consistency": "quorum"})
+        started = time.monotonic()
+        with pytest.raises(ServerError, match=r"members \[2\] are dead"):
+            client.execute("INSERT INTO kv VALUES (2, 'all three')", options={"consistency": "all"})
+        assert time.monotonic() - started < 1.0, "refused at once, not at synchro_timeout_s (5 s)"
 
 
 def test_stray_and_forged_datagrams_change_nothing(replicaset_factory):
