@@ -4,7 +4,17 @@ and hands their actions to the host (the trio node, or the simulator) to carry o
 The public names are these; the modules behind them are the driver's own.
 """
 
-from replicaset.member.actions import Accepted, Action, AntiEntropyAction, ApplierAction, GcAction, QuorumAction, RelayAction, SetAction
+from replicaset.member.actions import (
+    Accepted,
+    Action,
+    AntiEntropyAction,
+    ApplierAction,
+    GcAction,
+    QuorumAction,
+    RelayAction,
+    SetAction,
+    SwimAction,
+)
 from replicaset.member.driver import MemberDriver
 from replicaset.member.store import MemberStore, Membership
 
@@ -20,4 +30,5 @@ __all__ = [
     "Membership",
     "RelayAction",
     "SetAction",
+    "SwimAction",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replicaset.core import anti_entropy, gc, quorum
+from replicaset.core import anti_entropy, gc, quorum, swim
 from replicaset.core import replication as repl
 from replicaset.core import replicaset as rs
 
@@ -58,7 +58,14 @@ class AntiEntropyAction:
     action: anti_entropy.SnapshotTransfer
 
 
-Action = ApplierAction | RelayAction | SetAction | QuorumAction | GcAction | AntiEntropyAction
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SwimAction:
+    """An action of SWIM: a datagram to send, or a member's state changed."""
+
+    action: swim.Action
+
+
+Action = ApplierAction | RelayAction | SetAction | QuorumAction | GcAction | AntiEntropyAction | SwimAction
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -39,11 +39,12 @@ is the spec's WriteOne; the aborts of a restart are the host's `Restart` line.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from replicaset.core import anti_entropy, gc, quorum
+from replicaset.core import anti_entropy, gc, quorum, swim
 from replicaset.core import replication as repl
 from replicaset.core.hlc import unpack_stamp
 from replicaset.core.replicaset import (
@@ -56,7 +57,17 @@ from replicaset.core.replicaset import (
     Status,
     View,
 )
-from replicaset.member.actions import Accepted, Action, AntiEntropyAction, ApplierAction, GcAction, QuorumAction, RelayAction, SetAction
+from replicaset.member.actions import (
+    Accepted,
+    Action,
+    AntiEntropyAction,
+    ApplierAction,
+    GcAction,
+    QuorumAction,
+    RelayAction,
+    SetAction,
+    SwimAction,
+)
 from replicaset.member.store import MemberStore, Membership
 from replicaset.member.trace import stamp, traced_ops
 from wal import LOCAL_ORIGIN, Record, VClock
@@ -121,6 +132,7 @@ class MemberDriver:
         self.gc_kept: gc.Kept | None = None  # the last pass's outcome, for the console
         self.anti_entropy = repair or anti_entropy.AntiEntropy(member=instance_id, threshold_rows=10_000,
                                                                threshold_s=3600.0)
+        self.swim: swim.Swim | None = None  # the host's, once it listens for datagrams
         self.replicaset = replicaset
         self.appliers: dict[str, repl.Applier] = {}
         self.relays: dict[int, repl.Relay] = {}
@@ -453,7 +465,8 @@ class MemberDriver:
         self._trace_txn("Begin", txn_id, now_s, reads={_traced_key(k): [v.hlc, v.origin] for k, v in reads.items()})
         answer = self._prepare(now_s, txn_id, self.instance_id, members, reads, view=members)
         assert answer is not None, "a transaction just begun has no outcome yet"
-        return [QuorumAction(action=answer)] + actions + self._answered_by(now_s, self.instance_id, answer)
+        return self._skip_dead(now_s, [QuorumAction(action=answer)] + actions
+                               + self._answered_by(now_s, self.instance_id, answer))
 
     @_event
     def txn_prepare(self, now_s: float, txn_id: int, *, coordinator: int, members: frozenset[int],
@@ -533,7 +546,67 @@ class MemberDriver:
 
     @_event
     def _txn_tick(self, now_s: float) -> list[Action]:
-        return self._decided(now_s, self.coordinator.tick(now_s)) + self._of_quorum(self.participant.tick(now_s))
+        return (self._skip_dead(now_s, self._decided(now_s, self.coordinator.tick(now_s)))
+                + self._of_quorum(self.participant.tick(now_s)))
+
+    def _skip_dead(self, now_s: float, actions: list[Action]) -> list[Action]:
+        """No PREPARE goes to a member SWIM holds DEAD: the coordinator hears it is dead
+        instead, and aborts at once if the level is out of reach."""
+        if self.swim is None:
+            return actions
+        kept: list[Action] = []
+        for tagged in actions:
+            action = tagged.action if isinstance(tagged, QuorumAction) else None
+            if isinstance(action, quorum.SendPrepare):
+                dead = {m for m in action.to if self.swim.state_of(m) is swim.MemberState.DEAD}
+                if dead:
+                    if action.to - dead:
+                        kept.append(QuorumAction(action=dataclasses.replace(action, to=frozenset(action.to - dead))))
+                    for member in sorted(dead):
+                        kept += self._decided(now_s, self.coordinator.member_dead(now_s, member, action.txn_id))
+                    continue
+            kept.append(tagged)
+        return kept
+
+    # ---------------------------------------------------------------- SWIM
+
+    @_event
+    def swim_tick(self, now_s: float) -> list[Action]:
+        assert self.swim is not None
+        return self._of_swim(now_s, self.swim.tick(now_s))
+
+    @_event
+    def swim_received(self, now_s: float, kind: str, sender: int, seq: int, target: int | None,
+                      updates: Sequence[swim.Update]) -> list[Action]:
+        """A datagram from `sender`, decoded and checked by the host: `kind` is ping, ack or
+        ping_req (with its `target`)."""
+        assert self.swim is not None
+        if kind == "ping_req":
+            assert target is not None
+            return self._of_swim(now_s, self.swim.ping_req_received(now_s, sender, target, seq, updates))
+        received = self.swim.ping_received if kind == "ping" else self.swim.ack_received
+        return self._of_swim(now_s, received(now_s, sender, seq, updates))
+
+    @_event
+    def swim_members(self, now_s: float, members: Mapping[int, str]) -> list[Action]:
+        """The registered members, id -> address, as `_cluster` holds them now."""
+        assert self.swim is not None
+        return self._of_swim(now_s, self.swim.members_changed(now_s, members))
+
+    @_event
+    def swim_removed(self, now_s: float, member: int) -> list[Action]:
+        assert self.swim is not None
+        return self._of_swim(now_s, self.swim.removed(now_s, member))
+
+    def _of_swim(self, now_s: float, actions: Sequence[swim.Action]) -> list[Action]:
+        """SWIM's actions; a member it declares DEAD is waited for by no undecided
+        transaction of ours from now on."""
+        tagged: list[Action] = []
+        for action in actions:
+            tagged.append(SwimAction(action=action))
+            if isinstance(action, swim.StateChanged) and action.state is swim.MemberState.DEAD:
+                tagged += self._decided(now_s, self.coordinator.member_dead(now_s, action.member))
+        return tagged
 
     def txn_unfinished(self) -> dict[int, frozenset[int]]:
         """The transactions this member coordinates and has not decided, with the members
@@ -693,6 +766,8 @@ class MemberDriver:
         self.participant.check_invariants()
         self.gc.check_invariants()
         self.anti_entropy.check_invariants()
+        if self.swim is not None:
+            self.swim.check_invariants()
         for applier in self.appliers.values():
             applier.check_invariants()
         if self.relays:

@@ -286,6 +286,7 @@ class Node:
             swim.close()
             self.log.error("swim_disabled", error=str(exc), address=f"{host}:{port}")
             return None
+        self.driver.swim = swim.core
         return swim
 
     async def _close(self) -> None:

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from replicaset.core import quorum as q
-from replicaset.core.swim import MemberState
 from replicaset.iproto import peer_messages
 from replicaset.iproto.codec import Frame, FrameDecoder, encode_request
 from replicaset.iproto.constants import ErrorCode, Key
@@ -276,12 +275,8 @@ class QuorumHost:
         if isinstance(action, q.SendPrepare):
             body = {PeerKey.COORDINATOR: self._id, PeerKey.MEMBERS: sorted(action.members),
                     PeerKey.READS: [[t, k, v.hlc, v.origin] for (t, k), v in action.reads.items()]}
-            swim = self._node.swim
-            for member in sorted(action.to):
-                if swim is not None and swim.core.state_of(member) is MemberState.DEAD:
-                    self.carry_out(self._node.driver.txn_member_dead(now, member, action.txn_id))
-                else:
-                    self._spawn(self._prepare, member, action.txn_id, body)
+            for member in action.to:
+                self._spawn(self._prepare, member, action.txn_id, body)
         elif isinstance(action, q.DecideCommit):
             self._spawn(self._write_row, action)
         elif isinstance(action, q.SendCommit):

@@ -23,6 +23,7 @@ import trio
 
 from replicaset.core import swim
 from replicaset.core.swim import MemberState, SwimProtocolError
+from replicaset.member import Action, SwimAction
 
 if TYPE_CHECKING:
     from replicaset.runtime.node import Node
@@ -96,6 +97,9 @@ def _address(text: str) -> tuple[str, int] | None:
 
 
 class SwimHost:
+    """The datagram socket of the member's SWIM; the core lives in the member driver
+    (`MemberDriver.swim`), which this host feeds and whose actions it carries out."""
+
     def __init__(self, node: Node) -> None:
         self._node = node
         self.core = swim.Swim(node.identity.instance_id, node.listen_address, random.Random(), settings(node.config))
@@ -116,25 +120,20 @@ class SwimHost:
 
     async def run(self) -> None:
         tick_s = self.core.settings.ping_timeout_s / 2
+        driver = self._node.driver
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._receive)
             while True:
                 now = trio.current_time()
                 if now - self._members_at_s >= MEMBERS_EVERY_S:
                     self._read_members(now)
-                self._carry_out(self._event("tick", now))
+                self._carry_out(driver.swim_tick(now))
                 await trio.sleep(tick_s)
 
     def _read_members(self, now: float) -> None:
         self._members_at_s = now
-        self._carry_out(self._event("members_changed", now, {
+        self._carry_out(self._node.driver.swim_members(now, {
             instance_id: address for instance_id, _, address in self._node.members()}))
-
-    def _event(self, name: str, *args: Any) -> list[swim.Action]:
-        actions = getattr(self.core, name)(*args)
-        if self._node.config["debug.check_invariants"]:
-            self.core.check_invariants()
-        return actions
 
     async def _receive(self) -> None:
         uuid = self._node.identity.replicaset_uuid
@@ -149,21 +148,20 @@ class SwimHost:
             now = trio.current_time()
             if self.core.state_of(sender) is None and now - self._members_at_s >= UNKNOWN_SENDER_READ_S:
                 self._read_members(now)  # a member that just joined: `_cluster` may hold it already
-            if kind == "ping_req":
-                self._carry_out(self._event("ping_req_received", now, sender, target, seq, updates))
-            else:
-                self._carry_out(self._event(f"{kind}_received", now, sender, seq, updates))
+            self._carry_out(self._node.driver.swim_received(now, kind, sender, seq, target, updates))
 
-    def _carry_out(self, actions: list[swim.Action]) -> None:
+    def _carry_out(self, actions: list[Action]) -> None:
         uuid, own = self._node.identity.replicaset_uuid, self.core.member
-        for action in actions:
+        for tagged in actions:
+            if not isinstance(tagged, SwimAction):
+                self._node.quorum.carry_out([tagged])  # a transaction no longer waiting for a dead member
+                continue
+            action = tagged.action
             if isinstance(action, swim.StateChanged):
                 # A suspicion is routine under load (a busy member answers late and refutes);
                 # a member declared dead is what an operator must hear of.
                 log = self._node.log.warning if action.state is MemberState.DEAD else self._node.log.info
                 log("member_state", member=action.member, state=action.state.value, incarnation=action.incarnation)
-                if action.state is MemberState.DEAD:  # our undecided transactions wait for it no more
-                    self._node.quorum.carry_out(self._node.driver.txn_member_dead(trio.current_time(), action.member))
                 continue
             if isinstance(action, swim.SendPingReq):
                 data = encode("ping_req", uuid, own, action.seq, action.target, action.updates)
@@ -185,7 +183,7 @@ class SwimHost:
 
     def removed(self, member: int) -> None:
         """`member`'s `_cluster` row went: REMOVED in the view, gossiped, final."""
-        self._carry_out(self._event("removed", trio.current_time(), member))
+        self._carry_out(self._node.driver.swim_removed(trio.current_time(), member))
 
     def stats(self) -> dict[str, Any]:
         """`box.info.swim`: the member's own incarnation and the datagrams refused."""
