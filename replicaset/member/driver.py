@@ -753,8 +753,11 @@ class MemberDriver:
     def check_rejoin(self, now_s: float, *, rejoin_timeout_s: float) -> list[Action]:
         """Whether the member must re-join from a checkpoint, and through whom."""
         own = self.instance_id
+        # An anonymous follower has no rows of its own to lose: any member it follows will do.
+        acked = (self.acked(own) if own != repl.ANONYMOUS_SUBSCRIBER
+                 else dict.fromkeys(self._membership().ids.values(), 0))
         return self._of_set(now_s, self.replicaset.check_rejoin(
-            now_s, own_lsn=self._store.vclock.get(own), acked=self.acked(own), rejoin_timeout_s=rejoin_timeout_s))
+            now_s, own_lsn=self._store.vclock.get(own), acked=acked, rejoin_timeout_s=rejoin_timeout_s))
 
     def check_invariants(self) -> None:
         """The store's, every core's, and no relay ahead of the store's durable cut for
