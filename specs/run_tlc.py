@@ -136,6 +136,12 @@ CONFIGS: tuple[Config, ...] = (
     _wrong("MembershipQuorum", "NoCatchUp", "NoLostUpdate"),
     _wrong("MembershipQuorum", "Registrar", "NoLostUpdate"),
     _correct("MembershipQuorum", "_deep", deep=True),
+    # SWIM membership: incarnations, refutation, REMOVED, stale news; pauses, restarts, loss.
+    _correct("Swim"),
+    _correct("Swim", "_live"),
+    _wrong("Swim", "EqualIncarnationAlive", "NoStaleRevival"),
+    _wrong("Swim", "NoRefutation", "OwnViewAlive"),
+    _correct("Swim", "_deep", deep=True),
 )
 
 SPEC_NAMES = tuple(dict.fromkeys(c.spec for c in CONFIGS))
