@@ -252,3 +252,15 @@ def quorum_set_of(replicaset_factory: Callable[..., ReplicaSet], size: int,
 def quorum_set(replicaset_factory: Callable[..., ReplicaSet]) -> tuple[ReplicaSet, list[Server]]:
     """Three members for quorum writes (tests/server/test_quorum*.py)."""
     return quorum_set_of(replicaset_factory, 3)
+
+
+def write_kv(member: Server, first: int, count: int, value: str) -> None:
+    """Rows `first .. first + count - 1` of `kv`, one autocommit each."""
+    with member.client() as client:
+        for k in range(first, first + count):
+            client.execute("INSERT INTO kv(k, v) VALUES (?, ?)", [k, value])
+
+
+def kv_count(member: Server) -> int:
+    with member.client() as client:
+        return client.execute("SELECT count(*) FROM kv").rows[0][0]

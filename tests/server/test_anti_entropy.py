@@ -4,68 +4,50 @@ holds its rows, when the operator allowed it, and says it needs one otherwise.""
 
 from __future__ import annotations
 
-from tests.server.conftest import ReplicaSet, Server, wait_for
+from tests.server.conftest import Server, kv_count, quorum_set_of, wait_for, write_kv
 
 AE = ("replication.anti_entropy_interval_seconds = 0.05\nreplication.delta_sync_threshold_transactions = 200\n"
       "replication.delta_sync_threshold_seconds = 0\ngc.min_retention_s = 0\n")
 ROW = "x" * 200
 
 
-def three(replicaset_factory, extra: str = "") -> tuple[ReplicaSet, list[Server]]:
-    rs = replicaset_factory(AE + extra)
-    members = [rs.bootstrap()]
-    with members[0].client() as client:
-        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
-    members += [rs.join(members[0]), rs.join(members[0])]
-    rs.wait_converged()
-    return rs, members
-
-
-def write(member: Server, first: int, count: int) -> None:
-    with member.client() as client:
-        for k in range(first, first + count):
-            client.execute("INSERT INTO kv(k, v) VALUES (?, ?)", [k, ROW])
 
 
 def events(member: Server, name: str) -> list[dict]:
     return [e for e in member.log_events() if e.get("event") == name]
 
 
-def count(member: Server) -> int:
-    with member.client() as client:
-        return client.execute("SELECT count(*) FROM kv").rows[0][0]
-
 
 def test_a_little_behind_catches_up_by_delta_sync(replicaset_factory):
-    rs, (first, second, third) = three(replicaset_factory, "replication.auto_rejoin = true\n")
+    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, AE + "replication.auto_rejoin = true\n")
     assert third.stop() == 0
-    write(first, 0, 50)
+    write_kv(first, 0, 50, ROW)
     third.start()
     rs.wait_converged()
-    assert count(third) == 50
+    assert kv_count(third) == 50
     assert not events(third, "snapshot_transfer") and not events(third, "rejoin")
 
 
 def test_far_behind_takes_a_checkpoint_when_allowed(replicaset_factory):
-    rs, (first, second, third) = three(replicaset_factory, "replication.auto_rejoin = true\n")
+    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, AE + "replication.auto_rejoin = true\n")
     assert third.stop() == 0
-    write(first, 0, 3000)
+    write_kv(first, 0, 3000, ROW)
     third.start()
     wait_for(lambda: events(third, "snapshot_transfer"), "member 3 decides on a checkpoint transfer")
     [transfer] = events(third, "snapshot_transfer")[:1]
     assert "more than delta_sync_threshold_transactions = 200" in transfer["reason"], transfer
     rs.wait_converged()
-    assert count(third) == 3000
+    assert kv_count(third) == 3000
     assert rs.info(third)["id"] == 3, "the same member, its data from the checkpoint"
 
 
 def test_far_behind_without_leave_says_what_it_needs_and_streams(replicaset_factory):
-    rs, (first, second, third) = three(replicaset_factory)
+    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, AE)
     assert third.stop() == 0
-    write(first, 0, 3000)
+    write_kv(first, 0, 3000, ROW)
     third.start()
     rs.wait_converged()
-    assert count(third) == 3000, "delta sync brought everything anyway"
+    assert kv_count(third) == 3000, "delta sync brought everything anyway"
     needed = events(third, "snapshot_transfer_needed")
     assert needed and "auto_rejoin" in needed[0]["hint"], needed
     assert not events(third, "snapshot_transfer")

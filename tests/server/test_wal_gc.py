@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tests.server.conftest import ReplicaSet, Server, wait_for
+from tests.server.conftest import Server, kv_count, quorum_set_of, wait_for, write_kv
 
 # Small segments, a checkpoint every half second, a GC pass every 0.2 s, no minimum.
 GC_CONFIG = ("wal_max_size = 65536\ncheckpoint_interval = 0.5\ngc.interval_s = 0.2\ngc.min_retention_s = 0\n"
@@ -18,32 +18,14 @@ def segments(member: Server) -> int:
     return len(list((member.data_dir / "wal").glob("*.wal")))
 
 
-def write(member: Server, first: int, count: int) -> None:
-    with member.client() as client:
-        for k in range(first, first + count):
-            client.execute("INSERT INTO kv(k, v) VALUES (?, ?)", [k, ROW])
 
-
-def three(replicaset_factory, extra: str) -> tuple[ReplicaSet, list[Server]]:
-    rs = replicaset_factory(GC_CONFIG + extra)
-    members = [rs.bootstrap()]
-    with members[0].client() as client:
-        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
-    members += [rs.join(members[0]), rs.join(members[0])]
-    rs.wait_converged()
-    return rs, members
-
-
-def count(member: Server) -> int:
-    with member.client() as client:
-        return client.execute("SELECT count(*) FROM kv").rows[0][0]
 
 
 def test_the_log_stays_bounded_while_every_member_keeps_up(replicaset_factory):
-    rs, members = three(replicaset_factory, "gc.max_retention_s = 3600\n")
+    rs, members = quorum_set_of(replicaset_factory, 3, GC_CONFIG + "gc.max_retention_s = 3600\n")
     most = 0
     for batch in range(6):
-        write(members[batch % 3], batch * ROWS, ROWS)
+        write_kv(members[batch % 3], batch * ROWS, ROWS, ROW)
         most = max(most, *(segments(m) for m in members))
     rs.wait_converged()
     wait_for(lambda: all(segments(m) <= 3 for m in members), "every member's log collected down to three segments")
@@ -53,20 +35,20 @@ def test_the_log_stays_bounded_while_every_member_keeps_up(replicaset_factory):
     names = [c["name"] for c in gc["consumers"]]
     assert "replica 2" in names and "replica 3" in names and "database" in names, names
     assert any(n.startswith("checkpoint ") for n in names), names
-    assert [count(m) for m in members] == [6 * ROWS] * 3
+    assert [kv_count(m) for m in members] == [6 * ROWS] * 3
 
 
 def test_a_stopped_member_keeps_its_rows_until_it_is_back(replicaset_factory):
-    rs, (first, second, third) = three(replicaset_factory, "gc.max_retention_s = 3600\n")
+    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, GC_CONFIG + "gc.max_retention_s = 3600\n")
     assert third.stop() == 0
-    write(first, 0, 3 * ROWS)
+    write_kv(first, 0, 3 * ROWS, ROW)
     time.sleep(1.0)  # checkpoints and GC passes come and go
     gc = rs.info(first)["gc"]
     assert gc["kept_because"] == "peer 3", gc
     assert segments(first) > 3, "the rows member 3 lacks stay"
     third.start()
     rs.wait_converged()
-    assert count(third) == 3 * ROWS
+    assert kv_count(third) == 3 * ROWS
     assert '"event": "rejoin"' not in third.log_path.read_text(), "caught up from the log, no checkpoint"
     before = segments(first)
     wait_for(lambda: rs.info(first)["gc"]["kept_because"] in ("oldest checkpoint", "live segment"),
@@ -75,19 +57,20 @@ def test_a_stopped_member_keeps_its_rows_until_it_is_back(replicaset_factory):
 
 
 def test_past_the_maximum_retention_a_stopped_member_repairs_from_a_checkpoint(replicaset_factory):
-    rs, (first, second, third) = three(replicaset_factory, "gc.max_retention_s = 1\nreplication.auto_rejoin = true\n")
+    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3,
+                                               GC_CONFIG + "gc.max_retention_s = 1\nreplication.auto_rejoin = true\n")
     held = {int(o): lsn for o, lsn in rs.info(third)["vclock"].items() if int(o) != 0}
     assert third.stop() == 0
-    write(first, 0, 3 * ROWS)
+    write_kv(first, 0, 3 * ROWS, ROW)
     more = iter(range(10_000, 20_000))
 
     def gone_past_member_3() -> bool:
-        write(first, next(more), 1)  # a pass after the maximum retention needs a new segment written since
+        write_kv(first, next(more), 1, ROW)  # a pass after the maximum retention needs a new segment written since
         starts = [rs.info(m)["gc"]["log_start"] for m in (first, second)]
         return all(any(lsn > held.get(int(o), 0) for o, lsn in start.items() if int(o) != 0) for start in starts)
 
     wait_for(gone_past_member_3, "members 1 and 2 collected rows member 3 lacks")
     third.start()
     rs.wait_converged()
-    assert count(third) == count(first)
+    assert kv_count(third) == kv_count(first)
     assert '"event": "rejoin"' in third.log_path.read_text(), "the rows were gone: a checkpoint transfer"
