@@ -136,6 +136,15 @@ CONFIGS: tuple[Config, ...] = (
     _wrong("MembershipQuorum", "NoCatchUp", "NoLostUpdate"),
     _wrong("MembershipQuorum", "Registrar", "NoLostUpdate"),
     _correct("MembershipQuorum", "_deep", deep=True),
+    # Tombstone purge: two-phase epochs over the acknowledged vclocks; no late row resurrects.
+    _correct("TombstonePurge"),
+    _correct("TombstonePurge", "_two"),
+    _correct("TombstonePurge", "_LocalWait"),
+    _correct("TombstonePurge", "_OwnBound"),
+    _wrong("TombstonePurge", "OneHorizon", "NoResurrection"),
+    _wrong("TombstonePurge", "CurrentBound", "NoResurrection"),
+    _wrong("TombstonePurge", "HorizonWait", "NoResurrection"),
+    _correct("TombstonePurge", "_deep", deep=True),
 )
 
 SPEC_NAMES = tuple(dict.fromkeys(c.spec for c in CONFIGS))
