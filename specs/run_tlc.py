@@ -145,6 +145,7 @@ CONFIGS: tuple[Config, ...] = (
     _wrong("TombstonePurge", "CurrentBound", "NoResurrection"),
     _wrong("TombstonePurge", "HorizonWait", "NoResurrection"),
     _correct("TombstonePurge", "_deep", deep=True),
+    _correct("TombstonePurge", "_deep_three", deep=True),
 )
 
 SPEC_NAMES = tuple(dict.fromkeys(c.spec for c in CONFIGS))
