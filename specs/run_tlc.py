@@ -142,6 +142,17 @@ CONFIGS: tuple[Config, ...] = (
     _wrong("Swim", "EqualIncarnationAlive", "NoStaleRevival"),
     _wrong("Swim", "NoRefutation", "OwnViewAlive"),
     _correct("Swim", "_deep", deep=True),
+    # Tombstone purge: two-phase epochs over the acknowledged vclocks; no late row resurrects.
+    _correct("TombstonePurge"),
+    _correct("TombstonePurge", "_two"),
+    # Correct alternatives the core did not choose (docs/design/tombstone-purge.md), outside CI.
+    _correct("TombstonePurge", "_LocalWait", deep=True),
+    _correct("TombstonePurge", "_OwnBound", deep=True),
+    _wrong("TombstonePurge", "OneHorizon", "NoResurrection"),
+    _wrong("TombstonePurge", "CurrentBound", "NoResurrection"),
+    _wrong("TombstonePurge", "HorizonWait", "NoResurrection"),
+    _correct("TombstonePurge", "_deep", deep=True),
+    _correct("TombstonePurge", "_deep_three", deep=True),
 )
 
 SPEC_NAMES = tuple(dict.fromkeys(c.spec for c in CONFIGS))
