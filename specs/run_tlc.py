@@ -138,7 +138,7 @@ CONFIGS: tuple[Config, ...] = (
     _correct("MembershipQuorum", "_deep", deep=True),
     # SWIM membership: incarnations, refutation, REMOVED, stale news; pauses, restarts, loss.
     _correct("Swim"),
-    _correct("Swim", "_live"),
+    _correct("Swim", "_live", deep=True),  # EventuallyAlive (about 25 s): outside CI, beside the deep run
     _wrong("Swim", "EqualIncarnationAlive", "NoStaleRevival"),
     _wrong("Swim", "NoRefutation", "OwnViewAlive"),
     _correct("Swim", "_deep", deep=True),
