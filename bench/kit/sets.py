@@ -31,7 +31,8 @@ START_TIMEOUT_S = 60.0
 CONVERGE_TIMEOUT_S = 120.0
 CLIENT_SOCKET_TIMEOUT_S = 30.0
 TARANTOOL_MEMTX_BYTES = 512 * MIB
-OUR_CONFIG = 'wal_mode = "write"\nreplication_timeout = 0.2\nreplication_connect_timeout = 10\n'
+OUR_OPTIONS: dict[str, Any] = {"wal_mode": "write", "replication_timeout": 0.2, "replication_connect_timeout": 10}
+OUR_CONFIG = 'wal_mode = "write"\nreplication_timeout = 0.2\nreplication_connect_timeout = 10\n'  # OUR_OPTIONS
 
 
 def toml_value(value: Any) -> str:
@@ -48,16 +49,17 @@ def toml_value(value: Any) -> str:
 
 
 def our_config_text(options: Mapping[str, Any]) -> str:
-    """OUR_CONFIG plus `options` by their dotted names (`wal_max_size`, `gc.interval_s`,
-    `replication.default_write_consistency`), top-level names first, then one table per
-    section."""
-    top = [f"{name} = {toml_value(v)}" for name, v in options.items() if "." not in name]
+    """OUR_OPTIONS overridden or extended by `options`, by their dotted names
+    (`wal_max_size`, `gc.interval_s`, `replication.default_write_consistency`): top-level
+    names first, then one table per section."""
+    merged = {**OUR_OPTIONS, **options}
+    top = [f"{name} = {toml_value(v)}" for name, v in merged.items() if "." not in name]
     sections: dict[str, list[str]] = {}
-    for name, v in options.items():
+    for name, v in merged.items():
         if "." in name:
             section, _, key = name.partition(".")
             sections.setdefault(section, []).append(f"{key} = {toml_value(v)}")
-    text = OUR_CONFIG + "".join(line + "\n" for line in top)
+    text = "".join(line + "\n" for line in top)
     for section, lines in sections.items():
         text += f"[{section}]\n" + "".join(line + "\n" for line in lines)
     return text
