@@ -7,7 +7,7 @@ the least the start-up check allows), then a Tarantool 2.6 full mesh with its de
 `checkpoint_count` (2) and `checkpoint_interval` set to ours (its other options are
 `bench.kit.sets`', `wal_max_size` its default). The same client drives both: one connector
 connection on member 1 running `INSERT OR REPLACE INTO kv VALUES (?, ?)` on random keys of
-KEY_RANGE with 100-char values, paced at `rate`/s, so the data set itself stays bounded.
+KEY_RANGE with random 100-char text values (Tarantool compresses its snapshots), paced at `rate`/s, so the data set itself stays bounded.
 Every `sample_s` the script sizes member 1's WAL (ours: `wal/`; Tarantool: `*.xlog`) and
 checkpoints (ours: `snap/`; Tarantool: `*.snap`) and, for ours, reads `box.info.gc`.
 
@@ -18,6 +18,7 @@ says how many checkpoint intervals the first half held."""
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 import threading
@@ -33,7 +34,7 @@ from bench.scenarios.set_writes import SQL_INSERT
 WAL_MAX_SIZE = 1 * MIB
 GC_INTERVAL_S = 5.0
 TIMELINE_POINTS = 12
-WRITER_VALUE = "w" * VALUE_BYTES
+VALUE_POOL = 4096  # random values the writer picks from: neither side's compression gains on them
 
 
 def our_options(checkpoint_interval_s: float, retention_s: float) -> dict[str, Any]:
@@ -85,6 +86,8 @@ class PacedWriter:
     def __init__(self, port: int, rate: float, seconds: float, seed: int) -> None:
         self.port, self.rate, self.seconds = port, rate, seconds
         self.rnd = random.Random(seed)
+        text = base64.b64encode(self.rnd.randbytes(VALUE_POOL * VALUE_BYTES)).decode()
+        self.values = [text[i * VALUE_BYTES:(i + 1) * VALUE_BYTES] for i in range(VALUE_POOL)]
         self.done = self.errors = self.stalls = 0
         self.samples: list[str] = []
         self.elapsed_s = 0.0
@@ -109,7 +112,7 @@ class PacedWriter:
                 i += 1
                 t0 = time.monotonic_ns()
                 try:
-                    conn.execute(SQL_INSERT, [self.rnd.randrange(KEY_RANGE), WRITER_VALUE])
+                    conn.execute(SQL_INSERT, [self.rnd.randrange(KEY_RANGE), self.rnd.choice(self.values)])
                     self.done += 1
                 except Exception as exc:  # noqa: BLE001 - counted and reported
                     self.errors += 1
@@ -234,10 +237,15 @@ def figures(entry: dict[str, Any], seconds: float) -> dict[str, float]:
     }
 
 
+def short(name: str) -> str:
+    """The set's name in the tables: 'ours' or 'tarantool' (its directory is 'wal_ours', ...)."""
+    return name.removeprefix("wal_")
+
+
 def report_lines(sets: dict[str, Any], seconds: float, rate: float, sample_s: float, checkpoint_interval_s: float,
                  retention_s: float, margin: float) -> list[str]:
     out = [f"  load: one connector connection on member 1, INSERT OR REPLACE on {KEY_RANGE:,} random keys "
-           f"({VALUE_BYTES}-char values), paced at {rate:g}/s for {seconds:g} s per set; member 1's files sized "
+           f"(random {VALUE_BYTES}-char text), paced at {rate:g}/s for {seconds:g} s per set; member 1's files sized "
            f"every {sample_s:g} s",
            f"  ours: wal_max_size {WAL_MAX_SIZE // 1024} KiB, checkpoint_interval {checkpoint_interval_s:g} s, "
            f"checkpoint_count 2 (default), [gc] interval_s {GC_INTERVAL_S:g}, min_retention_s {retention_s:g}, "
@@ -253,12 +261,12 @@ def report_lines(sets: dict[str, Any], seconds: float, rate: float, sample_s: fl
            "  " + " " * 29 + "(MiB)"]
     for name, entry in sets.items():
         if not entry.get("samples"):
-            out.append(f"  {name:<10} FAILED: {entry.get('failure', 'no samples')[:200]}")
+            out.append(f"  {short(name):<10} FAILED: {entry.get('failure', 'no samples')[:200]}")
             continue
         f = figures(entry, seconds)
         ok = bounded(entry, seconds, margin)
         achieved = entry["writes"] / entry["writer_s"] if entry.get("writer_s") else None
-        out.append(f"  {name:<10} {entry['writes']:>9,} {fmt_int(achieved):>7} {f['wal_max_mib']:>9.1f} "
+        out.append(f"  {short(name):<10} {entry['writes']:>9,} {fmt_int(achieved):>7} {f['wal_max_mib']:>9.1f} "
                    f"{f['wal_final_mib']:>7.1f} {f['first_half_max_mib']:>9.1f} {f['second_half_max_mib']:>9.1f} "
                    f"{f['snap_max_mib']:>9.1f} {f['snap_final_mib']:>7.1f} {f['total_max_mib']:>9.1f} "
                    f"{f['dir_max_mib']:>8.1f}  {'yes' if ok else 'NO'}")
@@ -269,6 +277,7 @@ def report_lines(sets: dict[str, Any], seconds: float, rate: float, sample_s: fl
         step = max(1, len(samples) // TIMELINE_POINTS)
         points = samples[::step] + ([samples[-1]] if (len(samples) - 1) % step else [])
         timeline = ", ".join(f"{t:.0f}s {s['wal'] / MIB:.1f}/{s['snap'] / MIB:.1f}" for t, s in points)
+        name = short(name)
         out.append(f"  {name} WAL/checkpoint MiB over time: {timeline}")
         if "kept_because" in samples[-1][1]:
             kept: dict[str, int] = {}
