@@ -53,11 +53,25 @@ def wait_alive(rs: OurSet, since: float) -> float:
         time.sleep(POLL_INTERVAL_S)
 
 
+def idle_of_victim(rs: OurSet) -> dict[int, Any]:
+    """Seconds since each observer last heard from member 3 (`idle` in its view)."""
+    found: dict[int, Any] = {}
+    for n in OBSERVERS:
+        try:
+            view = rs.info(rs.ports[n - 1]).get("members", [])
+            found[n] = next((m.get("idle") for m in view if m.get("id") == VICTIM), None)
+        except Exception as exc:  # noqa: BLE001 - only a missing column
+            found[n] = f"? {type(exc).__name__}"
+    return found
+
+
 def one_run(rs: OurSet) -> dict[str, Any]:
     """Kill member 3, poll until every observer says dead; per observer the first suspect
-    and dead times (s after the kill)."""
+    and dead times (s after the kill), and how long it had not heard from member 3 just
+    before."""
     suspect: dict[int, float] = {}
     dead: dict[int, float] = {}
+    idle_before = idle_of_victim(rs)
     t_kill = time.monotonic()
     code = rs.kill_member(VICTIM)
     states_seen: dict[int, list[str]] = {n: [] for n in OBSERVERS}
@@ -74,7 +88,7 @@ def one_run(rs: OurSet) -> dict[str, Any]:
                 suspect.setdefault(n, at)  # a suspicion between two polls
                 dead.setdefault(n, at)
         time.sleep(POLL_INTERVAL_S)
-    return {"exit_code": code, "suspect_s": suspect, "dead_s": dead, "dead_everywhere_s": max(dead.values()),
+    return {"exit_code": code, "idle_before_s": idle_before, "suspect_s": suspect, "dead_s": dead, "dead_everywhere_s": max(dead.values()),
             "states_seen": states_seen}
 
 
@@ -119,8 +133,9 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
         suspect = "/".join(f"{r['suspect_s'].get(n, float('nan')):.2f}" for n in OBSERVERS)
         dead = "/".join(f"{r['dead_s'][n]:.2f}" for n in OBSERVERS)
         again = r.get("alive_again_s")
-        out.append(f"  run {i}: kill -9 member 3 -> suspect on m1/m2 +{suspect} s, dead +{dead} s, dead everywhere "
-                   f"+{r['dead_everywhere_s']:.2f} s; restarted, alive in both views after "
+        idle = "/".join(str(r.get("idle_before_s", {}).get(n, "-")) for n in OBSERVERS)
+        out.append(f"  run {i}: idle on m1/m2 {idle} s; kill -9 member 3 -> suspect +{suspect} s, dead +{dead} s, "
+                   f"dead everywhere +{r['dead_everywhere_s']:.2f} s; restarted, alive in both views after "
                    f"{'-' if again is None else f'{again:.2f}'} s")
     figures = dead_figures(entry)
     if figures:
