@@ -1,6 +1,7 @@
 """Checkpoint transfer (the repair path that replaces a member's data): `join_ours` fills a
 fresh one-member set with `mb` MB of rows (random 8 KiB text values, multi-row INSERTs of 2 MiB),
-takes `box.snapshot()` and times `replicaset join` of a second member, polling its VmHWM.
+takes `box.snapshot()` and times `replicaset join` of a second member, polling its VmHWM
+(and notes how much of the fill the kernel still had to write back when the join began).
 
 What this module adds is the transfer alone, read from the two JSON logs (one wall clock):
 from the member's `join_serving` (the checkpoint is open, its first chunk goes out) to the
@@ -54,6 +55,9 @@ def report_lines(entry: dict[str, Any], limits: dict[str, Any]) -> list[str]:
                    f"(member's join_serving -> joiner's joined; {fmt_pct(ratio(mbs, tcp))} of raw loopback TCP, "
                    f"{fmt_pct(ratio(mbs, disk))} of a streamed file write + fsync)")
     out.append(f"  joiner     peak RSS (VmHWM) {entry['joiner_hwm_kb'] / 1024:.1f} MB")
+    dirty = entry.get("dirty_kb_at_join")
+    out.append(f"  page cache still to write back (Dirty + Writeback) when the joiner started: "
+               f"{'-' if dirty is None else f'{dirty / 1024:,.0f} MB'} (the fill's writeback would slow the joiner's writes)")
     out.append("  the whole join, from the joiner's process start:")
     out += join_ours.report_lines(entry)
     return out
