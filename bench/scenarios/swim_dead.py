@@ -6,7 +6,9 @@ member 3's pid; poll both views every POLL_INTERVAL_S (console EVAL over iproto)
 shows member 3 `dead`. The figure is the time from the kill until the later of the two
 (DEAD everywhere); the time to the first `suspect` is kept beside it. Member 3 is then
 started again on its data directory and port (`replicaset serve`) for the next run, and
-the time until both views hold it alive again is kept too (its refutation)."""
+the time until both views hold it alive again is kept too (its refutation). Before each kill
+the script also waits until both observers have heard from member 3 themselves within
+HEARD_WITHIN_S (`idle` in their views), so every run starts from the same steady state."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from replicaset.config import OPTIONS
 
 POLL_INTERVAL_S = 0.05
 ALIVE_TIMEOUT_S = 90.0
+HEARD_WITHIN_S = 1.0  # before a kill, each observer heard from member 3 itself at most this long ago
 DEAD_TIMEOUT_S = 120.0
 VICTIM = 3
 OBSERVERS = (1, 2)
@@ -43,13 +46,22 @@ def views(rs: OurSet) -> dict[int, str]:
 
 
 def wait_alive(rs: OurSet, since: float) -> float:
-    """Seconds from `since` until every observer holds member 3 alive."""
+    """Seconds from `since` until every observer holds member 3 alive, then (not counted) until
+    every observer has heard from it itself within HEARD_WITHIN_S: a view can hold it alive
+    from another member's gossip alone, and its DEAD is then due sooner (the silence is
+    counted from the last message the observer itself got)."""
+    alive_s = None
     while True:
-        seen = views(rs)
-        if all(state == "alive" for state in seen.values()):
-            return time.monotonic() - since
+        if alive_s is None:
+            seen: dict[int, Any] = views(rs)
+            if all(state == "alive" for state in seen.values()):
+                alive_s = time.monotonic() - since
+        else:
+            seen = idle_of_victim(rs)
+            if all(isinstance(idle, (int, float)) and idle <= HEARD_WITHIN_S for idle in seen.values()):
+                return alive_s
         if time.monotonic() - since > ALIVE_TIMEOUT_S:
-            raise RuntimeError(f"member 3 not alive in every view after {ALIVE_TIMEOUT_S:.0f} s: {seen}")
+            raise RuntimeError(f"member 3 not alive and heard from in every view after {ALIVE_TIMEOUT_S:.0f} s: {seen}")
         time.sleep(POLL_INTERVAL_S)
 
 
