@@ -222,8 +222,9 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
     out.append(f"  member 3 restarted: answers +{entry['answers_s']:.2f} s, first new row seen "
                f"+{'-' if first is None else f'{first:.2f}'} s, vclock equal +{entry['seconds']:.2f} s (from process start)")
     out.append(f"  delta sync {entry['rows_per_s']:,.0f} rows/s from process start; "
-               f"{fmt_int(entry.get('stream_rows_per_s'))} rows/s while streaming "
-               f"(poll every {POLL_INTERVAL_S * 1000:.0f} ms)")
+               f"{fmt_int(entry.get('stream_rows_per_s'))} rows/s while streaming (from the last {POLL_INTERVAL_S * 1000:.0f} ms "
+               f"poll that showed none of the rows: coarse when the catch-up takes about a second, as a busy member "
+               f"answers box.info late)")
     cpu3 = entry.get("cpu_m3_s")
     out.append(f"  CPU during the catch-up: members 1/2 {fmt_cpu(entry['cpu_m1_m2'])} of a core; member 3 "
                f"{cpu3:.1f} s in all, start-up included ({cpu3 / entry['seconds'] * 100:.0f}% of a core): "
