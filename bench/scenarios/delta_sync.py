@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.kit.client import SQL_CREATE, VALUE_BYTES
+from bench.kit.client import VALUE_BYTES
 from bench.kit.procfs import CpuWindow, read_cpu_seconds
 from bench.kit.procs import HOST, log_events, read_lines
 from bench.kit.report import fmt_cpu, fmt_int, progress
