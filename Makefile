@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-deep specs specs-deep bench bench-audit clean
+.PHONY: demo test test-deep specs specs-deep bench bench-audit bench-repair clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ bench: $(STAMP)
 
 bench-audit: $(STAMP)
 	$(PY) bench/bench_audit.py --rows 10000000
+
+bench-repair: $(STAMP)
+	$(PY) bench/bench_repair.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

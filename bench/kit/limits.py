@@ -4,7 +4,12 @@
   durable write path does at most (fsyncs/s x records per fsync) rows/s;
 - the loopback round-trip limit: a blocking-socket ping-pong with a separate process (this
   module run as `python -m bench.kit.limits PORT` is that process's echo server); one
-  connection does at most that many requests/s.
+  connection does at most that many requests/s;
+- the loopback throughput limit: one connection sending 1 MiB blocks to a separate process
+  that reads and drops them (`python -m bench.kit.limits PORT sink`), MB/s: a bulk transfer
+  between two processes of this machine moves at most that much;
+- the disk's streaming limit: 1 MiB writes of one file, then one fsync, MB/s: what a
+  received checkpoint can be written at.
 
 Each runs for `seconds` after `warmup_s`; only what started after the warm-up counts."""
 
@@ -28,6 +33,9 @@ FSYNC_FILE_MAX_BYTES = 64 * 1024 * 1024  # start a new file past this, as the WA
 MAX_FSYNCS = 1_000_000
 MAX_PINGS = 10_000_000
 PING_SOCKET_TIMEOUT_S = 10.0
+BULK_BLOCK_BYTES = 1024 * 1024
+MAX_BULK_BLOCKS = 1_000_000
+DISK_STREAM_BYTES_MAX = 1024 * 1024 * 1024
 
 
 def measure_fsync_limit(directory: Path, seconds: float, warmup_s: float) -> dict[str, Any]:
@@ -106,6 +114,105 @@ def echo_server_main(port: int) -> int:
     return 0
 
 
+def sink_server_main(port: int) -> int:
+    """Reads and drops everything a connection sends; when the sender shuts its side down,
+    answers with the byte count (8 bytes, big-endian) and closes. Exits with its parent."""
+    parent = os.getppid()
+    listener = socket.create_server((HOST, port))
+    listener.settimeout(0.5)
+    print(json.dumps({"event": "listening", "port": listener.getsockname()[1]}), flush=True)
+
+    def serve(conn: socket.socket) -> None:
+        buffer = bytearray(BULK_BLOCK_BYTES)
+        total = 0
+        with conn:
+            conn.settimeout(60.0)
+            try:
+                while True:
+                    got = conn.recv_into(buffer)
+                    if not got:
+                        break
+                    total += got
+                conn.sendall(total.to_bytes(8, "big"))
+            except OSError:
+                return
+
+    while os.getppid() == parent:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    return 0
+
+
+def measure_loopback_throughput(port: int, seconds: float, warmup_s: float) -> dict[str, Any]:
+    """MB/s (2^20 bytes) of 1 MiB `sendall`s to the sink on `port`, one connection: the bytes
+    the sink counted over the time from the first measured send until it answered. The warm-up
+    goes over another connection first."""
+    block = os.urandom(BULK_BLOCK_BYTES)
+
+    def send_for(duration_s: float) -> tuple[int, float]:
+        with socket.create_connection((HOST, port), timeout=PING_SOCKET_TIMEOUT_S) as sock:
+            t0 = time.monotonic()
+            deadline = t0 + duration_s
+            for _ in range(MAX_BULK_BLOCKS):
+                if time.monotonic() >= deadline:
+                    break
+                sock.sendall(block)
+            sock.shutdown(socket.SHUT_WR)
+            answer = b""
+            while len(answer) < 8:
+                chunk = sock.recv(8 - len(answer))
+                if not chunk:
+                    raise ConnectionError("the sink closed the connection without a count")
+                answer += chunk
+            return int.from_bytes(answer, "big"), time.monotonic() - t0
+
+    if warmup_s > 0:
+        send_for(warmup_s)
+    received, elapsed_s = send_for(seconds)
+    return {"mb_per_s": received / BULK_BLOCK_BYTES / elapsed_s if elapsed_s > 0 else None,
+            "bytes": received, "seconds": elapsed_s}
+
+
+def measure_loopback_throughput_limit(work: Path, seconds: float, warmup_s: float) -> dict[str, Any]:
+    """Start the sink, stream to it, stop it; {} when that fails (the figure is then '-')."""
+    sink = None
+    try:
+        sink = start_helper("sink", "bench.kit.limits", work / "sink.log", ("sink",))
+        assert sink.port is not None
+        return measure_loopback_throughput(sink.port, seconds, warmup_s)
+    except Exception as exc:  # noqa: BLE001 - a missing ceiling must not stop the figures
+        progress(f"loopback throughput measurement failed: {exc}")
+        return {}
+    finally:
+        if sink is not None:
+            sink.stop()
+
+
+def measure_disk_stream(directory: Path, nbytes: int) -> dict[str, Any]:
+    """MB/s (2^20 bytes) of `nbytes` written to a new file in `directory` in 1 MiB writes,
+    then one fsync (the time includes it), as a received checkpoint is written; the file is
+    removed."""
+    nbytes = max(BULK_BLOCK_BYTES, min(nbytes, DISK_STREAM_BYTES_MAX))
+    block = os.urandom(BULK_BLOCK_BYTES)
+    path = directory / "stream_probe.bin"
+    try:
+        t0 = time.monotonic()
+        with open(path, "wb", buffering=0) as out:
+            written = 0
+            while written < nbytes:
+                written += out.write(block)
+            t_written = time.monotonic()
+            os.fsync(out.fileno())
+        t1 = time.monotonic()
+    finally:
+        path.unlink(missing_ok=True)
+    return {"mb_per_s": written / BULK_BLOCK_BYTES / (t1 - t0), "bytes": written,
+            "write_s": t_written - t0, "fsync_s": t1 - t_written}
+
+
 def measure_loopback(port: int, seconds: float, warmup_s: float) -> dict[str, Any]:
     """Round trips/s of 32-byte pings to the echo server on `port`, one connection."""
     message = b"x" * 32
@@ -158,4 +265,6 @@ def measure_loopback_limit(work: Path, seconds: float, warmup_s: float) -> dict[
 
 
 if __name__ == "__main__":
+    if sys.argv[2:] == ["sink"]:
+        sys.exit(sink_server_main(int(sys.argv[1])))
     sys.exit(echo_server_main(int(sys.argv[1])))

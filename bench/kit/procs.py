@@ -59,10 +59,11 @@ class Proc:
         return cls(name, proc, log_path, port=None, started_ns=started_ns, started_wall=started_wall)
 
     @classmethod
-    def ours(cls, name: str, args: list[str], log_path: Path) -> Proc:
-        """`replicaset <args>` on a free port, returned once it answers a ping."""
+    def ours(cls, name: str, args: list[str], log_path: Path, port: int | None = None) -> Proc:
+        """`replicaset <args>` on `port` (a free one by default), returned once it answers a
+        ping; a member restarted on its old port keeps the address its peers know."""
         started_wall, started_ns = time.time(), time.monotonic_ns()
-        proc, port = start_instance(args, log_path)
+        proc, port = start_instance(args, log_path, port)
         return cls(name, proc, log_path, port=port, started_ns=started_ns, started_wall=started_wall)
 
     def log_text(self) -> str:
@@ -107,9 +108,10 @@ def _listening_port(line: str) -> int | None:
     return None
 
 
-def start_helper(name: str, module: str, log_path: Path) -> Proc:
-    """`python -m <module> 0`: one of the bench's own servers, on a port it picks and prints."""
-    helper = Proc.spawn(name, [sys.executable, "-m", module, "0"], log_path, cwd=REPO)
+def start_helper(name: str, module: str, log_path: Path, args: tuple[str, ...] = ()) -> Proc:
+    """`python -m <module> 0 [args]`: one of the bench's own servers, on a port it picks and
+    prints."""
+    helper = Proc.spawn(name, [sys.executable, "-m", module, "0", *args], log_path, cwd=REPO)
     try:
         helper.port = helper.wait_for_line(_listening_port, HELPER_START_TIMEOUT_S)
     except Exception:

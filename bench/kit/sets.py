@@ -11,9 +11,12 @@ map), Tarantool with synchronous replication (`replication_synchro_quorum`, `kv`
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,7 +31,38 @@ START_TIMEOUT_S = 60.0
 CONVERGE_TIMEOUT_S = 120.0
 CLIENT_SOCKET_TIMEOUT_S = 30.0
 TARANTOOL_MEMTX_BYTES = 512 * MIB
-OUR_CONFIG = 'wal_mode = "write"\nreplication_timeout = 0.2\nreplication_connect_timeout = 10\n'
+OUR_OPTIONS: dict[str, Any] = {"wal_mode": "write", "replication_timeout": 0.2, "replication_connect_timeout": 10}
+OUR_CONFIG = 'wal_mode = "write"\nreplication_timeout = 0.2\nreplication_connect_timeout = 10\n'  # OUR_OPTIONS
+
+
+def toml_value(value: Any) -> str:
+    """A TOML scalar or list for our config file (bools lower-case, strings JSON-quoted)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def our_config_text(options: Mapping[str, Any]) -> str:
+    """OUR_OPTIONS overridden or extended by `options`, by their dotted names
+    (`wal_max_size`, `gc.interval_s`, `replication.default_write_consistency`): top-level
+    names first, then one table per section."""
+    merged = {**OUR_OPTIONS, **options}
+    top = [f"{name} = {toml_value(v)}" for name, v in merged.items() if "." not in name]
+    sections: dict[str, list[str]] = {}
+    for name, v in merged.items():
+        if "." in name:
+            section, _, key = name.partition(".")
+            sections.setdefault(section, []).append(f"{key} = {toml_value(v)}")
+    text = "".join(line + "\n" for line in top)
+    for section, lines in sections.items():
+        text += f"[{section}]\n" + "".join(line + "\n" for line in lines)
+    return text
 
 
 class ReplicaSet(Protocol):
@@ -54,14 +88,19 @@ def norm_vclock(raw: Any) -> dict[int, int]:
 class OurSet:
     """Three members of ours, started as `replicaset demo` does (bootstrap, join via the last)."""
 
-    def __init__(self, work: Path, *, name: str = "ours", consistency: str = "one", trace_file: str = "") -> None:
-        """`trace_file`: each member writes the driver's trace there, in its data directory."""
+    def __init__(self, work: Path, *, name: str = "ours", consistency: str = "one", trace_file: str = "",
+                 options: Mapping[str, Any] | None = None) -> None:
+        """`trace_file`: each member writes the driver's trace there, in its data directory.
+        `options`: more config options by dotted name (`gc.interval_s`), over these."""
         self.name = name
         self.work = work / name
         self.work.mkdir()
         self.config = self.work / "config.toml"
-        self.config.write_text(OUR_CONFIG + f'[replication]\ndefault_write_consistency = "{consistency}"\n'
-                               + (f'[debug]\ntrace_file = "{trace_file}"\n' if trace_file else ""))
+        merged: dict[str, Any] = {"replication.default_write_consistency": consistency}
+        if trace_file:
+            merged["debug.trace_file"] = trace_file
+        merged.update(options or {})
+        self.config.write_text(our_config_text(merged))
         self.rs_uuid = str(uuid.uuid4())
         self.members: list[Proc] = []
         self.ports: list[int] = []
@@ -99,6 +138,35 @@ class OurSet:
 
     def pids(self) -> list[int]:
         return [m.pid for m in self.members]
+
+    def stop_member(self, n: int) -> int | None:
+        """SIGTERM member `n` (1-based) and wait: a clean stop."""
+        return self.members[n - 1].stop()
+
+    def kill_member(self, n: int) -> int | None:
+        """SIGKILL member `n`'s pid (a crash) and reap it."""
+        member = self.members[n - 1]
+        if member.proc.poll() is None:
+            os.kill(member.pid, signal.SIGKILL)
+        return member.proc.wait(timeout=30)
+
+    def restart_member(self, n: int) -> Proc:
+        """`replicaset serve` member `n` again on its data directory, config and port (its
+        peers know it by that address), logging to the same file; returned once it answers
+        a ping. Its previous process must have exited."""
+        old = self.members[n - 1]
+        if old.proc.poll() is None:
+            raise RuntimeError(f"member {n} (pid {old.pid}) is still running")
+        member = Proc.ours(f"ours m{n}", ["serve", "--data-dir", str(self.data_dir(n)), "--config", str(self.config)],
+                           old.log_path, port=self.ports[n - 1])
+        self.members[n - 1] = member
+        return member
+
+    def members_view(self, port: int) -> dict[int, str]:
+        """`box.info.members` of one member as {id: state}."""
+        with Client.connect(HOST, port, timeout_s=CLIENT_SOCKET_TIMEOUT_S) as client:
+            view = client.eval("box.info.members")[0]
+        return {int(m["id"]): str(m["state"]) for m in view}
 
     def data_dir(self, n: int) -> Path:
         """Member `n`'s data directory (1-based, in start order)."""
@@ -155,7 +223,7 @@ box.cfg{{
     wal_mode = 'write',
     read_only = false,
     memtx_memory = {memtx},
-    work_dir = '{work_dir}',{synchro_cfg}
+    work_dir = '{work_dir}',{synchro_cfg}{extra_cfg}
 }}
 -- Runs once per set, on the instance that bootstraps it (the smallest UUID, not always the first):
 -- the others can only join once guest may replicate. They get the grant with the snapshot.
@@ -178,7 +246,9 @@ class TarantoolSet:
     answered once that many instances (member 1 included) have written it."""
 
     def __init__(self, work: Path, binary: str, *, name: str = "tarantool", synchro_quorum: int | None = None,
-                 synchro_timeout_s: float = 5.0, replication_timeout_s: float = 1.0) -> None:
+                 synchro_timeout_s: float = 5.0, replication_timeout_s: float = 1.0,
+                 box_cfg: Mapping[str, int | float] | None = None) -> None:
+        """`box_cfg`: more numeric `box.cfg` options (`checkpoint_interval = 30`)."""
         self.name = name
         self.work = work / name
         self.work.mkdir()
@@ -186,6 +256,7 @@ class TarantoolSet:
         self.synchro_cfg = (SYNCHRO_CFG.format(quorum=synchro_quorum, timeout_s=synchro_timeout_s,
                                                replication_timeout_s=replication_timeout_s)
                             if synchro_quorum else "")
+        self.extra_cfg = "".join(f"\n    {name} = {value!r}," for name, value in (box_cfg or {}).items())
         self.members: list[Proc] = []
         self.ports: list[int] = []
 
@@ -195,7 +266,8 @@ class TarantoolSet:
         for n, port in enumerate(self.ports, start=1):
             self.members.append(spawn_tarantool(f"tarantool t{n}", self.binary, self.work / f"t{n}",
                                                 TARANTOOL_MEMBER_INIT, port=port, uris=uris, quorum=3,
-                                                memtx=TARANTOOL_MEMTX_BYTES, synchro_cfg=self.synchro_cfg))
+                                                memtx=TARANTOOL_MEMTX_BYTES, synchro_cfg=self.synchro_cfg,
+                                                extra_cfg=self.extra_cfg))
         for member in self.members:
             wait_ready(member, START_TIMEOUT_S)
         conn = connect(self.ports[0], CLIENT_SOCKET_TIMEOUT_S)
@@ -224,6 +296,10 @@ class TarantoolSet:
 
     def pids(self) -> list[int]:
         return [m.pid for m in self.members]
+
+    def work_dir(self, n: int) -> Path:
+        """Instance `n`'s work_dir (1-based): its .xlog and .snap files."""
+        return self.work / f"t{n}"
 
     def _eval(self, port: int, expr: str) -> list[Any]:
         conn = connect(port, CLIENT_SOCKET_TIMEOUT_S)

@@ -43,6 +43,17 @@ def iso_to_epoch(text: str | None) -> float | None:
         return None
 
 
+def dirty_kb() -> int | None:
+    """Dirty + Writeback of /proc/meminfo in kB: page cache the kernel still has to write,
+    which throttles a writer once past vm.dirty_ratio."""
+    try:
+        with open("/proc/meminfo") as f:
+            fields = {line.split(":")[0]: int(line.split()[1]) for line in f if line.startswith(("Dirty:", "Writeback:"))}
+    except (OSError, ValueError, IndexError):
+        return None
+    return sum(fields.values())
+
+
 def run(work: Path, join_mb: int) -> dict[str, Any]:
     """Fill, snapshot, join, measure, stop; the figures, or `failure` with what went wrong."""
     entry: dict[str, Any] = {"notes": []}
@@ -89,6 +100,7 @@ def run(work: Path, join_mb: int) -> dict[str, Any]:
         snaps = sorted((root / "m1" / "snap").glob("*.snap"))
         entry["snap_bytes"] = snaps[-1].stat().st_size if snaps else None
         entry["member_hwm_before_kb"] = read_status_kb(member.pid, "VmHWM")
+        entry["dirty_kb_at_join"] = dirty_kb()
 
         jport = free_port()
         argv = [sys.executable, "-m", "replicaset.cli", "join", "--uuid", rs_uuid, "--peer", f"{HOST}:{port}",
