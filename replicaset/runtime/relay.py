@@ -3,6 +3,7 @@ connection, fed by the writer's flushes and syncs; and the registry of the relay
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,23 @@ FEED_QUEUE_MAX = 64
 
 def record_bytes(record: Record) -> bytes:
     return encode_record(record, max_record_bytes=1 << 31)
+
+
+def frames_of(records: Sequence[Record], budget_bytes: int) -> Iterator[list[bytes]]:
+    """The encoded records in runs of at most `budget_bytes` (a record larger than that
+    alone): 256 rows of large transactions made one frame past the subscriber's
+    `max_frame_bytes`, which it refused, resubscribed, and got again, for ever."""
+    run: list[bytes] = []
+    size = 0
+    for record in records:
+        encoded = record_bytes(record)
+        if run and size + len(encoded) > budget_bytes:
+            yield run
+            run, size = [], 0
+        run.append(encoded)
+        size += len(encoded)
+    if run:
+        yield run
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +100,13 @@ class Relays:
 
     async def serve(
         self, driver: MemberDriver, conn: int, feed: Feed, first: list[Action], out: FrameSink, *,
-        engine: Engine, writer: Writer, log: Any,
+        engine: Engine, writer: Writer, log: Any, frame_bytes: int,
     ) -> None:
-        """Run the driver's relay on `conn` until it stops or its connection breaks."""
+        """Run the driver's relay on `conn` until it stops or its connection breaks; a ROWS
+        frame holds at most `frame_bytes` of records (more for one record alone)."""
         try:
-            await run_relay(driver, conn, feed, first, out, engine=engine, writer=writer, log=log)
+            await run_relay(driver, conn, feed, first, out, engine=engine, writer=writer, log=log,
+                            frame_bytes=frame_bytes)
         finally:
             self.close_feed(feed)
             driver.relay_closed(conn)
@@ -97,7 +117,7 @@ class Relays:
 
 async def run_relay(
     driver: MemberDriver, conn: int, feed: Feed, first: list[Action], out: FrameSink, *, engine: Engine,
-    writer: Writer, log: Any,
+    writer: Writer, log: Any, frame_bytes: int,
 ) -> None:
     """Carry out the actions of the driver's relay on `conn`: read the log when it asks (at
     subscribe, and after it kept no rows), then follow the feed of flushes and syncs."""
@@ -120,8 +140,8 @@ async def run_relay(
             assert isinstance(tagged, RelayAction) and tagged.conn == conn
             action = tagged.action
             if isinstance(action, repl.SendRows):
-                body = {PeerKey.RECORDS: [record_bytes(r) for r in action.records]}
-                out.send_frame(encode_request(PeerRequest.ROWS, 0, body))
+                for run in frames_of(action.records, frame_bytes):
+                    out.send_frame(encode_request(PeerRequest.ROWS, 0, {PeerKey.RECORDS: run}))
             elif isinstance(action, repl.SendHeartbeat):
                 out.send_frame(encode_request(PeerRequest.HEARTBEAT, 0, {Key.VCLOCK: action.vclock}))
             elif isinstance(action, repl.SyncWal):

@@ -366,7 +366,8 @@ class Session:
             """The connection is the relay's from now on: when it stops, the connection goes."""
             try:
                 await node.relays.serve(node.driver, conn, feed, accepted.actions, self, engine=node.engine,
-                                        writer=node.writer, log=node.log)
+                                        writer=node.writer, log=node.log,
+                                        frame_bytes=node.config.max_frame_bytes // 2)
             finally:
                 node.anonymous_followers.pop(conn, None)
             await trio.aclose_forcefully(self._stream)

@@ -107,7 +107,7 @@ def test_a_relay_ships_no_row_of_ours_an_os_crash_could_still_take(tmp_path: Pat
                                                    last_txn={}, include_own=False)
             assert isinstance(accepted, Accepted)
             nursery.start_soon(partial(run_relay, node.driver, conn, feed, accepted.actions, wire, engine=node.engine,
-                                       writer=node.writer, log=node.log))
+                                       writer=node.writer, log=node.log, frame_bytes=1 << 20))
             for n in range(ROWS_BEFORE, ROWS_BEFORE + ROWS_AFTER):
                 await node.writer.execute("INSERT INTO t VALUES (?)", [n])
             with trio.fail_after(WAIT_S):
@@ -126,3 +126,18 @@ def test_a_relay_ships_no_row_of_ours_an_os_crash_could_still_take(tmp_path: Pat
         assert not lost, f"shipped {OWN}:{lost} while an OS crash would have left the WAL at {OWN}:{durable}"
     cache.os_crash(tmp_path / "data" / "wal")
     assert surviving(tmp_path / "data" / "wal").get(OWN) >= wire.own_rows()[-1]
+
+
+def test_rows_go_in_frames_bounded_by_bytes_and_a_large_row_alone():
+    """256 rows of large transactions in one frame passed the subscriber's max_frame_bytes:
+    it refused the frame, resubscribed and got the same frame again, for ever."""
+    from replicaset.runtime.relay import frames_of, record_bytes
+    from wal import Record, RecordType
+
+    def row(lsn: int, size: int) -> Record:
+        return Record(type=RecordType.DML, origin=1, lsn=lsn, txn_id=lsn, payload=b"x" * size)
+
+    records = [row(1, 400), row(2, 400), row(3, 5000), row(4, 100), row(5, 100)]
+    runs = list(frames_of(records, 1000))
+    assert [len(run) for run in runs] == [2, 1, 2], "a run never passes the budget; a larger row goes alone"
+    assert [b for run in runs for b in run] == [record_bytes(r) for r in records], "every row, in order"
