@@ -726,11 +726,17 @@ class MemberDriver:
     # ---------------------------------------------------------------- anti-entropy
 
     @_event
-    def anti_entropy_check(self, now_s: float, alive: frozenset[int]) -> list[Action]:
-        """Compare the member's vclock with each `alive` peer it follows (their relays'
-        word), and how far each holds our own rows: a checkpoint transfer when delta sync
-        is not enough (`core.anti_entropy`)."""
+    def anti_entropy_check(self, now_s: float) -> list[Action]:
+        """Compare the member's vclock with each peer it follows that SWIM holds alive
+        (every one, without SWIM), by their relays' word, and how far each holds our own
+        rows: a checkpoint transfer when delta sync is not enough (`core.anti_entropy`).
+        Not while recovering own rows or registering: the replica-set core decides then."""
+        if self.replicaset.phase in (Phase.RECOVERING, Phase.REGISTERING):
+            return []
         ids = self._membership().ids
+        live = {swim.MemberState.ALIVE, swim.MemberState.JOINING}
+        alive = (set(ids.values()) if self.swim is None
+                 else {m.member for m in self.swim.view() if m.state in live})
         acked = self.acked(self.instance_id)
         peers = {}
         for key, applier in self.appliers.items():

@@ -1,8 +1,8 @@
 """Anti-entropy on the server: the host of the driver's `core.anti_entropy` (DESIGN 4.8).
 
 Every `[replication] anti_entropy_interval_seconds` the driver compares the member with
-each peer SWIM holds alive (every peer, without SWIM). A delta sync is what the appliers
-do already; a snapshot transfer is the re-join of `replicaset serve --rejoin`: the node
+each peer SWIM holds alive (every peer it follows, without SWIM). A delta sync is what
+the appliers do already; a snapshot transfer is the re-join of `replicaset serve --rejoin`: the node
 stops, keeps its data directory aside and joins again through the peer under the same
 UUID and id, starting from the peer's newest checkpoint. The member does that by itself
 only where the operator allowed it (`--rejoin` or `[replication] auto_rejoin`); otherwise
@@ -15,27 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from replicaset.core.replicaset import Phase
-from replicaset.core.swim import MemberState
 from replicaset.member import AntiEntropyAction
 
 if TYPE_CHECKING:
     from replicaset.runtime.node import Node
-
-LIVE = frozenset({MemberState.ALIVE, MemberState.JOINING})
 
 
 class AntiEntropyHost:
     def __init__(self, node: Node) -> None:
         self._node = node
         self._told: tuple[int, str] | None = None  # the snapshot transfer last logged as needed
-
-    def _alive(self) -> frozenset[int]:
-        node = self._node
-        own = node.identity.instance_id
-        if node.swim is None:
-            return frozenset(i for i, _, _ in node.members() if i != own)
-        return frozenset(m.member for m in node.swim.core.view() if m.member != own and m.state in LIVE)
 
     async def run(self) -> None:
         interval = float(self._node.config["replication.anti_entropy_interval_seconds"])
@@ -45,9 +34,7 @@ class AntiEntropyHost:
 
     def check(self) -> None:
         node = self._node
-        if node.driver.replicaset.phase in (Phase.RECOVERING, Phase.REGISTERING):
-            return  # fetching own rows, or a joiner not yet held: the replica-set core decides
-        for tagged in node.driver.anti_entropy_check(trio.current_time(), self._alive()):
+        for tagged in node.driver.anti_entropy_check(trio.current_time()):
             assert isinstance(tagged, AntiEntropyAction)
             transfer = tagged.action
             address = {i: a for i, _, a in node.members()}.get(transfer.through)

@@ -413,7 +413,7 @@ class Node:
             raise console.ConsoleError("a member cannot remove itself: remove it through another member")
         if instance_id not in members:
             raise console.ConsoleError(f"instance {instance_id} is not registered in this replica set")
-        state = self.swim.core.state_of(instance_id) if self.swim is not None else None
+        state = self.driver.swim.state_of(instance_id) if self.driver.swim is not None else None
         if not force and (state is None or state.value in ("alive", "joining", "suspect")):
             raise console.ConsoleError(f"instance {instance_id} is {state.value if state else 'not known to be dead'}: "
                                "stop it first, or box.remove(ID, {force = true})")

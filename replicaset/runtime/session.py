@@ -330,10 +330,11 @@ class Session:
         request = self._check_replicaset(peer_messages.subscribe(frame))
         uuid = request.instance_uuid
         node = self._node
-        subscriber = ANONYMOUS_SUBSCRIBER if request.anonymous else node.member_id(uuid)
-        if request.anonymous and node.member_id(uuid) is not None:
+        registered = node.member_id(uuid)
+        if request.anonymous and registered is not None:
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"instance {uuid} is a registered member, not an anonymous "
                                                          "follower")
+        subscriber = ANONYMOUS_SUBSCRIBER if request.anonymous else registered
         if subscriber is None:
             raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {uuid} is not registered in replica set {node.identity.replicaset_uuid}: join first")
         claimed = request.replica_id

@@ -20,6 +20,7 @@ import trio
 from replicaset.core import gc
 from replicaset.member import GcAction
 from replicaset.meta.repl import put_repl, repl
+from wal import VClock
 
 if TYPE_CHECKING:
     from replicaset.runtime.node import Node
@@ -36,7 +37,7 @@ class WalGcHost:
     def __init__(self, node: Node) -> None:
         self._node = node
         self.removed_segments = 0  # since start, for the console
-        self.last_pass_s: float | None = None
+        self._checkpoints: list[tuple[str, VClock]] = []  # the last pass's checkpoint consumers
 
     def _peers(self) -> dict[int, str]:
         """Registered members but this one: id -> uuid."""
@@ -62,41 +63,40 @@ class WalGcHost:
         peers = self._peers()
         meta = node.quorum.meta
         for peer, uuid in peers.items():
-            if peer in node.driver.gc.peers and node.driver.gc.peers[peer]:
-                put_repl(meta, uuid, node.driver.gc.peers[peer])
+            acked = node.driver.gc.peers.get(peer)
+            if acked:
+                put_repl(meta, uuid, acked)
         async with writer.checkpoint_lock, writer.token:
             wal = engine.wal
             start = engine.log_start()
             segments = [gc.Segment(name=path.name, start=vclock, written_s=path.stat().st_mtime)
                         for path, vclock in wal.segments()]
-            checkpoints = [vclock for _, vclock in engine.checkpoints() if start <= vclock]
-            actions = node.driver.gc_collect(time.time(), segments, checkpoints=checkpoints, peers=frozenset(peers))
+            self._checkpoints = [(path.name, vclock) for path, vclock in engine.checkpoints() if start <= vclock]
+            actions = node.driver.gc_collect(time.time(), segments, checkpoints=[v for _, v in self._checkpoints],
+                                             peers=frozenset(peers))
             for tagged in actions:
                 assert isinstance(tagged, GcAction)
                 removed = wal.remove_oldest(tagged.action.names)
                 self.removed_segments += len(removed)
                 node.log.info("wal_gc", removed=[p.name for p in removed], log_start=engine.log_start().to_dict(),
                               kept=len(wal.segments()))
-        self.last_pass_s = time.time()
         return node.driver.gc_kept
 
     def info(self) -> dict[str, Any]:
-        """`box.info.gc`: the consumers, the segments kept and why."""
+        """`box.info.gc`: the consumers, the segments kept and why, as of the last pass (the
+        checkpoints are not opened again for every `box.info`)."""
         node = self._node
         engine = node.engine
         segments = engine.wal.segments()
         kept = node.driver.gc_kept
-        start = engine.log_start()
-        checkpoints = [{"vclock": vclock.to_dict(), "file": path.name} for path, vclock in engine.checkpoints()
-                       if start <= vclock]
         return {
             "consumers": [
                 *({"name": f"replica {peer}", "vclock": acked} for peer, acked in sorted(node.driver.gc.peers.items())),
-                *({"name": f"checkpoint {c['file']}", "vclock": c["vclock"]} for c in checkpoints),
+                *({"name": f"checkpoint {name}", "vclock": vclock.to_dict()} for name, vclock in self._checkpoints),
                 {"name": "database", "vclock": engine.vclock.to_dict()},
             ],
             "segments": len(segments),
-            "log_start": start.to_dict(),
+            "log_start": engine.log_start().to_dict(),
             "kept_because": None if kept is None else (
                 f"{kept.keeper.value} {kept.peer}" if kept.peer is not None else kept.keeper.value),
             "removed_segments": self.removed_segments,
