@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,13 +86,24 @@ def measure_fsync_limit(directory: Path, seconds: float, warmup_s: float) -> dic
     }
 
 
-def echo_server_main(port: int) -> int:
-    """A blocking echo server, one thread per connection; exits with its parent."""
+def _serve_until_parent_exits(serve: Callable[[socket.socket], None], port: int) -> int:
+    """Listen on `port`, say where on stdout, and serve each connection in a thread until
+    the parent process goes."""
     parent = os.getppid()
     listener = socket.create_server((HOST, port))
     listener.settimeout(0.5)
     print(json.dumps({"event": "listening", "port": listener.getsockname()[1]}), flush=True)
+    while os.getppid() == parent:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    return 0
 
+
+def echo_server_main(port: int) -> int:
+    """A blocking echo server, one thread per connection; exits with its parent."""
     def serve(conn: socket.socket) -> None:
         with conn:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -105,23 +117,12 @@ def echo_server_main(port: int) -> int:
             except OSError:
                 return
 
-    while os.getppid() == parent:
-        try:
-            conn, _ = listener.accept()
-        except TimeoutError:
-            continue
-        threading.Thread(target=serve, args=(conn,), daemon=True).start()
-    return 0
+    return _serve_until_parent_exits(serve, port)
 
 
 def sink_server_main(port: int) -> int:
     """Reads and drops everything a connection sends; when the sender shuts its side down,
     answers with the byte count (8 bytes, big-endian) and closes. Exits with its parent."""
-    parent = os.getppid()
-    listener = socket.create_server((HOST, port))
-    listener.settimeout(0.5)
-    print(json.dumps({"event": "listening", "port": listener.getsockname()[1]}), flush=True)
-
     def serve(conn: socket.socket) -> None:
         buffer = bytearray(BULK_BLOCK_BYTES)
         total = 0
@@ -137,13 +138,7 @@ def sink_server_main(port: int) -> int:
             except OSError:
                 return
 
-    while os.getppid() == parent:
-        try:
-            conn, _ = listener.accept()
-        except TimeoutError:
-            continue
-        threading.Thread(target=serve, args=(conn,), daemon=True).start()
-    return 0
+    return _serve_until_parent_exits(serve, port)
 
 
 def measure_loopback_throughput(port: int, seconds: float, warmup_s: float) -> dict[str, Any]:
