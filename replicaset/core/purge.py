@@ -183,3 +183,139 @@ class PurgeHorizon:
         # held here when it was returned (spec PurgedKeysCovered's premise).
         assert covers(self._own_then, self.purged) and covers(self._own_then, self._released_by), (
             f"purge: returned {self.purged} with {self._released_by} while holding {self._own_then}")
+
+
+# ---------------------------------------------------------------- members that leave
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeUnder:
+    """Delete the tombstones under `bound` (spec PurgeUnder)."""
+
+    bound: Clock
+
+
+@dataclass(frozen=True, slots=True)
+class RemovalSettled:
+    """`member`'s origin ends at `last_lsn` for good: keep it (a restart must not count
+    the member again, nor forget where its origin ends)."""
+
+    member: int
+    last_lsn: int
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeStopped:
+    """A settled origin went on past its end: the rule's premise failed, purge no more."""
+
+    reason: str
+
+
+Action = PurgeUnder | RemovalSettled | PurgeStopped
+
+
+@dataclass(slots=True)
+class Leaving:
+    """A member no longer registered whose origin's end is not settled yet."""
+
+    ack: Clock  # its last acknowledgement, counted as a stale one until settled
+    own_then: Clock  # this member's vclock when it saw the removal: it holds the removal
+    covered_s: float | None = None  # when every remaining member first held `own_then`
+
+
+class TombstonePurge:
+    """The purge passes of one member: `PurgeHorizon`'s epochs, and where the origin of a
+    removed member ends (`member_removed`'s `last_lsn`), which no one announces.
+
+    Theory of operation (docs/design/tombstone-purge.md, "Membership"):
+    - A member removed (`box.remove`) stops writing once it sees its own row gone, and the
+      others stop taking rows from it once they applied the removal (their appliers of it
+      stop). Rows of its origin may still travel between the remaining members, but no new
+      ones enter: the highest LSN of its origin that any remaining member holds settles.
+    - Until it is settled the member keeps counting, at its last acknowledgement (a stale
+      one, which only delays). It is settled `settle_s` after every remaining member's
+      acknowledgement first covered this member's vclock at the removal (so each applied
+      the removal): `last_lsn` is then the highest LSN of its origin in any vclock given.
+    - Which members left: one registered at the last pass and not now, or an origin this
+      member holds rows of that is not registered (rows of a member are in every log after
+      its registration, so holding them means holding the registration, and its absence
+      means the removal: the case of a restart, which forgets the last pass). An origin
+      only another member's acknowledgement names may be a member whose registration has
+      not reached this one yet: while one is named, nothing is purged.
+    - Settled ends are kept by the host (`RemovalSettled`) and given back at start
+      (`restored`). Should a settled origin show more rows later, the premise failed: purge
+      stops for good (`PurgeStopped`) rather than risk a resurrection.
+    """
+
+    def __init__(self, *, settle_s: float) -> None:
+        if not settle_s >= 0:
+            raise ValueError(f"purge: settle_s must be >= 0, got {settle_s!r}")
+        self.settle_s = settle_s
+        self.horizon = PurgeHorizon()
+        self.leaving: dict[int, Leaving] = {}
+        self.stopped: str | None = None
+        self._acks: dict[int, Clock] = {}  # the last pass's acknowledgements of registered members
+
+    def restored(self, removed: Mapping[int, int]) -> None:
+        """The settled ends the host kept, at start."""
+        for member, last_lsn in sorted(removed.items()):
+            self.horizon.member_removed(member, last_lsn)
+
+    def passed(self, now_s: float, own: int, vclocks: Mapping[int, Mapping[int, int]]) -> list[Action]:
+        """A pass: `vclocks` holds every registered member's last acknowledged vclock, this
+        member's (`own`) being what SQLite holds, the registered set read from that state."""
+        if self.stopped is not None:
+            return []
+        if own not in vclocks:
+            raise LocalProtocolError(f"purge: the vclocks lack this member ({own})")
+        clocks: dict[int, Clock] = {}
+        for member, vclock in vclocks.items():
+            try:
+                clocks[member] = _clock(vclock)
+            except ValueError as exc:
+                raise LocalProtocolError(f"purge: vclock of member {member}: {exc}") from exc
+        if overrun := self._overrun(clocks):
+            self.stopped = overrun
+            return [PurgeStopped(reason=overrun)]
+        registered, removed = set(clocks), set(self.horizon.removed)
+        for member in (set(clocks[own]) | set(self._acks)) - registered - removed - set(self.leaving):
+            self.leaving[member] = Leaving(ack=self._acks.get(member, {}), own_then=clocks[own])
+        self._acks = clocks
+        actions: list[Action] = [*self._settle(now_s, clocks)]
+        named = set().union(*clocks.values()) - registered - set(self.horizon.removed) - set(self.leaving)
+        if named:
+            self.check_invariants()
+            return actions  # a member this one does not know of yet may have written them
+        counted = {**clocks, **{member: leaving.ack for member, leaving in self.leaving.items()}}
+        bound = self.horizon.observed(own, counted)
+        if bound:
+            actions.append(PurgeUnder(bound=bound))
+        self.check_invariants()
+        return actions
+
+    def _overrun(self, clocks: Mapping[int, Clock]) -> str | None:
+        for member, last_lsn in self.horizon.removed.items():
+            seen = max(clock.get(member, 0) for clock in clocks.values())
+            if seen > last_lsn:
+                return (f"rows of removed member {member} up to {seen} arrived after its origin was settled "
+                        f"at {last_lsn}: tombstones are no longer purged")
+        return None
+
+    def _settle(self, now_s: float, clocks: Mapping[int, Clock]) -> list[Action]:
+        settled: list[Action] = []
+        for member, leaving in sorted(self.leaving.items()):
+            if leaving.covered_s is None:
+                if all(covers(clock, leaving.own_then) for clock in clocks.values()):
+                    leaving.covered_s = now_s
+                continue
+            if now_s - leaving.covered_s < self.settle_s:
+                continue
+            last_lsn = max([leaving.ack.get(member, 0), *(clock.get(member, 0) for clock in clocks.values())])
+            del self.leaving[member]
+            self.horizon.member_removed(member, last_lsn)
+            settled.append(RemovalSettled(member=member, last_lsn=last_lsn))
+        return settled
+
+    def check_invariants(self) -> None:
+        assert not set(self.leaving) & set(self.horizon.removed), "purge: a member both leaving and settled"
+        self.horizon.check_invariants()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replicaset.core import anti_entropy, gc, quorum, swim
+from replicaset.core import anti_entropy, gc, purge, quorum, swim
 from replicaset.core import replication as repl
 from replicaset.core import replicaset as rs
 
@@ -52,6 +52,14 @@ class GcAction:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PurgeAction:
+    """An action of tombstone purge: delete tombstones, keep a settled origin's end, or
+    stop purging."""
+
+    action: purge.Action
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AntiEntropyAction:
     """An action of anti-entropy: transfer a checkpoint from a peer."""
 
@@ -65,7 +73,8 @@ class SwimAction:
     action: swim.Action
 
 
-Action = ApplierAction | RelayAction | SetAction | QuorumAction | GcAction | AntiEntropyAction | SwimAction
+Action = (ApplierAction | RelayAction | SetAction | QuorumAction | GcAction | PurgeAction | AntiEntropyAction
+          | SwimAction)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

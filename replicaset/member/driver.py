@@ -44,7 +44,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from replicaset.core import anti_entropy, gc, quorum, swim
+from replicaset.core import anti_entropy, gc, purge, quorum, swim
 from replicaset.core import replication as repl
 from replicaset.core.hlc import unpack_stamp
 from replicaset.core.replicaset import (
@@ -63,6 +63,7 @@ from replicaset.member.actions import (
     AntiEntropyAction,
     ApplierAction,
     GcAction,
+    PurgeAction,
     QuorumAction,
     RelayAction,
     SetAction,
@@ -112,6 +113,7 @@ class MemberDriver:
         participant: quorum.Participant | None = None,
         wal_gc: gc.WalGc | None = None,
         repair: anti_entropy.AntiEntropy | None = None,
+        tombstone_purge: purge.TombstonePurge | None = None,
     ) -> None:
         """`timeout_s` is `replication_timeout`, of every applier and relay; `trace`, when
         given, takes one dict per spec action, and `traced_table` gives the member's table as
@@ -124,7 +126,7 @@ class MemberDriver:
         (a fresh one in memory when not given); `wal_gc`, the GC of the member's log with
         the host's retention (one that keeps nothing past what its consumers need, when
         not given); `repair`, anti-entropy with the host's thresholds (Marmot's defaults
-        when not given)."""
+        when not given); `tombstone_purge`, the purge passes with the host's settle time."""
         self.instance_id = instance_id
         self.coordinator = quorum.Coordinator(member=instance_id)
         self.participant = participant or quorum.Participant(member=instance_id, timeout_s=timeout_s)
@@ -132,6 +134,7 @@ class MemberDriver:
         self.gc_kept: gc.Kept | None = None  # the last pass's outcome, for the console
         self.anti_entropy = repair or anti_entropy.AntiEntropy(member=instance_id, threshold_rows=10_000,
                                                                threshold_s=3600.0)
+        self.purge = tombstone_purge or purge.TombstonePurge(settle_s=10.0)
         self.swim: swim.Swim | None = None  # the host's, once it listens for datagrams
         self.replicaset = replicaset
         self.appliers: dict[str, repl.Applier] = {}
@@ -723,6 +726,25 @@ class MemberDriver:
         self.gc_kept = plan.kept
         return [GcAction(action=plan.remove)] if plan.remove is not None else []
 
+    # ---------------------------------------------------------------- tombstone purge
+
+    def purge_restored(self, removed: Mapping[int, int]) -> None:
+        """The settled ends of removed members' origins as the metastore kept them, at start."""
+        self.purge.restored(removed)
+
+    @_event
+    def purge_pass(self, now_s: float, peers: frozenset[int]) -> list[Action]:
+        """A tombstone purge pass over what the registered `peers` acknowledged (their GC
+        consumers) and what SQLite holds here; the host reads `peers` from that same state
+        and deletes what a `PurgeUnder` says. An anonymous follower acknowledges to no one,
+        so no member's rule counts it: it keeps its tombstones."""
+        if self.instance_id == repl.ANONYMOUS_SUBSCRIBER:
+            return []
+        self.gc.peers_changed(peers)
+        vclocks = {peer: self.gc.peers[peer] for peer in peers}
+        vclocks[self.instance_id] = self._store.vclock.to_dict()
+        return [PurgeAction(action=a) for a in self.purge.passed(now_s, self.instance_id, vclocks)]
+
     # ---------------------------------------------------------------- anti-entropy
 
     @_event
@@ -774,6 +796,7 @@ class MemberDriver:
         self.coordinator.check_invariants()
         self.participant.check_invariants()
         self.gc.check_invariants()
+        self.purge.check_invariants()
         self.anti_entropy.check_invariants()
         if self.swim is not None:
             self.swim.check_invariants()

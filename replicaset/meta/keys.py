@@ -9,6 +9,7 @@ ASCII path text, and fixed-width numbers keep each prefix in numeric order.
 | `/intent/{table}/{key}` | the txn id whose intent holds the row |
 | `/intent_txn/{txn_id:016x}/{table}/{key}` | `[table, key]`: the intent, by transaction |
 | `/repl/{peer_uuid}` | the vclock the peer acknowledged |
+| `/repl_removed/{instance_id:010d}` | the last LSN of a removed member's origin (tombstone purge) |
 
 An intent key is a `(table, key)` pair: the table's name and the row's text key
 (`replicaset.storage.keys.intent_key`, e.g. `users:1`). The key may hold any character;
@@ -23,6 +24,7 @@ TXN_SEQ = b"/txn_idx/seq/"
 INTENT = b"/intent/"
 INTENT_TXN = b"/intent_txn/"
 REPL = b"/repl/"
+REPL_REMOVED = b"/repl_removed/"
 
 TXN_ID_MAX = 2**64 - 1
 TXN_ID_HEX = 16
@@ -88,3 +90,7 @@ def prefix_end(prefix: bytes) -> bytes:
     """The first key after every key that starts with `prefix` (the prefixes here end in an
     ASCII byte, so adding one to the last byte never carries)."""
     return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+def repl_removed(instance_id: int) -> bytes:
+    return REPL_REMOVED + f"{instance_id:010d}".encode()

@@ -44,3 +44,23 @@ def repl(store: MetaStore, peer_uuid: str) -> dict[int, int] | None:
         return _check_vclock(value)
     except (AttributeError, ValueError) as error:
         raise malformed(key, "a vclock", value) from error
+
+
+def put_removed(store: MetaStore, instance_id: int, last_lsn: int) -> None:
+    """The origin of removed member `instance_id` ends at `last_lsn` (`core.purge`), synced:
+    a restart that forgot it would count the member again from nothing, and purge nothing."""
+    checked = _check_vclock({instance_id: last_lsn})
+    with store.batch(sync=True) as batch:
+        batch.put(keys.repl_removed(instance_id), checked[instance_id])
+
+
+def removed_ends(store: MetaStore) -> dict[int, int]:
+    """Every settled removed origin: instance id -> its last LSN."""
+    ends: dict[int, int] = {}
+    for key, value in store.scan(keys.REPL_REMOVED):
+        try:
+            instance_id = int(key[len(keys.REPL_REMOVED):])
+            ends.update(_check_vclock({instance_id: value}))
+        except (AttributeError, ValueError) as error:
+            raise malformed(key, "a removed member's last LSN", value) from error
+    return ends

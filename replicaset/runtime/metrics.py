@@ -226,6 +226,9 @@ class NodeMetrics:
         removed = self._counter("replicaset_gc_removed_segments", "WAL segments removed by GC since start")
         removed.add_metric([me], gc["removed_segments"])
         yield removed
+        purged = self._counter("replicaset_gc_tombstones_purged", "Tombstones purged since start")
+        purged.add_metric([me], gc["tombstones"]["purged"])
+        yield purged
 
 
 # ---------------------------------------------------------------- HTTP, without a socket

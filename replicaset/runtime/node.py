@@ -16,6 +16,7 @@ import trio
 from replicaset import __version__, console
 from replicaset.config import Config
 from replicaset.core.anti_entropy import AntiEntropy
+from replicaset.core.purge import TombstonePurge
 from replicaset.core.quorum import CLUSTER_TABLE
 from replicaset.core.replicaset import (
     BOOTSTRAP_ID,
@@ -181,6 +182,9 @@ class Node:
             trace=self._open_trace(),
             participant=self.quorum.participant(),
             wal_gc=wal_gc(cfg),
+            # Members stop taking a removed member's rows within a `_cluster` refresh (one
+            # replication_timeout) of applying the removal, and acknowledge at heartbeats.
+            tombstone_purge=TombstonePurge(settle_s=10 * cfg.replication_timeout),
             repair=AntiEntropy(member=self.identity.instance_id,
                                threshold_rows=cfg["replication.delta_sync_threshold_transactions"],
                                threshold_s=float(cfg["replication.delta_sync_threshold_seconds"])),

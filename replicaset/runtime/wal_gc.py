@@ -8,6 +8,12 @@ goes and no append rolls a segment while the log's shape is read and cut. The pe
 consumers (the vclock each acknowledged to our relays) are kept in the metastore's
 `/repl/{uuid}` at each pass, unsynced: a crash that loses the newest ones leaves older
 vclocks, which only keep more of the log, and the peers acknowledge again once back.
+
+Each pass is also a tombstone purge pass (`core.purge`, docs/design/tombstone-purge.md)
+over the same acknowledgements: the registered members and SQLite's vclock are read under
+the writer's token, so both are of one committed state; the tombstones the core names go in
+a transaction of their own. Where a removed member's origin ends is kept in the metastore
+(`/repl_removed/`), synced.
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from replicaset.core import gc
-from replicaset.member import GcAction
-from replicaset.meta.repl import put_repl, repl
+from replicaset.core import gc, purge
+from replicaset.member import GcAction, PurgeAction
+from replicaset.meta.repl import put_removed, put_repl, removed_ends, repl
 from wal import VClock
 
 if TYPE_CHECKING:
@@ -37,6 +43,9 @@ class WalGcHost:
     def __init__(self, node: Node) -> None:
         self._node = node
         self.removed_segments = 0  # since start, for the console
+        self.purged_tombstones = 0  # since start
+        self.purge_stopped: str | None = None
+        self._purged_under: dict[int, int] = {}  # the last bound purged under
         self._checkpoints: list[tuple[str, VClock]] = []  # the last pass's checkpoint consumers
 
     def _peers(self) -> dict[int, str]:
@@ -49,6 +58,7 @@ class WalGcHost:
         meta = self._node.quorum.meta
         kept = {peer: repl(meta, uuid) for peer, uuid in self._peers().items()}
         self._node.driver.gc_restored({peer: acked or {} for peer, acked in kept.items()})
+        self._node.driver.purge_restored(removed_ends(meta))
 
     async def run(self) -> None:
         interval = float(self._node.config["gc.interval_s"])
@@ -80,7 +90,26 @@ class WalGcHost:
                 self.removed_segments += len(removed)
                 node.log.info("wal_gc", removed=[p.name for p in removed], log_start=engine.log_start().to_dict(),
                               kept=len(wal.segments()))
+            purging = node.driver.purge_pass(trio.current_time(), frozenset(self._peers()))
+        for tagged in purging:
+            assert isinstance(tagged, PurgeAction)
+            await self._purge(tagged.action)
         return node.driver.gc_kept
+
+    async def _purge(self, action: purge.Action) -> None:
+        node = self._node
+        if isinstance(action, purge.PurgeUnder):
+            done = await node.writer.purge_tombstones(action.bound)
+            self.purged_tombstones += done.tombstones
+            self._purged_under = dict(action.bound)
+            (node.log.info if done.tombstones else node.log.debug)(
+                "tombstones_purged", under=action.bound, tombstones=done.tombstones)
+        elif isinstance(action, purge.RemovalSettled):
+            put_removed(node.quorum.meta, action.member, action.last_lsn)
+            node.log.info("removed_origin_settled", member=action.member, last_lsn=action.last_lsn)
+        else:
+            self.purge_stopped = action.reason
+            node.log.error("tombstone_purge_stopped", reason=action.reason)
 
     def info(self) -> dict[str, Any]:
         """`box.info.gc`: the consumers, the segments kept and why, as of the last pass (the
@@ -102,4 +131,11 @@ class WalGcHost:
             "removed_segments": self.removed_segments,
             "min_retention_s": node.driver.gc.min_retention_s,
             "max_retention_s": node.driver.gc.max_retention_s,
+            "tombstones": {
+                "purged": self.purged_tombstones,
+                "purged_under": self._purged_under,
+                "waiting_for": dict(epoch.wait_for) if (epoch := node.driver.purge.horizon.epoch) else {},
+                "leaving": sorted(node.driver.purge.leaving),
+                "stopped": self.purge_stopped,
+            },
         }

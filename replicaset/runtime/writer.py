@@ -10,7 +10,7 @@ Clients are answered only after the flush that made their transaction durable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -26,6 +26,7 @@ from replicaset.storage import (
     EngineFatal,
     GapError,
     LocalTxn,
+    Purged,
     SqlError,
     StatementResult,
 )
@@ -320,6 +321,13 @@ class Writer:
         async with self.token:
             await self._flush_now()
         return await self._in_thread(self.engine.checkpoint, partial(trio.from_thread.run, self.sync_wal))
+
+    async def purge_tombstones(self, bound: Mapping[int, int]) -> Purged:
+        """Between batches (what is pending is flushed first), in a thread: a purge of many
+        tombstones must not stall the event loop."""
+        async with self.token:
+            await self._flush_now()
+            return await self._in_thread(self.engine.purge_tombstones, bound)
 
     async def _in_thread(self, call: Callable[..., Any], *args: Any) -> Any:
         self.in_thread += 1

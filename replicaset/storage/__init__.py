@@ -14,6 +14,7 @@ from replicaset.storage.errors import (
     SqlError,
 )
 from replicaset.storage.statements import StatementShape
+from replicaset.storage.tombstones import Purged
 from replicaset.storage.transactions import Captured, LocalTxn, StatementResult
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "EngineFatal",
     "GapError",
     "LocalTxn",
+    "Purged",
     "SchemaDivergence",
     "SchemaPending",
     "SqlError",

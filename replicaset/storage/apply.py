@@ -35,9 +35,9 @@ from replicaset.storage.virtual import VirtualTable
 Version = tuple[int, int]
 
 _SET_VERSION = (
-    "INSERT INTO _rs_version(tbl, key, hlc, origin, deleted) VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO _rs_version(tbl, key, hlc, origin, deleted, lsn) VALUES (?, ?, ?, ?, ?, ?)"
     " ON CONFLICT(tbl, key) DO UPDATE SET hlc = excluded.hlc, origin = excluded.origin,"
-    " deleted = excluded.deleted"
+    " deleted = excluded.deleted, lsn = excluded.lsn"
 )
 _GET_VERSION = "SELECT hlc, origin FROM _rs_version WHERE tbl = ? AND key = ?"
 RESOLVE_ROUNDS_MAX = 10_000
@@ -46,8 +46,10 @@ RESOLVE_ROUNDS_MAX = 10_000
 HLC_SQL_OFFSET = 1 << 63
 
 
-def set_version(conn: apsw.Connection, table: str, key: str, version: Version, deleted: bool) -> None:
-    conn.execute(_SET_VERSION, (table, key, version[0] - HLC_SQL_OFFSET, version[1], int(deleted)))
+def set_version(conn: apsw.Connection, table: str, key: str, version: Version, deleted: bool, lsn: int) -> None:
+    """`lsn` with the version's origin names the row that wrote it: a tombstone is purged
+    by that row's place in the vclocks (core.purge)."""
+    conn.execute(_SET_VERSION, (table, key, version[0] - HLC_SQL_OFFSET, version[1], int(deleted), lsn))
 
 
 def get_version(conn: apsw.Connection, table: str, key: str) -> Version | None:
@@ -181,14 +183,15 @@ class RowApplier:
         self._upkeep = IndexUpkeep(conn, tables)
         conn.preupdate_hook(self._upkeep.on_change)
 
-    def apply_rows(self, rows: list[CapturedRow], version: Version, *, versioned: bool) -> None:
+    def apply_rows(self, rows: list[CapturedRow], version: Version, *, versioned: bool, lsn: int) -> None:
+        """The rows of row `version[1]:lsn`."""
         try:
-            self._apply_rows(rows, version, versioned=versioned)
+            self._apply_rows(rows, version, versioned=versioned, lsn=lsn)
             self._upkeep.flush()
         finally:
             self._upkeep.discard()
 
-    def _apply_rows(self, rows: list[CapturedRow], version: Version, *, versioned: bool) -> None:
+    def _apply_rows(self, rows: list[CapturedRow], version: Version, *, versioned: bool, lsn: int) -> None:
         touched: dict[str, TableInfo] = {}
         for row in rows:
             info = self._tables.get(row.table)
@@ -202,7 +205,7 @@ class RowApplier:
                 continue
             if info.virtual is not None:
                 self._apply_virtual(info.virtual, row)
-                set_version(self._conn, row.table, row.key, version, row.op is Op.DELETE)
+                set_version(self._conn, row.table, row.key, version, row.op is Op.DELETE, lsn)
                 continue
             resolved = bool(info.unique_groups)
             if resolved:
@@ -211,9 +214,9 @@ class RowApplier:
             if row.op is Op.DELETE:
                 if not resolved or self._unique.visible_key(info, row.old or {}) == row.key:
                     delete_row(self._conn, info, row.old or {}, row.key)
-                set_version(self._conn, row.table, row.key, version, True)
+                set_version(self._conn, row.table, row.key, version, True, lsn)
             else:
-                set_version(self._conn, row.table, row.key, version, False)
+                set_version(self._conn, row.table, row.key, version, False, lsn)
                 if resolved:
                     self._unique.place(info, row.key, row.new or {}, version)
                 else:

@@ -112,8 +112,10 @@ def digest(conn: apsw.Connection, exclude: Iterable[str] = ()) -> dict[str, int]
             order = ", ".join(map(quote, info.pk_columns)) if info and info.pk_columns else "rowid"
             for row in conn.execute(f"SELECT * FROM {quote(table)} ORDER BY {order}"):
                 h.update(_pack(row))
+        # Live versions only: a tombstone stands for "no row", and members purge theirs at
+        # different times (storage.tombstones), so members holding the same rows compare equal.
         for row in conn.execute(
-            "SELECT key, hlc, origin, deleted FROM _rs_version WHERE tbl = ? ORDER BY key", (table,)
+            "SELECT key, hlc, origin FROM _rs_version WHERE tbl = ? AND deleted = 0 ORDER BY key", (table,)
         ):
             h.update(_pack(row))
         for row in conn.execute("SELECT key, image FROM _rs_latent WHERE tbl = ? ORDER BY key", (table,)):

@@ -17,7 +17,7 @@ from pathlib import Path
 import apsw
 
 from replicaset.storage.errors import EngineFatal
-from replicaset.storage.schema import INTERNAL_DDL
+from replicaset.storage.schema import create_internal
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -50,8 +50,7 @@ def open_connections(db_path: Path) -> Connections:
     writer.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, 1)
     if writer.execute("PRAGMA synchronous").fetchone()[0] != 1:
         raise EngineFatal("SQLite refused synchronous=NORMAL")
-    for ddl in INTERNAL_DDL:
-        writer.execute(ddl)
+    create_internal(writer)
     applier = connect(db_path)
     applier.execute("PRAGMA synchronous=NORMAL")
     applier.execute("PRAGMA foreign_keys=OFF")

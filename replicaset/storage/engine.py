@@ -24,7 +24,7 @@ that owns it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,14 +33,14 @@ import apsw
 
 from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
-from replicaset.storage import recovery
+from replicaset.storage import recovery, tombstones
 from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier, get_version
 from replicaset.storage.apply_record import RecordApplier
 from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batch, Batches, BatchKind
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.connections import Connections, connect
-from replicaset.storage.errors import SqlError
+from replicaset.storage.errors import BatchKindError, SqlError
 from replicaset.storage.keys import SCHEMA_KEY
 from replicaset.storage.schema import SchemaState, TableCache, committed_schema_id, read_vclock
 from replicaset.storage.statements import StatementShape, describe, is_read, run_statement, sql_message
@@ -244,6 +244,13 @@ class Engine:
         if self._auto_ids.stale:
             self._auto_ids.install()
         return records
+
+    def purge_tombstones(self, bound: Mapping[int, int]) -> tombstones.Purged:
+        """Forget the tombstones under `bound`, which `core.purge` returned: between batches
+        (the writer's connection is free), in a transaction of its own."""
+        if self._batches.current is not None:
+            raise BatchKindError("a batch is open: flush it before a purge")
+        return tombstones.purge(self._connections.writer, bound)
 
     # ------------------------------------------------------------------ apply
 

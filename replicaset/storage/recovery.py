@@ -27,6 +27,7 @@ from replicaset.storage.config import EngineConfig
 from replicaset.storage.connections import Connections, open_connections
 from replicaset.storage.errors import EngineFatal
 from replicaset.storage.schema import read_vclock
+from replicaset.storage.tombstones import purged_hlc
 from wal import Record, VClock, Wal
 
 REPLAY_BATCH_ROWS = 1000
@@ -98,14 +99,11 @@ def _rebuild(config: EngineConfig, wal: Wal, sqlite_vclock: VClock, log: Callabl
 
 
 def hlc_seed(wal: Wal, writer: apsw.Connection) -> int:
-    """The highest stamp already used here, which the HLC must stay above after a restart."""
-    seed = wal.max_txn_id
-    if seed == 0:
-        # A log with no rows (a joiner's, started at its checkpoint): the versions the
-        # checkpoint holds are the only record of the stamps already used.
-        stored = writer.execute("SELECT max(hlc) FROM _rs_version").fetchone()[0]
-        seed = 0 if stored is None else stored + HLC_SQL_OFFSET
-    return seed
+    """The highest stamp already used here, which the HLC must stay above after a restart:
+    the log's, the stored versions' (a joiner's log starts empty at its checkpoint, and
+    WAL GC removes old rows) and the highest tombstone purged (`storage.tombstones`)."""
+    stored = writer.execute("SELECT max(hlc) FROM _rs_version").fetchone()[0]
+    return max(wal.max_txn_id, 0 if stored is None else stored + HLC_SQL_OFFSET, purged_hlc(writer))
 
 
 def replay(

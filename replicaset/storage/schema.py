@@ -22,8 +22,9 @@ INTERNAL_PREFIX = "_rs_"
 
 INTERNAL_DDL = (
     "CREATE TABLE IF NOT EXISTS _rs_vclock(origin INTEGER PRIMARY KEY, lsn INTEGER NOT NULL)",
+    # `lsn`: the row that wrote the version (`origin:lsn`), by which tombstones are purged.
     "CREATE TABLE IF NOT EXISTS _rs_version(tbl TEXT NOT NULL, key TEXT NOT NULL,"
-    " hlc INTEGER NOT NULL, origin INTEGER NOT NULL, deleted INTEGER NOT NULL,"
+    " hlc INTEGER NOT NULL, origin INTEGER NOT NULL, deleted INTEGER NOT NULL, lsn INTEGER NOT NULL DEFAULT 0,"
     " PRIMARY KEY (tbl, key)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS _rs_meta(name TEXT PRIMARY KEY, value)",
     "CREATE TABLE IF NOT EXISTS _rs_latent(tbl TEXT NOT NULL, key TEXT NOT NULL, image BLOB NOT NULL,"
@@ -31,6 +32,23 @@ INTERNAL_DDL = (
     # The quorum transactions whose row this member holds, written with the row itself.
     "CREATE TABLE IF NOT EXISTS _rs_quorum(txn_id INTEGER PRIMARY KEY, origin INTEGER NOT NULL, lsn INTEGER NOT NULL)",
 )
+
+
+_TOMBSTONE_INDEX = "CREATE INDEX IF NOT EXISTS _rs_tombstones ON _rs_version(origin, lsn) WHERE deleted = 1"
+
+
+def create_internal(writer: apsw.Connection) -> None:
+    """The internal tables, and the `lsn` of versions a database made before it was kept:
+    each gets its origin's LSN in the vclock, an upper bound of the true one, so that its
+    tombstone is purged later than it could be, never sooner."""
+    for ddl in INTERNAL_DDL:
+        writer.execute(ddl)
+    if "lsn" not in {row[1] for row in writer.execute("PRAGMA table_info(_rs_version)")}:
+        with writer:
+            writer.execute("ALTER TABLE _rs_version ADD COLUMN lsn INTEGER NOT NULL DEFAULT 0")
+            writer.execute("UPDATE _rs_version SET lsn = coalesce("
+                           "(SELECT v.lsn FROM _rs_vclock v WHERE v.origin = _rs_version.origin), 0)")
+    writer.execute(_TOMBSTONE_INDEX)
 
 
 def committed_schema_id(conn: apsw.Connection) -> tuple[int, int]:

@@ -281,8 +281,9 @@ class Transactions:
             self._schema.ddl_applied(self._conn, records[0].origin, records[0].lsn)
             self._auto_ids.install()
         else:
+            own_lsn = next((r.lsn for r in records if r.origin == self._id), 0)
             for row in shared:
-                set_version(self._conn, row.table, row.key, (stamp, self._id), row.op is Op.DELETE)
+                set_version(self._conn, row.table, row.key, (stamp, self._id), row.op is Op.DELETE, own_lsn)
             self._resolve_unique_locally(shared)
         batch = self._batches.current
         assert batch is not None

@@ -123,6 +123,7 @@ def test_a_scrape_shows_each_member_its_vclock_peers_commits_and_wal(
         assert {int(dict(labels)["origin"]): lsn for labels, lsn in database.items()} == info["gc"]["consumers"][-1][
             "vclock"]
         assert one(samples, "replicaset_gc_removed_segments_total") == info["gc"]["removed_segments"]
+        assert one(samples, "replicaset_gc_tombstones_purged_total") == info["gc"]["tombstones"]["purged"]
 
         def all_alive() -> bool:
             # SWIM reads `_cluster` once a second: a member that joined last may not be in the view yet
