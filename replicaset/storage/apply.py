@@ -153,12 +153,29 @@ def delete_row(conn: apsw.Connection, info: TableInfo, image: dict[str, Any], ke
     conn.execute(f"DELETE FROM {quote(info.name)} WHERE {where}", values, can_cache=cache)
 
 
+# Upsert texts by (table description, columns of the image): rows of one table carry the
+# same columns, and building the text cost more than running it (bench/RESULTS_repair.md).
+# An entry keeps its TableInfo alive, so its id is not reused while it is here; a schema
+# change brings new TableInfo objects, hence new keys.
+_UPSERT_TEXTS: dict[tuple[int, tuple[str, ...]], tuple[TableInfo, str]] = {}
+UPSERT_TEXTS_MAX = 1024
+
+
 def upsert_sql(info: TableInfo, image: dict[str, Any]) -> tuple[str, list[Any]]:
+    cols = tuple(image)
+    cached = _UPSERT_TEXTS.get((id(info), cols))
+    if cached is None:
+        if len(_UPSERT_TEXTS) >= UPSERT_TEXTS_MAX:
+            _UPSERT_TEXTS.clear()
+        cached = _UPSERT_TEXTS[(id(info), cols)] = (info, _upsert_text(info, cols))
+    return cached[1], list(image.values())
+
+
+def _upsert_text(info: TableInfo, cols: tuple[str, ...]) -> str:
     known = set(info.columns)
-    unknown = [c for c in image if c not in known]
+    unknown = [c for c in cols if c not in known]
     if unknown:
         raise ApplyError(f"table {info.name!r} has no column(s) {', '.join(unknown)}")
-    cols = list(image)
     updates = [c for c in cols if c not in info.pk_columns]
     sql = (
         f"INSERT INTO {quote(info.name)}({', '.join(map(quote, cols))})"
@@ -166,10 +183,8 @@ def upsert_sql(info: TableInfo, image: dict[str, Any]) -> tuple[str, list[Any]]:
         f" ON CONFLICT({', '.join(map(quote, info.pk_columns))}) DO "
     )
     if updates:
-        sql += "UPDATE SET " + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in updates)
-    else:
-        sql += "NOTHING"
-    return sql, list(image.values())
+        return sql + "UPDATE SET " + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in updates)
+    return sql + "NOTHING"
 
 
 class RowApplier:
@@ -181,10 +196,16 @@ class RowApplier:
         self._tables = tables
         self._unique = UniqueResolver(conn)
         self._upkeep = IndexUpkeep(conn, tables)
-        conn.preupdate_hook(self._upkeep.on_change)
+        self._hooked = False
 
     def apply_rows(self, rows: list[CapturedRow], version: Version, *, versioned: bool, lsn: int) -> None:
-        """The rows of row `version[1]:lsn`."""
+        """The rows of row `version[1]:lsn`. The preupdate hook that notes changes for the
+        external-content indexes is set only while the schema has such an index: it is a
+        Python call for every row changed."""
+        wanted = self._tables.has_external_indexes()
+        if wanted is not self._hooked:
+            self._conn.preupdate_hook(self._upkeep.on_change if wanted else None)
+            self._hooked = wanted
         try:
             self._apply_rows(rows, version, versioned=versioned, lsn=lsn)
             self._upkeep.flush()

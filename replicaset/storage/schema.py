@@ -194,12 +194,18 @@ class TableCache:
 
     def external_indexes(self, table: str) -> tuple[Declared, ...]:
         """The external-content FTS5 tables whose content is `table`."""
+        return self._externals().get(table, ())
+
+    def has_external_indexes(self) -> bool:
+        return bool(self._externals())
+
+    def _externals(self) -> dict[str, tuple[Declared, ...]]:
         if self._external is None:
             self._external = {}
             for vt in declared(self._conn).values():
                 if vt.content:
                     self._external[vt.content] = (*self._external.get(vt.content, ()), vt)
-        return self._external.get(table, ())
+        return self._external
 
     def get(self, table: str) -> TableInfo | None:
         if table not in self._tables:
