@@ -39,6 +39,8 @@ _SET_VERSION = (
     " ON CONFLICT(tbl, key) DO UPDATE SET hlc = excluded.hlc, origin = excluded.origin,"
     " deleted = excluded.deleted, lsn = excluded.lsn"
 )
+# The same, unless the stored version is newer: last-writer-wins in one statement.
+_TAKE_VERSION = _SET_VERSION + " WHERE (excluded.hlc, excluded.origin) >= (_rs_version.hlc, _rs_version.origin)"
 _GET_VERSION = "SELECT hlc, origin FROM _rs_version WHERE tbl = ? AND key = ?"
 RESOLVE_ROUNDS_MAX = 10_000
 # Stamps are unsigned 64-bit (past 2039 the top bit is set); SQLite integers are signed.
@@ -50,6 +52,13 @@ def set_version(conn: apsw.Connection, table: str, key: str, version: Version, d
     """`lsn` with the version's origin names the row that wrote it: a tombstone is purged
     by that row's place in the vclocks (core.purge)."""
     conn.execute(_SET_VERSION, (table, key, version[0] - HLC_SQL_OFFSET, version[1], int(deleted), lsn))
+
+
+def take_version(conn: apsw.Connection, table: str, key: str, version: Version, deleted: bool, lsn: int) -> bool:
+    """Store `version` unless the key's stored one is newer; whether it was stored (the
+    row's changes apply). Equal versions come from earlier rows of the same transaction."""
+    conn.execute(_TAKE_VERSION, (table, key, version[0] - HLC_SQL_OFFSET, version[1], int(deleted), lsn))
+    return conn.changes() > 0
 
 
 def get_version(conn: apsw.Connection, table: str, key: str) -> Version | None:
@@ -221,12 +230,10 @@ class RowApplier:
             if not versioned:
                 self._apply_unversioned(info, row)
                 continue
-            stored = get_version(self._conn, row.table, row.key)
-            if stored is not None and stored > version:
-                continue
+            if not take_version(self._conn, row.table, row.key, version, row.op is Op.DELETE, lsn):
+                continue  # a newer version is stored
             if info.virtual is not None:
                 self._apply_virtual(info.virtual, row)
-                set_version(self._conn, row.table, row.key, version, row.op is Op.DELETE, lsn)
                 continue
             resolved = bool(info.unique_groups)
             if resolved:
@@ -235,13 +242,10 @@ class RowApplier:
             if row.op is Op.DELETE:
                 if not resolved or self._unique.visible_key(info, row.old or {}) == row.key:
                     delete_row(self._conn, info, row.old or {}, row.key)
-                set_version(self._conn, row.table, row.key, version, True, lsn)
+            elif resolved:
+                self._unique.place(info, row.key, row.new or {}, version)
             else:
-                set_version(self._conn, row.table, row.key, version, False, lsn)
-                if resolved:
-                    self._unique.place(info, row.key, row.new or {}, version)
-                else:
-                    self._conn.execute(*upsert_sql(info, row.new or {}))
+                self._conn.execute(*upsert_sql(info, row.new or {}))
         for info in touched.values():
             self._unique.resolve(info)
 
