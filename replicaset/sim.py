@@ -153,12 +153,24 @@ class SwimConfig:
         return swim_wire.settings({f"cluster.{name}": getattr(self, name) for name in (
             "gossip_interval_ms", "gossip_fanout", "suspect_timeout_ms", "dead_timeout_ms")})
 
+    def period_max_s(self) -> float:
+        """The longest protocol period: its help request and its end each come at the first
+        tick (every `ping_timeout / 2`) at or after they are due."""
+        s = self.settings()
+        return s.gossip_interval_s + s.ping_timeout_s
+
     def heard_within_s(self, members: int, delay_max_s: float) -> float:
         """How long two running members can go without a message between them when none
         is lost: each probes the other once a round of `members - 1` periods, up to
         `2 * members - 3` periods apart across a reshuffle; then the delivery, and a tick."""
-        s = self.settings()
-        return (2 * members - 3) * s.gossip_interval_s + delay_max_s + s.ping_timeout_s / 2
+        return (2 * members - 3) * self.period_max_s() + delay_max_s + self.settings().ping_timeout_s / 2
+
+    def refuted_within_s(self, members: int, delay_max_s: float) -> float:
+        """From the moment a member's datagrams flow again (a resume, a heal) until every
+        view holds it ALIVE at its refutation: within `heard_within_s` it exchanges a
+        message with a member that accuses it (which carries the accusation), and refutes
+        at once; within another, with every member (its own entry is in each message)."""
+        return 2 * self.heard_within_s(members, delay_max_s)
 
     def dead_within_s(self, members: int, delay_max_s: float) -> float:
         """From a crash until every other member holds the member DEAD: its last datagram
@@ -167,16 +179,18 @@ class SwimConfig:
         peer's gossip said so first); DEAD follows at `max(suspected + suspect_timeout,
         last heard + dead_timeout)`, at the first tick after."""
         s = self.settings()
-        suspected_s = (2 * members - 2) * s.gossip_interval_s + delay_max_s
+        suspected_s = (2 * members - 2) * self.period_max_s() + delay_max_s
         return max(suspected_s + s.suspect_timeout_s, delay_max_s + s.dead_timeout_s) + s.ping_timeout_s / 2
 
 
 @dataclass(frozen=True)
 class SwimChange:
-    """A `StateChanged` of `observer`'s SWIM core at `t_s`: its view's entry for `member`."""
+    """A `StateChanged` of `observer`'s SWIM core at `t_s`: its view's entry for `member`.
+    `life` counts the observer's cores (one per start): a restart begins a new view."""
 
     t_s: float
     observer: int
+    life: int
     member: int
     state: swim.MemberState
     incarnation: int
@@ -227,6 +241,7 @@ class Member:
     decided_rows: dict[int, Record] = field(default_factory=dict)
     next_heartbeat_s: float = 0.0
     next_gc_s: float = 0.0
+    swim_lives: int = 0  # SWIM cores it had, one per start
 
 
 TXN_TIMEOUT_S = 1.0
@@ -474,6 +489,7 @@ class Simulation:
                 await self._do(member, member.driver.applier_start(str(peer), self.now_s, peer=str(peer)))
         await self._do(member, member.driver.members_changed(self.now_s))  # as the runtime does once its appliers start
         if self.swim is not None:  # as the server's SwimHost: a fresh core, told the registered members
+            member.swim_lives += 1
             member.driver.swim = swim.Swim(member.id, f"sim:{member.id}", random.Random(self.swim_rng.getrandbits(64)),
                                            self.swim.settings())
             await self._do(member, member.driver.swim_members(self.now_s, {i: f"sim:{i}" for i in self.members}))
@@ -1181,7 +1197,8 @@ class Simulation:
         """As the server's SwimHost: a state change is noted (the log's line), a message is
         encoded and sent to its address."""
         if isinstance(action, swim.StateChanged):
-            self.swim_changes.append(SwimChange(self.now_s, member.id, action.member, action.state, action.incarnation))
+            self.swim_changes.append(SwimChange(self.now_s, member.id, member.swim_lives, action.member, action.state,
+                                                action.incarnation))
             return
         if isinstance(action, swim.SendPingReq):
             data = swim_wire.encode("ping_req", SWIM_UUID, member.id, action.seq, action.target, action.updates)
