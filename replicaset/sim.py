@@ -150,6 +150,7 @@ class SwimConfig:
     buffer_datagrams_max: int = 64
 
     def settings(self) -> swim.SwimSettings:
+        """The core's settings, made from these as the runtime makes them from `[cluster]`."""
         return swim_wire.settings({f"cluster.{name}": getattr(self, name) for name in (
             "gossip_interval_ms", "gossip_fanout", "suspect_timeout_ms", "dead_timeout_ms")})
 
@@ -1156,8 +1157,10 @@ class Simulation:
 
     def pause(self, member_id: int, duration_s: float) -> None:
         """The member's process stops for `duration_s` (a long GC, a stopped VM): its
-        events wait until it resumes."""
-        assert self.members[member_id].engine is not None and member_id not in self.paused
+        events wait until it resumes. A member down (crashed) or paused already is left
+        as it is: the seed's faults may have come first."""
+        if self.members[member_id].engine is None or member_id in self.paused:
+            return
         self.paused[member_id] = []
         self.trace({"event": "Pause", "member": member_id, "t": self.now_s})
         self._at(duration_s, "resume", member_id)

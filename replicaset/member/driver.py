@@ -632,7 +632,8 @@ class MemberDriver:
                                   "inc": action.incarnation})
             else:
                 to = action.via if isinstance(action, swim.SendPingReq) else action.to
-                lines.append({"event": "TickPing", "member": own, "peer": to, "updates": traced_updates(action.updates)})
+                lines.append({"event": "TickPing", "member": own, "peer": to,
+                              "updates": traced_updates(action.updates)})
         changes = [line for line in lines if line["event"] != "TickPing"]
         if changes:
             changes[-1]["view"] = {m.member: [m.state.value, m.incarnation] for m in self.swim.view()}

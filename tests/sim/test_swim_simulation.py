@@ -156,7 +156,7 @@ def test_under_random_faults_and_loss_views_converge_and_never_revive_a_member_b
     """Link cuts, pair partitions, crashes that restart, 10% of the datagrams lost, a
     pause: transient false suspicions, refuted; after the heal every view agrees."""
     sim = simulate(tmp_path, seed, members=4, writes=30, faults=Faults(), swim=SwimConfig(drop_p=0.1),
-                   script=[(1.0, lambda s: s.pause(2, 1.5) if 2 not in s.paused and s.members[2].engine else None)])
+                   script=[(1.0, lambda s: s.pause(2, 1.5))])
     assert sim.swim_lost > 0 and any(c.state in ACCUSED for c in sim.swim_changes)
     assert_agreed(sim)
     assert_revived_only_above_the_accusation(sim.swim_changes)
