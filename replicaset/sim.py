@@ -48,6 +48,21 @@ answered PREPARED (seen as they answered, not as the coordinator counted), one r
 transaction, every acknowledged transaction held, and the workload's own checks. The
 drivers' trace then carries `specs/QuorumCommit.tla`'s lines too. Without a quorum
 workload nothing of this runs and a seed's run and trace are what they were.
+
+With `swim=` (a `SwimConfig`, the runtime's `[cluster]` names) every member's driver gets a
+SWIM core, a fresh one at incarnation 0 at each (re)start, as the server's `SwimHost`
+gives it: the simulator ticks it every `ping_timeout / 2`, tells it the registered members
+at start, and carries its datagrams, encoded and decoded by the runtime's wire code,
+between members after the seed's delay; it takes no SWIM decision. A partition drops
+datagrams between its sides, a crashed member's datagrams are lost, and `drop_p` loses
+datagrams at random until the heal. `pause(member, s)` stops a member's process (scripted
+only, so that runs without pauses draw what they drew): it neither ticks nor receives;
+what reaches it waits, in order, until it resumes (TCP frames, and datagrams up to
+`buffer_datagrams_max` as a socket buffer holds them: past that they are lost), so
+stale news arrives late as `specs/Swim.tla` models. The run converges only once every
+view holds every member ALIVE at one incarnation. The trace then carries the driver's
+`specs/Swim.tla` lines, and the environment's `Pause`, `Resume` and `Lose` (a datagram
+dropped, with the updates it carried).
 """
 
 from __future__ import annotations
@@ -65,13 +80,24 @@ import trio
 
 from replicaset.core import quorum as q
 from replicaset.core import replication as repl
+from replicaset.core import swim
 from replicaset.core.replicaset import Refusal, ReplicaSet, must_recover
-from replicaset.member import Accepted, Action, ApplierAction, MemberDriver, Membership, QuorumAction, RelayAction
-from replicaset.member.trace import value_id
+from replicaset.member import (
+    Accepted,
+    Action,
+    ApplierAction,
+    MemberDriver,
+    Membership,
+    QuorumAction,
+    RelayAction,
+    SwimAction,
+)
+from replicaset.member.trace import traced_updates, value_id
 from replicaset.member.txn_records import TxnRecords
 from replicaset.meta.recovery import recover_participant
 from replicaset.meta.store import MetaStore
 from replicaset.meta.txns import TxnStatus
+from replicaset.runtime import swim as swim_wire
 from replicaset.runtime.writer import Writer, WriteFailed
 from replicaset.storage import ApplyError, Captured, Engine, EngineConfig, GapError, SchemaPending, SqlError
 from replicaset.testing import lww
@@ -107,6 +133,74 @@ class Faults:
     restart_after_s: float = 0.3
     sync_p: float = 0.3
     txn_drop_p: float = 0.05
+
+
+@dataclass(frozen=True)
+class SwimConfig:
+    """SWIM in a run: `[cluster]`'s settings under the runtime's names and units (short
+    timers, so that a run sees suspicions, deaths and refutations in seconds), the chance
+    that a datagram is lost before the heal, and the datagrams a paused member's socket
+    buffer holds."""
+
+    gossip_interval_ms: int = 100
+    gossip_fanout: int = 2
+    suspect_timeout_ms: int = 400
+    dead_timeout_ms: int = 800
+    drop_p: float = 0.0
+    buffer_datagrams_max: int = 64
+
+    def settings(self) -> swim.SwimSettings:
+        """The core's settings, made from these as the runtime makes them from `[cluster]`."""
+        return swim_wire.settings({f"cluster.{name}": getattr(self, name) for name in (
+            "gossip_interval_ms", "gossip_fanout", "suspect_timeout_ms", "dead_timeout_ms")})
+
+    def period_max_s(self) -> float:
+        """The longest protocol period: its help request and its end each come at the first
+        tick (every `ping_timeout / 2`) at or after they are due."""
+        s = self.settings()
+        return s.gossip_interval_s + s.ping_timeout_s
+
+    def heard_within_s(self, members: int, delay_max_s: float) -> float:
+        """How long two running members can go without a message between them when none
+        is lost: each probes the other once a round of `members - 1` periods, up to
+        `2 * members - 3` periods apart across a reshuffle; then the delivery, and a tick."""
+        return (2 * members - 3) * self.period_max_s() + delay_max_s + self.settings().ping_timeout_s / 2
+
+    def refuted_within_s(self, members: int, delay_max_s: float) -> float:
+        """From the moment a member's datagrams flow again (a resume, a heal) until every
+        view holds it ALIVE at its refutation: within `heard_within_s` it exchanges a
+        message with a member that accuses it (which carries the accusation), and refutes
+        at once; within another, with every member (its own entry is in each message)."""
+        return 2 * self.heard_within_s(members, delay_max_s)
+
+    def dead_within_s(self, members: int, delay_max_s: float) -> float:
+        """From a crash until every other member holds the member DEAD: its last datagram
+        arrives within `delay_max_s`; each member's probe of it starts within
+        `2 * members - 3` periods and fails at the end of its period (SUSPECT, unless a
+        peer's gossip said so first); DEAD follows at `max(suspected + suspect_timeout,
+        last heard + dead_timeout)`, at the first tick after."""
+        s = self.settings()
+        suspected_s = (2 * members - 2) * self.period_max_s() + delay_max_s
+        return max(suspected_s + s.suspect_timeout_s, delay_max_s + s.dead_timeout_s) + s.ping_timeout_s / 2
+
+
+@dataclass(frozen=True)
+class SwimChange:
+    """A `StateChanged` of `observer`'s SWIM core at `t_s`: its view's entry for `member`.
+    `life` counts the observer's cores (one per start): a restart begins a new view."""
+
+    t_s: float
+    observer: int
+    life: int
+    member: int
+    state: swim.MemberState
+    incarnation: int
+
+
+SWIM_UUID = "00000000-0000-4000-8000-00000000cafe"  # the replica set's uuid on simulated datagrams
+# Where each kind of event is addressed (its argument naming the member): what a paused
+# member holds until it resumes.
+_ADDRESSED = {"tick": 0, "sync": 0, "swim_tick": 0, "link_lost": 0, "deliver": 1, "txn_deliver": 1, "swim_deliver": 1}
 
 
 NO_FAULTS = Faults(delay_max_s=0.01, cut_per_s=0, partition_per_s=0, duplicate_p=0, reorder_p=0, crash_per_s=0,
@@ -148,6 +242,7 @@ class Member:
     decided_rows: dict[int, Record] = field(default_factory=dict)
     next_heartbeat_s: float = 0.0
     next_gc_s: float = 0.0
+    swim_lives: int = 0  # SWIM cores it had, one per start
 
 
 TXN_TIMEOUT_S = 1.0
@@ -277,11 +372,13 @@ class Simulation:
     def __init__(self, root: Path, *, seed: int, members: int = 3, writes: int = 60, faults: Faults = Faults(),
                  keys: int = 6, fault_phase_s: float = 3.0, wal_mode: WalMode = WalMode.WRITE,
                  trace: Callable[[dict[str, Any]], None] | None = None, quorum: QuorumWorkload | None = None,
-                 script: Sequence[tuple[float, Callable[[Simulation], Any]]] = ()) -> None:
+                 script: Sequence[tuple[float, Callable[[Simulation], Any]]] = (),
+                 swim: SwimConfig | None = None) -> None:
         """`quorum` adds client transactions at QUORUM or ALL (with it every member keeps a
         metastore, and crashes are process crashes only); `script` calls each function at
         its time in the fault phase (an async one is awaited): a scenario's partitions,
-        crashes and transactions (`begin`, `partition`, `crash`, `drop_txn_messages`)."""
+        crashes, pauses and transactions (`begin`, `partition`, `crash`, `pause`,
+        `drop_txn_messages`); `swim` runs SWIM on every member."""
         self.seed = seed
         self.wal_mode = WalMode(wal_mode)
         self.rng = random.Random(seed)
@@ -317,6 +414,13 @@ class Simulation:
         self.prepared_by: dict[int, set[int]] = {}
         self.drop_txn: Callable[[int, int, str], bool] = lambda src, dst, kind: False
         self._txn_last_delivery: dict[tuple[int, int], float] = {}
+        self.swim = swim
+        # SWIM draws from its own stream: a run's other faults and writes stay the seed's.
+        self.swim_rng = random.Random(f"{seed}:swim")
+        self.swim_changes: list[SwimChange] = []
+        self.swim_lost = 0  # datagrams dropped
+        self.swim_addresses = {f"sim:{i}": i for i in self.members}
+        self.paused: dict[int, list[tuple[str, tuple[Any, ...]]]] = {}  # member -> its events, held
 
     # ---------------------------------------------------------------- plumbing
 
@@ -385,6 +489,11 @@ class Simulation:
             if peer != member.id:
                 await self._do(member, member.driver.applier_start(str(peer), self.now_s, peer=str(peer)))
         await self._do(member, member.driver.members_changed(self.now_s))  # as the runtime does once its appliers start
+        if self.swim is not None:  # as the server's SwimHost: a fresh core, told the registered members
+            member.swim_lives += 1
+            member.driver.swim = swim.Swim(member.id, f"sim:{member.id}", random.Random(self.swim_rng.getrandbits(64)),
+                                           self.swim.settings())
+            await self._do(member, member.driver.swim_members(self.now_s, {i: f"sim:{i}" for i in self.members}))
 
     # ---------------------------------------------------------------- the run
 
@@ -410,11 +519,17 @@ class Simulation:
             self._at(0.02, "txn")
         for at_s, step in self.script:
             self._at(at_s, "script", step)
+        if self.swim is not None:
+            tick_s = self.swim.settings().ping_timeout_s / 2
+            for i in self.members:  # the members' ticks spread over a tick
+                self._at(tick_s * i / len(self.members), "swim_tick", i)
         self._at(self.fault_phase_s, "heal")
         for _ in range(max_events):
             if not self._queue:
                 break
             self.now_s, _, kind, args = heapq.heappop(self._queue)
+            if self._held(kind, args):
+                continue
             await getattr(self, f"_on_{kind}")(*args)
             self.check_invariants()
             if self.healed and self.writes_left == 0 and self.txns_left == 0 and self._converged():
@@ -473,8 +588,9 @@ class Simulation:
         # so a relay withholds our rows until a sync says more: the SyncWal it asks must run.
         member.unsynced = member.unsynced or member.engine.durable_vclock != member.engine.vclock
         member.vclock_at_crash = None
+        swim_view = {"view": self.swim_view(member_id)} if self.swim is not None else {}
         self.trace({"event": "Restart", "member": member_id, "vclock": self._clock_of(member),
-                    "table": self._traced_table(member), "t": self.now_s})
+                    "table": self._traced_table(member), **swim_view, "t": self.now_s})
         if member.records is not None:  # as the server's QuorumHost.run: settle what the crash left
             assert member.driver is not None and member.engine is not None
             await self._do(member, member.records.restart(member.driver, member.engine, self.now_s))
@@ -483,7 +599,7 @@ class Simulation:
     async def _crash(self, member: Member, *, os_crash: bool) -> None:
         """A process crash loses nothing the WAL holds; an OS crash under wal_mode=write
         also loses the WAL bytes written since the member's last sync point."""
-        assert member.engine is not None
+        assert member.engine is not None and member.id not in self.paused, f"member {member.id} crashes while paused"
         self.trace({"event": "Crash", "member": member.id, "os": os_crash, "t": self.now_s})
         self.members_crashed += 1
         self.os_crashes += os_crash
@@ -594,9 +710,15 @@ class Simulation:
             relay_side.driver.relay_closed(conn)
         if applier_side.links.get(link.relay_on) == conn:
             del applier_side.links[link.relay_on]
-            if applier_side.engine is not None and applier_side.driver is not None:
-                await self._do(applier_side, applier_side.driver.applier_link_lost(
-                    str(link.relay_on), self.now_s, reason, unapplied=unapplied))
+            if applier_side.id in self.paused:  # the process reads the closed connection once it runs
+                self.paused[applier_side.id].append(("link_lost", (applier_side.id, link.relay_on, reason, unapplied)))
+            else:
+                await self._on_link_lost(applier_side.id, link.relay_on, reason, unapplied)
+
+    async def _on_link_lost(self, member_id: int, peer: int, reason: str, unapplied: tuple[Record, ...]) -> None:
+        member = self.members[member_id]
+        if member.engine is not None and member.driver is not None:
+            await self._do(member, member.driver.applier_link_lost(str(peer), self.now_s, reason, unapplied=unapplied))
 
     async def _send(self, conn: int, src: int, dst: int, kind: str, *payload: Any) -> None:
         link = self.links[conn]
@@ -672,6 +794,8 @@ class Simulation:
                 await self._relay_act(member, tagged.conn, tagged.action)
             elif isinstance(tagged, QuorumAction) and member.records is not None:
                 await self._txn_act(member, tagged.action)
+            elif isinstance(tagged, SwimAction):
+                self._swim_act(member, tagged.action)
 
     async def _applier_act(self, member: Member, peer: int, action: repl.Action) -> None:
         if isinstance(action, repl.Connect):
@@ -736,8 +860,8 @@ class Simulation:
         if self.writes_left <= 0:
             return
         self._at(self.rng.uniform(0.005, 0.05), "write")
-        candidates = [m for m in self.members.values()
-                      if m.driver is not None and m.driver.write_refusal(self.now_s) is None]
+        candidates = [m for m in self.members.values() if m.driver is not None and m.id not in self.paused
+                      and m.driver.write_refusal(self.now_s) is None]
         if not candidates:
             return
         member = self.rng.choice(candidates)
@@ -769,8 +893,8 @@ class Simulation:
         if self.txns_left <= 0:
             return
         self._at(self.rng.uniform(0.01, 0.08), "txn")
-        candidates = [m.id for m in self.members.values()
-                      if m.driver is not None and m.driver.write_refusal(self.now_s) is None]
+        candidates = [m.id for m in self.members.values() if m.driver is not None and m.id not in self.paused
+                      and m.driver.write_refusal(self.now_s) is None]
         if not candidates:
             return
         assert self.quorum is not None
@@ -1031,6 +1155,101 @@ class Simulation:
         if member.engine is not None:
             await self._crash(member, os_crash=False)
 
+    def pause(self, member_id: int, duration_s: float) -> None:
+        """The member's process stops for `duration_s` (a long GC, a stopped VM): its
+        events wait until it resumes. A member down (crashed) or paused already is left
+        as it is: the seed's faults may have come first."""
+        if self.members[member_id].engine is None or member_id in self.paused:
+            return
+        self.paused[member_id] = []
+        self.trace({"event": "Pause", "member": member_id, "t": self.now_s})
+        self._at(duration_s, "resume", member_id)
+
+    async def _on_resume(self, member_id: int) -> None:
+        """What waited for the member is taken in the order it came, before anything later."""
+        held = self.paused.pop(member_id)
+        self.trace({"event": "Resume", "member": member_id, "t": self.now_s})
+        for kind, args in held:
+            heapq.heappush(self._queue, (self.now_s, next(self._seq), kind, args))
+
+    def _held(self, kind: str, args: tuple[Any, ...]) -> bool:
+        """An event addressed to a paused member waits; a datagram past its socket buffer
+        is lost."""
+        index = _ADDRESSED.get(kind)
+        if index is None or args[index] not in self.paused:
+            return False
+        held = self.paused[args[index]]
+        if kind == "swim_deliver":
+            assert self.swim is not None
+            if sum(k == kind for k, _ in held) >= self.swim.buffer_datagrams_max:
+                self._swim_lose(*args)
+                return True
+        held.append((kind, args))
+        return True
+
+    # ---------------------------------------------------------------- SWIM
+
+    async def _on_swim_tick(self, member_id: int) -> None:
+        assert self.swim is not None
+        self._at(self.swim.settings().ping_timeout_s / 2, "swim_tick", member_id)
+        member = self.members[member_id]
+        if member.driver is not None:
+            await self._do(member, member.driver.swim_tick(self.now_s))
+
+    def _swim_act(self, member: Member, action: swim.Action) -> None:
+        """As the server's SwimHost: a state change is noted (the log's line), a message is
+        encoded and sent to its address."""
+        if isinstance(action, swim.StateChanged):
+            self.swim_changes.append(SwimChange(self.now_s, member.id, member.swim_lives, action.member, action.state,
+                                                action.incarnation))
+            return
+        if isinstance(action, swim.SendPingReq):
+            data = swim_wire.encode("ping_req", SWIM_UUID, member.id, action.seq, action.target, action.updates)
+        else:
+            kind = "ping" if isinstance(action, swim.SendPing) else "ack"
+            data = swim_wire.encode(kind, SWIM_UUID, member.id, action.seq, None, action.updates)
+        self._swim_send(member.id, self.swim_addresses[action.address], data)
+
+    def _swim_send(self, src: int, dst: int, data: bytes) -> None:
+        """A datagram: delayed by the seed, not ordered; lost across a partition and, until
+        the heal, at `drop_p`."""
+        assert self.swim is not None
+        if frozenset({src, dst}) in self.partitioned or (
+                not self.healed and self.swim_rng.random() < self.swim.drop_p):
+            self._swim_lose(src, dst, data)
+            return
+        delay_s = self.swim_rng.uniform(self.faults.delay_min_s, self.faults.delay_max_s)
+        self._at(delay_s, "swim_deliver", src, dst, data)
+
+    async def _on_swim_deliver(self, src: int, dst: int, data: bytes) -> None:
+        member = self.members[dst]
+        if member.driver is None or frozenset({src, dst}) in self.partitioned:
+            self._swim_lose(src, dst, data)
+            return
+        kind, sender, seq, target, updates = swim_wire.decode(data, SWIM_UUID)
+        await self._do(member, member.driver.swim_received(self.now_s, kind, sender, seq, target, updates))
+
+    def _swim_lose(self, src: int, dst: int, data: bytes) -> None:
+        self.swim_lost += 1
+        if self._trace_out is not None:
+            updates = swim_wire.decode(data, SWIM_UUID)[4]
+            self.trace({"event": "Lose", "member": dst, "peer": src, "updates": traced_updates(updates),
+                        "t": self.now_s})
+
+    def swim_view(self, member_id: int) -> dict[int, tuple[str, int]]:
+        """The member's SWIM view: each member's state and incarnation, as it holds them."""
+        driver = self.members[member_id].driver
+        assert driver is not None and driver.swim is not None
+        return {m.member: (m.state.value, m.incarnation) for m in driver.swim.view()}
+
+    def swim_agreed(self) -> bool:
+        """Every member runs, and every view holds every member ALIVE at the same
+        incarnation."""
+        if self.paused or any(m.driver is None for m in self.members.values()):
+            return False
+        views = [self.swim_view(i) for i in self.members]
+        return all(view == views[0] for view in views) and all(st == "alive" for st, _ in views[0].values())
+
     # ---------------------------------------------------------------- checks
 
     def _clock_of(self, member: Member) -> dict[int, int]:
@@ -1046,6 +1265,8 @@ class Simulation:
             return False
         clocks = list(self.vclocks().values())
         if not all(c == clocks[0] for c in clocks):
+            return False
+        if self.swim is not None and not self.swim_agreed():
             return False
         return self.quorum is None or self._txns_settled()
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Check a trace of the member driver against `VClockReplication` (the replication cores)
-or `QuorumCommit` (the quorum transaction cores) with TLC.
+"""Check a trace of the member driver against `VClockReplication` (the replication cores),
+`QuorumCommit` (the quorum transaction cores) or `Swim` (the SWIM core) with TLC.
 
-    python specs/check_trace.py [--spec VClockReplication|QuorumCommit] TRACE.jsonl [...]
+    python specs/check_trace.py [--spec VClockReplication|QuorumCommit|Swim] TRACE.jsonl [...]
     python specs/check_trace.py --simulate SEED [--wal-mode write|fsync] [--quorum N]
                                 [--faults none|links|all] [--writes N] [--save TRACE.jsonl]
+                                [--spec Swim [--pause AT:MEMBER:SECONDS ...]]
 
 A trace is what `replicaset.sim.Simulation(trace=...)` logs, one JSON object a line: an
 `Init` line with the members and the `wal_mode`, then one line per step, named after the
@@ -37,10 +38,21 @@ row's `lsn` and stamp `hlc`), `DecideAbort`, `QueryDecision` (the asking `member
 `WalSync`, `RelaySend`, the recovery lines) are left out. Txn ids become names `t1`,
 `t2`, ... in order of appearance; the spec's transactions and ONE rows write one key each.
 
+`Swim` (`--spec Swim`) checks the SWIM lines, beside `SwimTrace.tla` (which says what
+matching means), one line per datagram: `TickPing`, `PingReceived` and the simulator's
+`Lose` become one line per update the message carried (`[member, state, incarnation]`),
+each `PingReceived` followed by `LoseAck` (the spec's own answer to a datagram, dropped:
+the implementation's acks are messages of their own); `TickProbeFailed` and `TickDead`
+name the `peer` and the incarnation; a `Crash` is the spec's `Pause` (a member stopped
+until its `Restart`); a line that carries the member's `view` (`{member: [state,
+incarnation]}`) is followed by a `View` line comparing it with the spec's. Every line
+keeps `line`, the number of the trace line it came from.
+
 `--simulate` runs the deterministic simulator with that seed and checks its trace (the
 `replicaset` package must be importable: use the project's `.venv/bin/python`); with
 `--quorum N` the run adds N single-key QUORUM transactions (`replicaset.sim.KvQuorum`) and
-crashes only processes.
+crashes only processes; with `--spec Swim` the members run SWIM (`replicaset.sim.SwimConfig`,
+losing 5% of the datagrams until the heal) and `--pause` stops a member for a while.
 Exit code: 0 accepted, 1 rejected, 2 when TLC cannot run or the trace cannot be read.
 """
 
@@ -65,6 +77,9 @@ import run_tlc  # noqa: E402  (a sibling script, not a package)
 
 VCLOCK = "VClockReplication"
 QUORUM = "QuorumCommit"
+SWIM = "Swim"
+SWIM_INVARIANTS = ("TypeOK", "OwnViewAlive", "OnlySelfRaises", "NoStaleRevival", "RemovedByOperator")
+SWIM_PROPERTIES = ("IncarnationsGrow", "RemovedFinal")
 SPEC_MODULES = ("VClockReplication", "VClockReplicationTrace")
 QUORUM_INVARIANTS = ("TypeOK", "NoLostUpdate", "QuorumOnTotal", "NoSplitDecision", "LsnOrderIsHlcOrder",
                      "AbortsTakeNoLsn")
@@ -348,20 +363,118 @@ INVARIANTS
     return module, cfg
 
 
+# The trace lines of Swim, by the name the spec's line takes.
+SWIM_EVENTS = {"TickPing": "TickPing", "PingReceived": "PingReceived", "Lose": "Lose",
+               "TickProbeFailed": "TickProbeFailed", "TickDead": "TickDead", "Pause": "Pause", "Crash": "Pause",
+               "Resume": "Resume", "Restart": "Restart"}
+DATAGRAM_EVENTS = ("TickPing", "PingReceived", "Lose")
+
+
+def swim_steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lines of `Swim` in a trace, one per datagram (see the module's docstring)."""
+    steps: list[dict[str, Any]] = []
+    for number, event in enumerate(steps_of(events), start=1):
+        name = SWIM_EVENTS.get(event["event"])
+        if name is None:
+            continue
+        if name in DATAGRAM_EVENTS:
+            for about, state, incarnation in event["updates"]:
+                steps.append({"event": name, "member": event["member"], "peer": event["peer"], "about": about,
+                              "st": state, "inc": incarnation, "line": number})
+                if name == "PingReceived":
+                    steps.append({"event": "LoseAck", "line": number})
+        else:
+            steps.append({"event": name, "member": event["member"], "line": number}
+                         | {k: event[k] for k in ("peer", "inc") if k in event})
+        if "view" in event:
+            steps.append({"event": "View", "member": event["member"], "view": event["view"], "line": number})
+    return steps
+
+
+def swim_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trace as Swim sees it: its Init line, its steps, an End line counting them."""
+    steps = swim_steps(events)
+    return [events[0], *steps, {"event": "End", "steps": len(steps)}]
+
+
+def _swim_view(view: dict[Any, list[Any]], members: Sequence[int]) -> str:
+    entries = {int(member): entry for member, entry in view.items()}
+    if sorted(entries) != list(members):
+        raise TraceError(f"a view holds members {sorted(entries)}, not {list(members)}")
+    return "(" + " @@ ".join(
+        f"{m} :> {_record({'st': tla_value(entries[m][0]), 'inc': tla_value(int(entries[m][1]))})}"
+        for m in members) + ")"
+
+
+def to_swim_module(events: list[dict[str, Any]], name: str) -> tuple[str, str]:
+    """The TLA+ module holding a trace's Swim lines, and its TLC configuration."""
+    steps = steps_of(events)
+    try:
+        members = sorted(int(m) for m in events[0]["members"])
+        lines = []
+        for e in steps:
+            fields = {"event": tla_value(e["event"])}
+            for field in ("member", "peer", "about", "inc"):
+                if field in e:
+                    fields[field] = tla_value(int(e[field]))
+            if "st" in e:
+                fields["st"] = tla_value(e["st"])
+            if "view" in e:
+                fields["view"] = _swim_view(e["view"], members)
+            lines.append(_record(fields))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise TraceError(f"malformed trace line: {exc!r}") from exc
+    count = lambda event: sum(e["event"] == event for e in steps)  # noqa: E731
+    module = f"""---- MODULE {name} ----
+EXTENDS SwimTrace
+
+TraceMembers == {{{", ".join(map(str, members))}}}
+NoJoiners == {{}}
+TraceMsgs == {count("TickPing") + 1}
+TraceFalses == {count("TickProbeFailed")}
+TracePauses == {count("Pause")}
+Log == <<
+    {(","+chr(10)+"    ").join(lines)}
+>>
+====
+"""
+    cfg = f"""CONSTANTS
+    Members <- TraceMembers
+    Subjects <- TraceMembers
+    Joiners <- NoJoiners
+    MaxMsgs <- TraceMsgs
+    MaxFalse <- TraceFalses
+    MaxPauses <- TracePauses
+    MaxRemovals = 0
+    TraceLog <- Log
+INIT TraceInit
+NEXT TraceNext
+INVARIANTS
+    {chr(10).join("    " + i for i in SWIM_INVARIANTS).strip()}
+PROPERTIES
+    {chr(10).join("    " + p for p in SWIM_PROPERTIES).strip()}
+"""
+    return module, cfg
+
+
 SPECS = {
     VCLOCK: (SPEC_MODULES, to_module),
     QUORUM: (("QuorumCommit", "QuorumCommitTrace"), to_quorum_module),
+    SWIM: (("Swim", "SwimTrace"), to_swim_module),
 }
 
 
 def check(events: list[dict[str, Any]], *, spec: str = VCLOCK, timeout_s: float = TIMEOUT_S,
           keep: Path | None = None) -> Verdict:
     """Run TLC on the trace against `spec`; `keep` receives the generated module and TLC's
-    output. A QuorumCommit verdict counts the lines of that spec (`quorum_steps`)."""
+    output. A QuorumCommit verdict counts the lines of that spec (`quorum_steps`), a Swim
+    verdict those of Swim (`swim_steps`)."""
     name = "TraceRun"
     why = incomplete(events)
     if spec == QUORUM:
         events = quorum_events(events)
+    elif spec == SWIM:
+        events = swim_events(events)
     modules, build = SPECS[spec]
     module, cfg = build(events, name)
     if why is not None:
@@ -403,16 +516,21 @@ def judge(events: list[dict[str, Any]], output: str, seconds: float, timed_out: 
     return Verdict(accepted=False, lines=len(steps), matched=matched, reason=reason, seconds=seconds, output=output)
 
 
-def simulate(seed: int, *, wal_mode: str, faults: str, writes: int, quorum: int = 0) -> list[dict[str, Any]]:
+def simulate(seed: int, *, wal_mode: str, faults: str, writes: int, quorum: int = 0, swim: bool = False,
+             pauses: Sequence[tuple[float, int, float]] = (), members: int = 3) -> list[dict[str, Any]]:
     """Run the simulator and return its trace (it must also pass its own end checks);
-    `quorum` single-key QUORUM transactions beside the writes, when not 0."""
-    from replicaset.sim import NO_FAULTS, Faults, KvQuorum, Simulation
+    `quorum` single-key QUORUM transactions beside the writes, when not 0; with `swim`,
+    SWIM on every member, losing 5% of its datagrams until the heal, and `pauses`
+    `(at_s, member, seconds)`."""
+    from replicaset.sim import NO_FAULTS, Faults, KvQuorum, Simulation, SwimConfig
 
     chosen = {"none": NO_FAULTS, "links": Faults(crash_per_s=0), "all": Faults()}[faults]
     events: list[dict[str, Any]] = []
+    script = [(at_s, lambda s, m=member, d=seconds: s.pause(m, d)) for at_s, member, seconds in pauses]
     with tempfile.TemporaryDirectory(prefix="sim-") as tmp:
         sim = Simulation(Path(tmp), seed=seed, faults=chosen, wal_mode=wal_mode, writes=writes, trace=events.append,
-                         quorum=KvQuorum(transactions=quorum) if quorum else None)
+                         quorum=KvQuorum(transactions=quorum) if quorum else None, members=members,
+                         swim=SwimConfig(drop_p=0.05) if swim else None, script=script)
         try:
             sim.run()
             sim.check()
@@ -433,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="add N single-key QUORUM transactions to the simulated run")
     parser.add_argument("--spec", choices=tuple(SPECS), help="the spec to check against (default: QuorumCommit "
                                                               "with --quorum, else VClockReplication)")
+    parser.add_argument("--pause", action="append", default=[], metavar="AT:MEMBER:SECONDS",
+                        help="with --spec Swim: stop MEMBER at AT seconds for SECONDS")
     parser.add_argument("--save", type=Path, metavar="TRACE.jsonl", help="write the simulated trace here")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the generated module and TLC's output")
     args = parser.parse_args(argv)
@@ -443,8 +563,13 @@ def main(argv: list[str] | None = None) -> int:
         print(missing, file=sys.stderr)
         return 2
     if args.simulate is not None:
+        try:
+            pauses = [(float(at), int(member), float(seconds))
+                      for at, member, seconds in (text.split(":") for text in args.pause)]
+        except ValueError:
+            parser.error(f"--pause takes AT:MEMBER:SECONDS, not {args.pause}")
         events = simulate(args.simulate, wal_mode=args.wal_mode, faults=args.faults, writes=args.writes,
-                          quorum=args.quorum)
+                          quorum=args.quorum, swim=args.spec == SWIM, pauses=pauses)
         if args.save:
             args.save.write_text("".join(json.dumps(e) + "\n" for e in events))
         runs = [(f"seed {args.simulate} ({args.wal_mode}, faults {args.faults})", events)]

@@ -22,7 +22,9 @@ Theory of operation (the SWIM paper with Marmot's states and timeouts; spec
   refuted: the incarnation goes above it.
 - Every message carries the sender's own entry first (a message from a member proves
   it alive at its incarnation), then, to a member this view holds SUSPECT or DEAD, that
-  accusation (so it refutes at once), then the changes this member saw, each sent
+  accusation (so it refutes at once), or its entry as held when its last message claimed
+  a lower incarnation (a member restarted at 0 that nobody accuses learns the incarnation
+  of its previous life, and goes above it), then the changes this member saw, each sent
   `retransmit_mult * ceil(log10(n + 1))` times, least sent and newest first, at most
   `piggyback_max` updates a message.
 - A message from, or news about, a member the view does not hold is ignored: the view
@@ -300,6 +302,8 @@ class Swim:
         self._changes = 0
         self._next_seq = 1
         self._checked: dict[int, tuple[int, MemberState]] = {}
+        # Members whose last message claimed an incarnation below the one held: told it.
+        self._behind: set[int] = set()
 
     def __str__(self) -> str:
         return f"swim of {self.member}"
@@ -441,10 +445,17 @@ class Swim:
                 and entry.state is not S.REMOVED)
 
     def _heard(self, now_s: float, sender: int, updates: Sequence[Update]) -> list[Action]:
+        """Merge a message's updates; note whether the sender claims less than this view
+        holds of it (a restart it has not heard of), to tell it."""
         self._view[sender].last_heard_s = now_s
         actions: list[Action] = []
         for update in updates:
             actions += self._merge(now_s, update)
+        claims = [u.incarnation for u in updates if u.member == sender]
+        if claims and claims[0] < self._view[sender].incarnation:
+            self._behind.add(sender)
+        elif claims:
+            self._behind.discard(sender)
         return actions
 
     def _merge(self, now_s: float, update: Update) -> list[Action]:
@@ -462,6 +473,7 @@ class Swim:
         if update.state is S.REMOVED:
             own.state = S.REMOVED
             self._probe, self._relays, self._rumors, self._order, self._cursor = None, {}, {}, [], 0
+            self._behind = set()
         else:
             own.incarnation = update.incarnation + 1
         return [StateChanged(member=self.member, state=own.state, incarnation=own.incarnation)]
@@ -481,6 +493,7 @@ class Swim:
     def _drop(self, member: int) -> None:
         del self._view[member]
         self._rumors.pop(member, None)
+        self._behind.discard(member)
         self._leave_round(member)
         probe = self._probe
         if probe is not None and probe.target == member:
@@ -584,10 +597,11 @@ class Swim:
         return Update(member=member, state=entry.state, incarnation=entry.incarnation)
 
     def _piggyback(self, to: int) -> tuple[Update, ...]:
-        """Our own entry, `to`'s accusation if we hold one, then the least sent and
-        newest changes; a change sent often enough is forgotten."""
+        """Our own entry, `to`'s accusation if we hold one (or its entry, if it claimed
+        less), then the least sent and newest changes; a change sent often enough is
+        forgotten."""
         chosen = [self.member]
-        if self._view[to].state in _ACCUSED:
+        if self._view[to].state in _ACCUSED or to in self._behind:
             chosen.append(to)
         ranked = sorted(self._rumors.items(), key=lambda item: (item[1].transmits, -item[1].order))
         chosen += [m for m, _ in ranked if m != to][:self.settings.piggyback_max - len(chosen)]
@@ -618,6 +632,7 @@ class Swim:
                 assert state is not S.REMOVED or entry.state is S.REMOVED, f"{member} left REMOVED"
         self._checked = {m: (e.incarnation, e.state) for m, e in self._view.items()}
         assert self.member not in self._rumors and set(self._rumors) <= set(self._view)
+        assert self._behind <= set(self._view) - {self.member}
         assert all(r.transmits >= 0 for r in self._rumors.values())
         if own.state is S.REMOVED:
             assert self._probe is None and not self._relays and not self._order, "a removed member is silent"

@@ -35,6 +35,13 @@ included), `DecideCommit` once the row is written (its LSN and stamp), `DecideAb
 the coordinator decides on its own, `QueryDecision` when a question made it decide,
 `ParticipantAbort` when an ABORT releases another member's transaction here. A LocalWrite
 is the spec's WriteOne; the aborts of a restart are the host's `Restart` line.
+
+SWIM traces the actions of `specs/Swim.tla` (docs/design/swim.md): a datagram received is
+`PingReceived` of the updates it carries, whatever its kind (the spec's datagrams carry one
+entry each, and every message is piggyback); each message the core sends is `TickPing` of
+each update it carries; a probe that failed is `TickProbeFailed`, a suspicion past its
+timeouts `TickDead`. A receipt, and the last of a tick's state changes, carries the
+member's whole view after the event (`view`), which the check compares with the spec's.
 """
 
 from __future__ import annotations
@@ -70,10 +77,12 @@ from replicaset.member.actions import (
     SwimAction,
 )
 from replicaset.member.store import MemberStore, Membership
-from replicaset.member.trace import stamp, traced_ops
+from replicaset.member.trace import stamp, traced_ops, traced_updates
 from wal import LOCAL_ORIGIN, Record, VClock
 
 RECEIVING = frozenset({repl.ApplierState.SYNC, repl.ApplierState.FOLLOW})
+# The only changes a SWIM tick makes, as the spec's actions that make them.
+_TICK_CHANGES = {swim.MemberState.SUSPECT: "TickProbeFailed", swim.MemberState.DEAD: "TickDead"}
 GONE = frozenset({repl.ApplierState.STOPPED, repl.ApplierState.DISCONNECTED})
 
 P = ParamSpec("P")
@@ -576,7 +585,10 @@ class MemberDriver:
     @_event
     def swim_tick(self, now_s: float) -> list[Action]:
         assert self.swim is not None
-        return self._of_swim(now_s, self.swim.tick(now_s))
+        actions = self.swim.tick(now_s)
+        if self._trace is not None:
+            self._trace_swim(now_s, actions)
+        return self._of_swim(now_s, actions)
 
     @_event
     def swim_received(self, now_s: float, kind: str, sender: int, seq: int, target: int | None,
@@ -586,9 +598,13 @@ class MemberDriver:
         assert self.swim is not None
         if kind == "ping_req":
             assert target is not None
-            return self._of_swim(now_s, self.swim.ping_req_received(now_s, sender, target, seq, updates))
-        received = self.swim.ping_received if kind == "ping" else self.swim.ack_received
-        return self._of_swim(now_s, received(now_s, sender, seq, updates))
+            actions = self.swim.ping_req_received(now_s, sender, target, seq, updates)
+        else:
+            received = self.swim.ping_received if kind == "ping" else self.swim.ack_received
+            actions = received(now_s, sender, seq, updates)
+        if self._trace is not None:
+            self._trace_swim(now_s, actions, received=(sender, updates))
+        return self._of_swim(now_s, actions)
 
     @_event
     def swim_members(self, now_s: float, members: Mapping[int, str]) -> list[Action]:
@@ -600,6 +616,32 @@ class MemberDriver:
     def swim_removed(self, now_s: float, member: int) -> list[Action]:
         assert self.swim is not None
         return self._of_swim(now_s, self.swim.removed(now_s, member))
+
+    def _trace_swim(self, now_s: float, actions: Sequence[swim.Action], *,
+                    received: tuple[int, Sequence[swim.Update]] | None = None) -> None:
+        """The lines of `specs/Swim.tla` an event of the core took, in the order the core
+        took them (a message's updates are read from the view when it is made, after the
+        changes before it). The view goes on the last line that can change it."""
+        assert self._trace is not None and self.swim is not None
+        own = self.instance_id
+        lines: list[dict[str, Any]] = []
+        if received is not None:
+            sender, updates = received
+            lines.append({"event": "PingReceived", "member": own, "peer": sender, "updates": traced_updates(updates)})
+        for action in actions:
+            if isinstance(action, swim.StateChanged):
+                if received is None:  # a receipt's changes are the merges its PingReceived lines make
+                    lines.append({"event": _TICK_CHANGES[action.state], "member": own, "peer": action.member,
+                                  "inc": action.incarnation})
+            else:
+                to = action.via if isinstance(action, swim.SendPingReq) else action.to
+                lines.append({"event": "TickPing", "member": own, "peer": to,
+                              "updates": traced_updates(action.updates)})
+        changes = [line for line in lines if line["event"] != "TickPing"]
+        if changes:
+            changes[-1]["view"] = {m.member: [m.state.value, m.incarnation] for m in self.swim.view()}
+        for line in lines:
+            self._trace({**line, "t": now_s})
 
     def _of_swim(self, now_s: float, actions: Sequence[swim.Action]) -> list[Action]:
         """SWIM's actions; a member it declares DEAD is waited for by no undecided

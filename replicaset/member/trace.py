@@ -1,4 +1,5 @@
-"""How a row shows in a trace of `specs/VClockReplication.tla`, wherever it is traced.
+"""How a row shows in a trace of `specs/VClockReplication.tla`, and a SWIM update in one of
+`specs/Swim.tla`, wherever they are traced.
 
 A row's changes are `[key, value id]` per key it changes (the last change of a key in the
 row is what stays), None for a delete; a DDL row changes the one key "schema". A value id
@@ -9,10 +10,12 @@ last-writer-wins compares.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 
+from replicaset.core.swim import Update
 from replicaset.storage.rows import DdlPayload, DmlPayload, Op
 from wal import Record, RecordType
 
@@ -37,3 +40,9 @@ def stamp(record: Record) -> int:
     if record.type == RecordType.DDL:
         return DdlPayload.unpack(record.payload).hlc
     return DmlPayload.unpack(record.payload).hlc
+
+
+def traced_updates(updates: Sequence[Update]) -> list[list[Any]]:
+    """SWIM updates as the spec's datagrams hold them: `[member, state, incarnation]`, the
+    state by the spec's name (the wire's codes would need a table in the check)."""
+    return [[u.member, u.state.value, u.incarnation] for u in updates]

@@ -195,6 +195,22 @@ def test_a_member_declared_dead_refutes_too_and_is_alive_again_everywhere():
         "above the incarnation it was accused at, even one from a previous life")
 
 
+def test_a_restarted_member_held_alive_at_a_higher_incarnation_is_told_and_goes_above_it():
+    """A member restarted at incarnation 0 before anyone suspected it: the others hold it
+    ALIVE at the incarnation of its previous life, and an ALIVE at 0 loses to that. Told
+    what they hold, it refutes above it, and every view agrees on it again."""
+    peer = core(member=1)
+    checked(peer, peer.ping_received(0.0, 2, 1, [u(2, ALIVE, 5)]))
+    restarted = core(member=2)
+    (ack,) = checked(peer, peer.ping_received(1.0, 2, 2, [u(2, ALIVE, 0)]))
+    assert ack.updates[:2] == (u(1, ALIVE, 0), u(2, ALIVE, 5)), "its entry as this view holds it, right after ours"
+    assert changes(checked(restarted, restarted.ack_received(1.1, 1, 2, ack.updates))) == [(2, ALIVE, 6)]
+    (ping,) = of(sw.SendPing, checked(restarted, restarted.tick(1.2)))
+    assert changes(checked(peer, peer.ping_received(1.3, 2, ping.seq, ping.updates))) == [(2, ALIVE, 6)]
+    (ack,) = checked(peer, peer.ping_received(1.4, 2, ping.seq + 1, [u(2, ALIVE, 6)]))
+    assert ack.updates == (u(1, ALIVE, 0),), "once it caught up it is told no more"
+
+
 def test_stale_updates_are_ignored():
     swim = core()
     checked(swim, swim.ping_received(0.0, 2, 1, [u(3, ALIVE, 3)]))

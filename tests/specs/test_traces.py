@@ -412,3 +412,158 @@ def test_a_quorum_trace_becomes_a_sequence_literal() -> None:
     assert "NoLostUpdate" in cfg and "TraceLog <- Log" in cfg
     with pytest.raises(check_trace.TraceError, match="one key"):
         check_trace.quorum_steps([trace[0], {**trace[1], "ops": [["kv:1", "a"], ["kv:2", "b"]]}])
+
+
+# ---------------------------------------------------------------- Swim
+
+
+def swim_trace(seed: int, *, faults: str = "none", pauses: tuple[tuple[float, int, float], ...] = ((0.8, 3, 1.5),),
+               members: int = 3) -> Trace:
+    """SWIM on every member (5% of datagrams lost until the heal) beside ten writes, and a
+    member paused past the DEAD bound: suspicions, deaths, refutations, losses."""
+    return check_trace.simulate(seed, wal_mode="fsync", faults=faults, writes=10, swim=True, pauses=pauses,
+                                members=members)
+
+
+@pytest.fixture(scope="module")
+def paused_swim_trace() -> Trace:
+    return swim_trace(1)
+
+
+def assert_swim_accepted(trace: Trace) -> check_trace.Verdict:
+    verdict = check_trace.check(trace, spec=check_trace.SWIM, timeout_s=600)
+    assert verdict.accepted, f"seed {trace[0]['seed']}: {verdict.line()}\n{verdict.output[-3000:]}"
+    assert verdict.matched == len(check_trace.swim_steps(trace)) > 0
+    return verdict
+
+
+def swim_rejected_at(trace: Trace, line: int, event: str, nth: int = 0) -> check_trace.Verdict:
+    """The behaviour got as far as the Swim line before the `nth` `event` line made of
+    trace line `line` (its `nth` update), and no further."""
+    verdict = check_trace.check(trace, spec=check_trace.SWIM)
+    assert not verdict.accepted, "the edited trace was accepted"
+    steps = check_trace.swim_steps(trace)
+    edited = [i for i, step in enumerate(steps) if step["line"] == line and step["event"] == event][nth]
+    assert verdict.matched == edited, verdict.reason
+    return verdict
+
+
+def revivals(trace: Trace) -> list[tuple[int, Any, list[Any]]]:
+    """`(line, member, entry held before)` for each receipt after which a view holds a
+    member ALIVE that it held SUSPECT or DEAD before; the member as the view's key (an
+    int, a string once the trace went through JSON)."""
+    held: dict[int, dict[str, list[Any]]] = {}
+    found = []
+    for i, line in enumerate(trace):
+        if "view" not in line or line["event"] not in ("PingReceived", "TickProbeFailed", "TickDead", "Restart"):
+            continue
+        before = held.get(line["member"], {})
+        for member, (state, _) in line["view"].items():
+            if state == "alive" and before.get(member, ["alive"])[0] in ("suspect", "dead"):
+                found.append((i, member, before[member]))
+        held[line["member"]] = line["view"]
+    return found
+
+
+@needs_tlc
+@pytest.mark.parametrize(("seed", "faults", "members"), [(1, "none", 3), (3, "all", 3), (6, "all", 4)])
+def test_simulated_swim_traces_are_behaviours_of_swim(seed: int, faults: str, members: int,
+                                                      paused_swim_trace: Trace) -> None:
+    trace = paused_swim_trace if (seed, faults, members) == (1, "none", 3) else swim_trace(
+        seed, faults=faults, members=members)
+    events = {line["event"] for line in trace}
+    assert {"TickPing", "PingReceived", "TickProbeFailed", "TickDead", "Lose", "Pause", "Resume"} <= events
+    if faults == "all":
+        assert {"Crash", "Restart"} <= events, "the seed was meant to crash a member"
+    assert revivals(trace), "the seed was meant to revive a member by its refutation"
+    assert_swim_accepted(trace)
+
+
+@pytest.mark.deep
+@needs_tlc
+@pytest.mark.parametrize("seed", range(100, 130))
+def test_simulated_swim_traces_are_behaviours_of_swim_long_sweep(seed: int) -> None:
+    assert_swim_accepted(swim_trace(seed, faults="all", members=3 + seed % 3,
+                                    pauses=((0.5, 2, 0.4 + seed % 5 * 0.5), (2.5, 3, 0.3))))
+
+
+@needs_tlc
+def test_a_member_revived_at_an_equal_incarnation_is_rejected(paused_swim_trace: Trace) -> None:
+    """The view after a refutation arrived shows the member ALIVE again at the incarnation
+    it was accused at, as a core taking a stale ALIVE over a suspicion would
+    (Swim_EqualIncarnationAlive)."""
+    trace = copy.deepcopy(paused_swim_trace)
+    line, member, (state, incarnation) = revivals(trace)[0]
+    trace[line]["view"][member] = ["alive", incarnation]
+    verdict = swim_rejected_at(trace, line, "View")
+    assert "View" in verdict.reason
+
+
+@needs_tlc
+def test_a_core_that_revives_at_an_equal_incarnation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bug itself, in the core: ALIVE taken at an equal incarnation over SUSPECT or DEAD.
+    The simulator's own checks pass; the trace is no behaviour of the spec."""
+    from replicaset.core import swim
+
+    states = swim.MemberState
+    monkeypatch.setitem(swim.EQUAL_INCARNATION_MOVES, states.SUSPECT, frozenset({states.DEAD, states.ALIVE}))
+    monkeypatch.setitem(swim.EQUAL_INCARNATION_MOVES, states.DEAD, frozenset({states.ALIVE}))
+    verdict = check_trace.check(swim_trace(1), spec=check_trace.SWIM)
+    assert not verdict.accepted and "View" in verdict.reason, verdict.reason
+
+
+@needs_tlc
+def test_a_member_suspecting_another_at_an_incarnation_it_never_took_is_rejected(paused_swim_trace: Trace) -> None:
+    trace = copy.deepcopy(paused_swim_trace)
+    line = next(i for i, e in enumerate(trace) if e["event"] == "TickProbeFailed" and "view" in e)
+    suspect = trace[line]
+    suspect["inc"] += 1
+    suspect["view"][suspect["peer"]][1] += 1
+    verdict = swim_rejected_at(trace, line, "TickProbeFailed")
+    assert "TickProbeFailed" in verdict.reason
+
+
+@needs_tlc
+def test_gossip_raising_another_members_incarnation_is_rejected(paused_swim_trace: Trace) -> None:
+    """A member tells a peer of a third member at an incarnation above the one it holds:
+    only a member raises its own."""
+    trace = copy.deepcopy(paused_swim_trace)
+    line, index = next((i, k) for i, e in enumerate(trace) if e["event"] == "TickPing"
+                       for k, (about, _, _) in enumerate(e["updates"]) if about not in (e["member"], e["peer"]))
+    trace[line]["updates"][index][2] += 1
+    verdict = swim_rejected_at(trace, line, "TickPing", index)
+    assert "TickPing" in verdict.reason
+
+
+@needs_tlc
+def test_a_message_taken_twice_is_rejected(paused_swim_trace: Trace) -> None:
+    """A datagram received twice though sent once (the network has no copy of it left)."""
+    trace = copy.deepcopy(paused_swim_trace)
+    receipt = index_of(trace, "PingReceived", member=2, peer=1)
+    trace.insert(receipt + 1, copy.deepcopy(trace[receipt]))
+    verdict = swim_rejected_at(recount(trace), receipt + 1, "PingReceived")
+    assert "PingReceived" in verdict.reason
+
+
+def test_a_swim_trace_becomes_one_line_per_datagram() -> None:
+    trace = [
+        {"event": "Init", "members": [1, 2], "wal_mode": "fsync"},
+        {"event": "LocalWrite", "member": 1, "lsn": 1, "hlc": 5, "ops": [["kv:1", "v1"]]},
+        {"event": "TickPing", "member": 1, "peer": 2, "updates": [[1, "alive", 0], [2, "suspect", 0]], "t": 0.1},
+        {"event": "PingReceived", "member": 2, "peer": 1, "updates": [[1, "alive", 0], [2, "suspect", 0]],
+         "view": {"1": ["alive", 0], "2": ["alive", 1]}, "t": 0.2},
+        {"event": "Crash", "member": 2, "os": False},
+        {"event": "End", "steps": 4},
+    ]
+    steps = check_trace.swim_steps(trace)
+    assert [(s["event"], s["line"]) for s in steps] == [
+        ("TickPing", 2), ("TickPing", 2), ("PingReceived", 3), ("LoseAck", 3), ("PingReceived", 3), ("LoseAck", 3),
+        ("View", 3), ("Pause", 4)]
+    module, cfg = check_trace.to_swim_module(check_trace.swim_events(trace), "T")
+    assert '[event |-> "TickPing", member |-> 1, peer |-> 2, about |-> 2, inc |-> 0, st |-> "suspect"]' in module
+    assert ('[event |-> "View", member |-> 2, view |-> (1 :> [st |-> "alive", inc |-> 0] @@ '
+            '2 :> [st |-> "alive", inc |-> 1])]') in module
+    assert "TraceMsgs == 3" in module and "TracePauses == 1" in module and "LocalWrite" not in module
+    assert "NoStaleRevival" in cfg and "IncarnationsGrow" in cfg
+    with pytest.raises(check_trace.TraceError, match="a view holds members"):
+        check_trace.to_swim_module([trace[0], {**trace[3], "event": "View", "view": {"1": ["alive", 0]}}], "T")
