@@ -38,13 +38,22 @@ def all_alive(rs: ReplicaSet, members: list[Server]) -> bool:
 def test_a_hung_member_is_suspected_then_dead_and_alive_again_once_it_answers(replicaset_factory):
     rs, (first, second, third) = three(replicaset_factory)
     wait_for(lambda: all_alive(rs, [first, second, third]), "every member sees three ALIVE members")
+
+    def changes_of_3() -> list[str]:
+        return [e["state"] for e in first.log_events() if e.get("event") == "member_state" and e.get("member") == 3]
+
+    # On a loaded machine a member may be suspected, and refute, before the pause: only
+    # what follows the pause is asserted exactly.
+    before = changes_of_3()
+    assert "dead" not in before, before
     with third.paused():
         wait_for(lambda: all(states(rs, m)[3][0] == "dead" for m in (first, second)), "member 3 DEAD on 1 and 2")
         assert states(rs, first)[1][0] == "alive" and states(rs, first)[2][0] == "alive"
     wait_for(lambda: all_alive(rs, [first, second, third]), "member 3 ALIVE again everywhere")
     assert all(states(rs, m)[3][1] > 0 for m in (first, second, third)), "it refuted at a higher incarnation"
-    events = [e for e in first.log_events() if e.get("event") == "member_state" and e.get("member") == 3]
-    assert [e["state"] for e in events] == ["alive", "suspect", "dead", "alive"], events  # joined, then the pause
+    after = changes_of_3()[len(before):]
+    assert "dead" in after and after[after.index("dead") + 1:][:1] == ["alive"], changes_of_3()
+    assert after[0] in ("suspect", "dead") and "alive" not in after[:after.index("dead")], changes_of_3()
 
 
 def test_a_killed_member_is_dead_on_every_other_member_and_no_write_waits_for_it(replicaset_factory):
