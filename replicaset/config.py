@@ -82,6 +82,7 @@ OPTIONS: dict[str, Option] = {
     "gc.min_retention_s": Option(7200.0, (int, float), lambda v: v >= 0, ">= 0 seconds"),
     "gc.max_retention_s": Option(86400.0, (int, float), lambda v: v >= 0, ">= 0 seconds"),
     "transaction.stream_timeout_s": Option(10.0, (int, float), _positive, "> 0 seconds"),
+    "sql.statement_timeout_s": Option(10.0, (int, float), lambda v: v >= 0, ">= 0 seconds (0: no limit)"),
     "sql.auto_id_mode": Option("compact", str, lambda v: v in ("compact", "extended"), "compact or extended"),
     "auth.users": Option({}, dict, lambda v: all(isinstance(p, str) for p in v.values()), "a table of user = password"),
     "auth.guest": Option(True, bool),

@@ -37,7 +37,15 @@ from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.transfer import serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
-from replicaset.storage import Captured, DdlNeedsLock, EngineFatal, LocalTxn, SqlError, StatementResult
+from replicaset.storage import (
+    Captured,
+    DdlNeedsLock,
+    EngineFatal,
+    LocalTxn,
+    SqlError,
+    StatementResult,
+    StatementTimeout,
+)
 from replicaset.storage.statements import Columns, first_word
 from wal import VClock
 
@@ -476,6 +484,8 @@ class Session:
                 await self._commit_captured(captured, level)
                 self._reply_result(frame, result, vclock=node.engine.vclock)
                 return
+        except StatementTimeout as exc:
+            raise RequestError(ErrorCode.TIMEOUT, str(exc)) from exc
         except SqlError as exc:
             raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
         if ticket.done.is_set() and ticket.error is None:

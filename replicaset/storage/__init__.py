@@ -12,6 +12,7 @@ from replicaset.storage.errors import (
     SchemaDivergence,
     SchemaPending,
     SqlError,
+    StatementTimeout,
 )
 from replicaset.storage.statements import StatementShape
 from replicaset.storage.tombstones import Purged
@@ -34,4 +35,5 @@ __all__ = [
     "SqlError",
     "StatementResult",
     "StatementShape",
+    "StatementTimeout",
 ]

@@ -24,6 +24,8 @@ that owns it.
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -40,7 +42,7 @@ from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batch, Batches, BatchKind
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.connections import Connections, connect
-from replicaset.storage.errors import BatchKindError, SqlError
+from replicaset.storage.errors import BatchKindError, SqlError, StatementTimeout
 from replicaset.storage.keys import SCHEMA_KEY
 from replicaset.storage.schema import SchemaState, TableCache, committed_schema_id, read_vclock
 from replicaset.storage.statements import StatementShape, describe, is_read, run_statement, sql_message
@@ -54,6 +56,10 @@ Logger = Callable[..., None]
 def _no_log(event: str, **fields: Any) -> None:
     return None
 
+
+# SQLite virtual-machine steps between two looks at a read's deadline: a few ms apart at
+# most, and no measurable cost.
+READ_CHECK_STEPS = 10_000
 
 class Engine:
     def __init__(
@@ -75,6 +81,8 @@ class Engine:
         self.flushed_quorum_rows: list[tuple[int, int, int]] = []
         self._wal = wal
         self._connections = connections
+        self._read_deadline = math.inf
+        connections.reader.set_progress_handler(self._read_overdue, READ_CHECK_STEPS)
         writer, applier = connections.writer, connections.applier
         writer_tables, apply_tables = TableCache(writer), TableCache(applier)
         self._schema = SchemaState(writer, (writer_tables, apply_tables), config.local_tables)
@@ -293,19 +301,30 @@ class Engine:
         return is_read(sql)
 
     def query(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult | None:
-        """Run a statement on the reader connection; None when it turns out to write."""
+        """Run a statement on the reader connection; None when it turns out to write. Past
+        `read_timeout_s` SQLite stops it (a read-only statement interrupted ends alone)."""
         cursor = self._connections.reader.cursor()
+        limit = self.config.read_timeout_s
+        self._read_deadline = time.monotonic() + limit if limit else math.inf
         try:
             columns, rows = run_statement(cursor, sql, binds)
         except apsw.ReadOnlyError:
             return None
+        except apsw.InterruptError as exc:
+            raise StatementTimeout(f"the statement ran past sql.statement_timeout_s = {limit:g} s and was "
+                                   "stopped") from exc
         except apsw.Error as exc:
             raise SqlError(sql_message(exc)) from exc
         except (TypeError, ValueError, OverflowError) as exc:
             raise SqlError(f"bad bind value: {exc}") from exc
         except KeyError as exc:  # apsw: a named parameter the binds do not hold
             raise SqlError(f"no value bound for parameter :{exc.args[0]}") from exc
+        finally:
+            self._read_deadline = math.inf
         return StatementResult(columns=columns, rows=rows, row_count=None, autoincrement_ids=[])
+
+    def _read_overdue(self) -> bool:
+        return time.monotonic() > self._read_deadline
 
     def describe(self, sql: str) -> StatementShape:
         """Compile `sql` on the reader without running it (iproto's PREPARE). The reader

@@ -5,6 +5,11 @@ class SqlError(Exception):
     """A client statement was refused or failed; nothing it did remains."""
 
 
+class StatementTimeout(SqlError):
+    """A client's read ran past `sql.statement_timeout_s` and was stopped; it may be run
+    again with a narrower query."""
+
+
 class DdlNeedsLock(SqlError):
     """A replicated DDL statement ran outside the set's DDL lock: it was undone, and is to
     be run again as a quorum transaction, which takes the lock (DESIGN 4.6)."""
