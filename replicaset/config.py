@@ -59,6 +59,7 @@ OPTIONS: dict[str, Option] = {
     "checkpoint_interval": Option(3600.0, (int, float), lambda v: v >= 0, ">= 0 seconds (0: never)"),
     "checkpoint_count": Option(2, int, lambda v: v >= 1, ">= 1"),
     "local_tables": Option([], list, _names, "a list of table names"),
+    "max_connections": Option(1024, int, lambda v: v >= 1, ">= 1 (peers' links count too)"),
     "max_frame_bytes": Option(16 * MIB, int, lambda v: v >= 4 * KIB, ">= 4096 bytes"),
     "max_txn_bytes": Option(8 * MIB, int, lambda v: v >= KIB, ">= 1024 bytes"),
     "metrics_listen": Option("", str, lambda v: v == "" or _address(v), "HOST:PORT, or empty (no metrics endpoint)"),

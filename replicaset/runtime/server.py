@@ -1,17 +1,62 @@
-"""A node serving iproto: every accepted connection gets a Session of its own."""
+"""A node serving iproto: every accepted connection gets a Session of its own, up to
+`max_connections` at once (peers' links count too); one past it is told so and closed."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import trio
 
+from replicaset.iproto.codec import FrameDecoder, encode_error, encode_greeting
+from replicaset.iproto.constants import GREETING_VERSION, ErrorCode
+from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.runtime.node import Node
 from replicaset.runtime.session import Session
 
+# How long a refused connection may take to send the request its refusal answers.
+REFUSAL_WAIT_S = 1.0
+REFUSAL_READ_BYTES = 4096
+
 
 async def serve(node: Node, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    limit = int(node.config["max_connections"])
+    open_sessions = 0
+
     async def serve_connection(stream: trio.SocketStream) -> None:
-        await Session(node, stream).run()
+        nonlocal open_sessions
+        if open_sessions >= limit:
+            node.log.warning("connection_refused", reason="max_connections", max_connections=limit)
+            await _refuse(node, stream, f"too many connections: max_connections = {limit}")
+            return
+        open_sessions += 1
+        try:
+            await Session(node, stream).run()
+        finally:
+            open_sessions -= 1
 
     await node.run(serve_connection, task_status=task_status)
+
+
+async def _refuse(node: Node, stream: trio.SocketStream, message: str) -> None:
+    """Greet, answer the first request (a connector sends one at once: ID, AUTH or its
+    first call) with the error, and close: the client learns why, within a bounded time."""
+    try:
+        await stream.send_all(encode_greeting(version=GREETING_VERSION, instance_uuid=node.identity.instance_uuid,
+                                              salt=os.urandom(32)))
+        decoder = FrameDecoder(REFUSAL_READ_BYTES)
+        sync = 0
+        with trio.move_on_after(REFUSAL_WAIT_S):
+            while (frame := decoder.next_frame()) is None:
+                data = await stream.receive_some(REFUSAL_READ_BYTES)
+                if not data:
+                    break
+                decoder.feed(data)
+            else:
+                sync = frame.sync
+        await stream.send_all(encode_error(sync=sync, schema_version=node.schema_version, code=ErrorCode.SYSTEM,
+                                           message=message))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, RemoteProtocolError):
+        pass
+    finally:
+        await trio.aclose_forcefully(stream)

@@ -10,7 +10,7 @@ import pytest
 
 from replicaset.iproto.constants import ErrorCode
 from replicaset.iproto.errors import ServerError
-from tests.server.conftest import Server
+from tests.server.conftest import Server, wait_for
 
 ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r"
 
@@ -33,5 +33,36 @@ def test_an_endless_read_is_stopped_and_the_server_serves_on(tmp_path: Path) -> 
             other.execute("INSERT INTO kv VALUES (1, 'still writing')")
             assert other.execute("SELECT v FROM kv").rows == [["still writing"]]
         assert "session_failed" not in server.log_path.read_text()
+    finally:
+        assert server.stop() == 0
+
+
+def test_connections_past_max_connections_are_told_and_closed(tmp_path: Path) -> None:
+    config = tmp_path / "limits.toml"
+    config.write_text("max_connections = 3\n")
+    server = Server(tmp_path / "data", tmp_path / "server.log").start("--config", str(config))
+    try:
+        held = [server.client() for _ in range(3)]
+        for client in held:
+            client.ping()
+        with server.client() as extra:
+            with pytest.raises(ServerError, match="too many connections: max_connections = 3"):
+                extra.ping()
+        for client in held:
+            client.ping()
+        held.pop().close()
+
+        def admitted() -> bool:
+            with server.client() as again:
+                try:
+                    again.ping()
+                except ServerError:
+                    return False
+                return True
+
+        wait_for(admitted, "a connection admitted once one of the three closed")
+        assert '"event": "connection_refused"' in server.log_path.read_text()
+        for client in held:
+            client.close()
     finally:
         assert server.stop() == 0
