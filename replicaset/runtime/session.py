@@ -52,6 +52,10 @@ from wal import VClock
 from replicaset.runtime.node import Node
 
 RECEIVE_BYTES = 64 * 1024
+# Replies held for a client past this are sent before another request is read: a client
+# that pipelines without reading waits on its own socket, and the server's memory for it
+# stays bounded (so does a stuck reader's).
+OUTBOX_MAX_BYTES = 1024 * 1024
 LANE_QUEUE_MAX = 256
 STREAMS_PER_CONNECTION_MAX = 64
 T = TypeVar("T", peer_messages.Hello, peer_messages.Subscribe)
@@ -107,6 +111,7 @@ class Session:
         self._stream = stream
         self._outbox = bytearray()
         self._sending = False
+        self._sent = trio.Event()  # set each time the sending task has emptied the outbox
         self._lanes: dict[int, trio.MemorySendChannel[Frame]] = {}
         self._lane_backlog: dict[int, int] = {}
         self._writer_holders = 0
@@ -128,9 +133,12 @@ class Session:
         await self._flush_outbox()
 
     async def _flush_outbox(self) -> None:
-        """Send what the outbox holds; a task already sending picks up what others add."""
-        if self._sending:
-            return
+        """Send what the outbox holds; a task already sending picks up what others add,
+        and one past `OUTBOX_MAX_BYTES` waits until it has."""
+        while self._sending:
+            if len(self._outbox) <= OUTBOX_MAX_BYTES:
+                return
+            await self._sent.wait()
         self._sending = True
         try:
             while self._outbox:
@@ -138,6 +146,8 @@ class Session:
                 await self._stream.send_all(data)
         finally:
             self._sending = False
+            self._sent.set()
+            self._sent = trio.Event()
 
     def _reply_ok(self, frame: Frame, body: dict[int, Any] | None = None, *, vclock: dict[int, int] | None = None) -> None:
         self._send(encode_ok(sync=frame.sync, schema_version=self._node.schema_version, body=body,
@@ -201,6 +211,8 @@ class Session:
                     await self._handle_reporting(frame, self._stream0)
                 else:
                     await self._route(frame, nursery)
+                if len(self._outbox) > OUTBOX_MAX_BYTES:
+                    await self._flush_outbox()
             await self._flush_outbox()
 
     async def _route(self, frame: Frame, nursery: trio.Nursery) -> None:

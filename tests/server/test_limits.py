@@ -3,12 +3,14 @@ ER_TIMEOUT, and the server goes on serving that client and everyone else."""
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from replicaset.iproto.constants import ErrorCode
+from replicaset.iproto.codec import GREETING_SIZE, encode_request
+from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import ServerError
 from tests.server.conftest import Server, wait_for
 
@@ -64,5 +66,47 @@ def test_connections_past_max_connections_are_told_and_closed(tmp_path: Path) ->
         assert '"event": "connection_refused"' in server.log_path.read_text()
         for client in held:
             client.close()
+    finally:
+        assert server.stop() == 0
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_client_that_pipelines_without_reading_costs_bounded_memory(tmp_path: Path) -> None:
+    """2 GB of replies asked for, none read: the server stops reading that client once
+    about 1 MiB of its replies back up, and serves another meanwhile."""
+    server = Server(tmp_path / "data", tmp_path / "server.log").start()
+    try:
+        assert server.proc is not None
+        before = rss_bytes(server.proc.pid)
+        request = encode_request(RequestType.EXECUTE, 0, {Key.SQL_TEXT: "SELECT randomblob(10000)", Key.SQL_BIND: []})
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as greedy:
+            greedy.recv(GREETING_SIZE, socket.MSG_WAITALL)
+            greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            greedy.setblocking(False)
+            sent, blocked_since = 0, None
+            deadline = time.monotonic() + 10
+            while sent < 200_000 * len(request) and time.monotonic() < deadline:
+                try:
+                    sent += greedy.send(request * 100)
+                    blocked_since = None
+                except BlockingIOError:  # the server stopped reading us: what we want, for a second
+                    blocked_since = blocked_since or time.monotonic()
+                    if time.monotonic() - blocked_since > 1.0:
+                        break
+                    time.sleep(0.01)
+            with server.client() as other:
+                assert other.execute("SELECT 1").rows == [[1]], "another client is served meanwhile"
+            grown = rss_bytes(server.proc.pid) - before
+            # Without the bound, one 64 KiB read of requests made 17 MiB of replies at once.
+            assert grown < 8 * 1024 * 1024, f"the server grew by {grown / 2**20:.0f} MiB for a client that reads nothing"
+            assert sent < 200_000 * len(request), "the server kept reading though nothing was read back"
+        with server.client() as after:
+            after.ping()
     finally:
         assert server.stop() == 0
