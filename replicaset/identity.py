@@ -14,6 +14,10 @@ from wal import fsync_path
 FILE_NAME = "instance.toml"
 # Kept from the join until a majority of members hold the joiner's `_cluster` row (DESIGN 4.7).
 PENDING_REGISTRATION_FILE = "registration.toml"
+# Kept while a join is under way: a join started again after a crash registers the same
+# instance UUID, and so gets the same id, instead of leaving behind an id no instance will
+# ever use, which would count in every majority from then on.
+JOINING_FILE = "joining.toml"
 
 
 class IdentityError(ValueError):
@@ -106,3 +110,28 @@ def load_pending_registration(data_dir: Path) -> PendingRegistration | None:
 
 def clear_pending_registration(data_dir: Path) -> None:
     (data_dir / PENDING_REGISTRATION_FILE).unlink(missing_ok=True)
+
+
+def save_joining(data_dir: Path, replicaset_uuid: str, instance_uuid: str) -> None:
+    """Remember, before the first JOIN goes out, which UUID this data directory joins as."""
+    write_durably(data_dir / JOINING_FILE,
+                  f'replicaset_uuid = "{replicaset_uuid}"\ninstance_uuid = "{instance_uuid}"\n')
+
+
+def load_joining(data_dir: Path, replicaset_uuid: str) -> str | None:
+    """The UUID an unfinished join into `replicaset_uuid` registered as; None when there
+    was none (or it was into another replica set, where that UUID means nothing)."""
+    path = data_dir / JOINING_FILE
+    try:
+        doc = tomllib.loads(path.read_text())
+        if str(uuid.UUID(doc["replicaset_uuid"])) != replicaset_uuid:
+            return None
+        return str(uuid.UUID(doc["instance_uuid"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, KeyError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
+        raise IdentityError(f"{path} is unreadable: {exc}") from exc
+
+
+def clear_joining(data_dir: Path) -> None:
+    (data_dir / JOINING_FILE).unlink(missing_ok=True)

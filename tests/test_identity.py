@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from replicaset.core.replicaset import PendingRegistration
-from replicaset.identity import Identity, load_pending_registration, save_pending_registration
+from replicaset.identity import (
+    JOINING_FILE, Identity, IdentityError, clear_joining, load_joining, load_pending_registration, save_joining,
+    save_pending_registration,
+)
 from tests.pagecache import PageCache
 
 
@@ -45,3 +48,20 @@ def test_a_pending_registration_survives_an_os_crash(tmp_path: Path, monkeypatch
     save_pending_registration(tmp_path, registration)
     cache.os_crash(tmp_path)
     assert load_pending_registration(tmp_path) == registration
+
+
+def test_a_join_under_way_keeps_its_uuid_for_that_replica_set_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A join started again after a crash must register the same UUID (the same id), and
+    it must not carry that UUID into another replica set."""
+    cache = PageCache(monkeypatch)
+    replicaset_uuid, instance_uuid = str(uuid.uuid4()), str(uuid.uuid4())
+    assert load_joining(tmp_path, replicaset_uuid) is None
+    save_joining(tmp_path, replicaset_uuid, instance_uuid)
+    cache.os_crash(tmp_path)
+    assert load_joining(tmp_path, replicaset_uuid) == instance_uuid
+    assert load_joining(tmp_path, str(uuid.uuid4())) is None
+    clear_joining(tmp_path)
+    assert load_joining(tmp_path, replicaset_uuid) is None
+    (tmp_path / JOINING_FILE).write_text("instance_uuid = 7\n")
+    with pytest.raises(IdentityError, match="joining.toml is unreadable"):
+        load_joining(tmp_path, replicaset_uuid)
