@@ -14,9 +14,9 @@ from wal import fsync_path
 FILE_NAME = "instance.toml"
 # Kept from the join until a majority of members hold the joiner's `_cluster` row (DESIGN 4.7).
 PENDING_REGISTRATION_FILE = "registration.toml"
-# Kept while a join is under way: a join started again after a crash registers the same
-# instance UUID, and so gets the same id, instead of leaving behind an id no instance will
-# ever use, which would count in every majority from then on.
+# Kept while a join is under way (`Joining`): a join started again after a crash registers
+# the same instance UUID, and so gets the same id, instead of leaving behind an id no
+# instance will ever use, which would count in every majority from then on.
 JOINING_FILE = "joining.toml"
 
 
@@ -112,26 +112,40 @@ def clear_pending_registration(data_dir: Path) -> None:
     (data_dir / PENDING_REGISTRATION_FILE).unlink(missing_ok=True)
 
 
-def save_joining(data_dir: Path, replicaset_uuid: str, instance_uuid: str) -> None:
-    """Remember, before the first JOIN goes out, which UUID this data directory joins as."""
-    write_durably(data_dir / JOINING_FILE,
-                  f'replicaset_uuid = "{replicaset_uuid}"\ninstance_uuid = "{instance_uuid}"\n')
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Joining:
+    """A join under way in a data directory: into which replica set, as which instance,
+    through which peers. `replicaset serve` on a directory with this and no identity
+    finishes the join (a re-join too, whose old directory waits aside)."""
 
+    replicaset_uuid: str
+    instance_uuid: str
+    peers: list[str]
+    anonymous: bool = False
 
-def load_joining(data_dir: Path, replicaset_uuid: str) -> str | None:
-    """The UUID an unfinished join into `replicaset_uuid` registered as; None when there
-    was none (or it was into another replica set, where that UUID means nothing)."""
-    path = data_dir / JOINING_FILE
-    try:
-        doc = tomllib.loads(path.read_text())
-        if str(uuid.UUID(doc["replicaset_uuid"])) != replicaset_uuid:
+    def save(self, data_dir: Path) -> None:
+        """Before the first JOIN goes out: a crash after it must not lose the UUID."""
+        peers = ", ".join(f'"{peer}"' for peer in self.peers)
+        write_durably(data_dir / JOINING_FILE,
+                      f'replicaset_uuid = "{self.replicaset_uuid}"\ninstance_uuid = "{self.instance_uuid}"\n'
+                      f"peers = [{peers}]\n" + ("anonymous = true\n" if self.anonymous else ""))
+
+    @classmethod
+    def load(cls, data_dir: Path) -> Joining | None:
+        path = data_dir / JOINING_FILE
+        try:
+            doc = tomllib.loads(path.read_text())
+            peers = doc["peers"]
+            if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
+                raise ValueError(f"peers must be a list of HOST:PORT, got {peers!r}")
+            return cls(replicaset_uuid=str(uuid.UUID(doc["replicaset_uuid"])),
+                       instance_uuid=str(uuid.UUID(doc["instance_uuid"])), peers=peers,
+                       anonymous=doc.get("anonymous", False) is True)
+        except FileNotFoundError:
             return None
-        return str(uuid.UUID(doc["instance_uuid"]))
-    except FileNotFoundError:
-        return None
-    except (OSError, KeyError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
-        raise IdentityError(f"{path} is unreadable: {exc}") from exc
+        except (OSError, KeyError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
+            raise IdentityError(f"{path} is unreadable: {exc}") from exc
 
-
-def clear_joining(data_dir: Path) -> None:
-    (data_dir / JOINING_FILE).unlink(missing_ok=True)
+    @staticmethod
+    def clear(data_dir: Path) -> None:
+        (data_dir / JOINING_FILE).unlink(missing_ok=True)

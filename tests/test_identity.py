@@ -10,8 +10,7 @@ import pytest
 
 from replicaset.core.replicaset import PendingRegistration
 from replicaset.identity import (
-    JOINING_FILE, Identity, IdentityError, clear_joining, load_joining, load_pending_registration, save_joining,
-    save_pending_registration,
+    JOINING_FILE, Identity, IdentityError, Joining, load_pending_registration, save_pending_registration,
 )
 from tests.pagecache import PageCache
 
@@ -50,18 +49,17 @@ def test_a_pending_registration_survives_an_os_crash(tmp_path: Path, monkeypatch
     assert load_pending_registration(tmp_path) == registration
 
 
-def test_a_join_under_way_keeps_its_uuid_for_that_replica_set_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A join started again after a crash must register the same UUID (the same id), and
-    it must not carry that UUID into another replica set."""
+def test_a_join_under_way_survives_an_os_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A join started again after a crash must register the same UUID (the same id)."""
     cache = PageCache(monkeypatch)
-    replicaset_uuid, instance_uuid = str(uuid.uuid4()), str(uuid.uuid4())
-    assert load_joining(tmp_path, replicaset_uuid) is None
-    save_joining(tmp_path, replicaset_uuid, instance_uuid)
+    assert Joining.load(tmp_path) is None
+    joining = Joining(replicaset_uuid=str(uuid.uuid4()), instance_uuid=str(uuid.uuid4()),
+                      peers=["127.0.0.1:3301", "[::1]:3302"], anonymous=True)
+    joining.save(tmp_path)
     cache.os_crash(tmp_path)
-    assert load_joining(tmp_path, replicaset_uuid) == instance_uuid
-    assert load_joining(tmp_path, str(uuid.uuid4())) is None
-    clear_joining(tmp_path)
-    assert load_joining(tmp_path, replicaset_uuid) is None
-    (tmp_path / JOINING_FILE).write_text("instance_uuid = 7\n")
+    assert Joining.load(tmp_path) == joining
+    Joining.clear(tmp_path)
+    assert Joining.load(tmp_path) is None
+    (tmp_path / JOINING_FILE).write_text('replicaset_uuid = "x"\n')
     with pytest.raises(IdentityError, match="joining.toml is unreadable"):
-        load_joining(tmp_path, replicaset_uuid)
+        Joining.load(tmp_path)

@@ -2,8 +2,9 @@
 
 A transfer that breaks after it kept something is asked for again at once, from where it
 stopped (`transfer.py`), up to `JOIN_RESUMES_MAX` times in a row for one peer; a join
-started again after the process died resumes too, under the same instance UUID
-(`joining.toml`), and so gets the same id."""
+started again after the process died (`replicaset join` again, or `replicaset serve`, which
+finishes it) resumes too, under the same instance UUID (`joining.toml`), and so gets the
+same id."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import trio
 from structlog.typing import FilteringBoundLogger
 from tqdm import tqdm
 
-from replicaset.identity import Identity, clear_joining, load_joining, save_joining, save_pending_registration
+from replicaset.identity import Identity, Joining, save_pending_registration
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.runtime.logging import configure, get_logger
 from replicaset.runtime.node import CLEAN_STOP_FILE
@@ -41,8 +42,11 @@ def join(
     it gets the checkpoint only, and id 0."""
     configure()
     log = get_logger(None, replicaset_uuid=replicaset_uuid)
-    instance_uuid = instance_uuid or load_joining(data_dir, replicaset_uuid) or str(uuid.uuid4())
-    save_joining(data_dir, replicaset_uuid, instance_uuid)
+    before = Joining.load(data_dir)
+    if instance_uuid is None and before is not None and before.replicaset_uuid == replicaset_uuid:
+        instance_uuid = before.instance_uuid
+    instance_uuid = instance_uuid or str(uuid.uuid4())
+    Joining(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid, peers=peers, anonymous=anonymous).save(data_dir)
     target = data_dir / "db.sqlite"
     joined: Joined | None = None
     for peer in peers:
@@ -74,7 +78,7 @@ def join(
     identity = Identity(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid,
                         instance_id=registration.instance_id, anonymous=anonymous)
     identity.save(data_dir)
-    clear_joining(data_dir)
+    Joining.clear(data_dir)
     (data_dir / CLEAN_STOP_FILE).touch()  # a fresh member has no rows of its own to lose
     log.info("joined", peer=peer, instance_id=registration.instance_id,
              registration_row=[registration.pending.origin, registration.pending.lsn],

@@ -27,19 +27,21 @@ STALL_AFTER_BYTES = 1024 * 1024
 
 class LimitedProxy:
     """A TCP proxy on 127.0.0.1 to `upstream_port` that forwards at most `limit_bytes` of
-    each connection from the member to the joiner, then holds the rest (a link that stalls
-    in the middle of a transfer, so that the test can kill the joiner there) or, with
-    `cut`, closes the connection (a link that keeps breaking)."""
+    a connection from the member to the joiner, then holds the rest (a link that stalls in
+    the middle of a transfer, so that the test can kill the joiner there) or, with `cut`,
+    closes the connection (a link that keeps breaking). The first `limited` connections are
+    (all of them when None); later ones are forwarded whole."""
 
-    def __init__(self, upstream_port: int, limit_bytes: int, *, cut: bool = False) -> None:
+    def __init__(self, upstream_port: int, limit_bytes: int, *, cut: bool = False, limited: int | None = None) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.upstream_port, self.limit_bytes, self.cut = upstream_port, limit_bytes, cut
+        self.upstream_port, self.limit_bytes, self.cut, self.limited = upstream_port, limit_bytes, cut, limited
         self.sockets: list[socket.socket] = [self.listener]
         self.threads = [threading.Thread(target=self._accept, daemon=True)]
         self.threads[0].start()
 
     def _accept(self) -> None:
+        accepted = 0
         while True:
             try:
                 client, _ = self.listener.accept()
@@ -47,7 +49,9 @@ class LimitedProxy:
             except OSError:
                 return
             self.sockets += [client, upstream]
-            for args in ((client, upstream, None), (upstream, client, self.limit_bytes)):
+            accepted += 1
+            limit = self.limit_bytes if self.limited is None or accepted <= self.limited else None
+            for args in ((client, upstream, None), (upstream, client, limit)):
                 self.threads.append(threading.Thread(target=self._pump, args=args, daemon=True))
                 self.threads[-1].start()
 
@@ -93,33 +97,36 @@ def member_with_rows(rs: ReplicaSet) -> Server:
 
 
 def test_a_joiner_killed_mid_transfer_resumes_under_the_same_id(replicaset_factory):
+    """Killed, then `replicaset serve` on its data directory: the join goes on through the
+    peer it was given (as a re-join interrupted the same way does), from where it stopped."""
     rs = replicaset_factory(f"checkpoint_chunk_bytes = {CHUNK_BYTES}\n")
     member = member_with_rows(rs)
     joiner = Server(rs.root / "m2", rs.root / "m2.log")
     rs.members.append(joiner)  # stopped by the fixture whatever happens
     joiner.port = free_port()
-    args = ["join", "--uuid", REPLICASET_UUID, "--data-dir", str(joiner.data_dir), "--config", str(rs.config)]
-    proxy = LimitedProxy(member.port, STALL_AFTER_BYTES)
+    target = joiner.data_dir / "db.sqlite"
+    proxy = LimitedProxy(member.port, STALL_AFTER_BYTES, limited=1)
     try:
         with open(joiner.log_path, "ab") as log:
             joiner.proc = subprocess.Popen(
-                [sys.executable, "-m", "replicaset.cli", *args, "--peer", f"127.0.0.1:{proxy.port}",
+                [sys.executable, "-m", "replicaset.cli", "join", "--uuid", REPLICASET_UUID, "--data-dir",
+                 str(joiner.data_dir), "--config", str(rs.config), "--peer", f"127.0.0.1:{proxy.port}",
                  "--listen", f"127.0.0.1:{joiner.port}"], stdout=log, stderr=log)
-        target = joiner.data_dir / "db.sqlite"
         wait_for(lambda: KeptCheckpoint(target).partial.exists()
                  and KeptCheckpoint(target).partial.stat().st_size >= STALL_AFTER_BYTES - 2 * CHUNK_BYTES,
                  "the joiner holding the first megabyte, stalled")
         joiner.proc.send_signal(signal.SIGKILL)
         joiner.proc.wait(10)
+        kept = KeptCheckpoint.load(target).offset
+        assert kept >= STALL_AFTER_BYTES - 2 * CHUNK_BYTES and kept % CHUNK_BYTES == 0, kept
+
+        started = time.monotonic()
+        joiner.proc, _ = start_instance(["serve", "--data-dir", str(joiner.data_dir)], joiner.log_path,
+                                        port=joiner.port)
     finally:
         proxy.close()
-    kept = KeptCheckpoint.load(target).offset
-    assert kept >= STALL_AFTER_BYTES - 2 * CHUNK_BYTES and kept % CHUNK_BYTES == 0, kept
-
-    started = time.monotonic()
-    joiner.proc, _ = start_instance([*args, "--peer", f"127.0.0.1:{member.port}"], joiner.log_path, port=joiner.port)
     [resumed] = events(joiner.log_path, "join_resumed")
-    assert resumed["offset"] == kept and resumed["total_bytes"] > 3 * 1024 * 1024, resumed
+    assert resumed["offset"] == kept and resumed["total_bytes"] > 2 * 1024 * 1024, resumed
     assert not events(joiner.log_path, "join_kept_dropped")
     served = events(rs.root / "m1.log", "join_serving")
     assert [e.get("resumed_at") for e in served] == [None, kept], served
