@@ -337,11 +337,13 @@ class Session:
         node = self._node
         chunk_bytes = node.config.checkpoint_chunk_bytes
         checkpoint, vclock = await node.writer.open_newest_checkpoint()
-        try:
-            start = await trio.to_thread.run_sync(resume_start, checkpoint, vclock, resume, chunk_bytes)
-        except BaseException:
-            checkpoint.close()
-            raise
+        start = ServeStart()
+        if resume is not None:
+            try:  # checking it reads up to the whole file: off the event loop
+                start = await trio.to_thread.run_sync(resume_start, checkpoint, vclock, resume, chunk_bytes)
+            except BaseException:
+                checkpoint.close()
+                raise
         if start.offset or not fresh:
             return checkpoint, vclock, start
         checkpoint.close()
