@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from replicaset import config as configuration
-from replicaset.identity import Identity, IdentityError, parse_uuid
+from replicaset.identity import Identity, IdentityError, Joining, parse_uuid
 
 CONFIG_FILE = "config.toml"
 
@@ -199,6 +199,9 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from replicaset.restore import is_copy
 
+    joining = Joining.load(args.data_dir)
+    if joining is not None and not Identity.exists(args.data_dir):
+        return _finish_join(args, joining)
     identity = Identity.load(args.data_dir)
     # A restored copy holds the original set's `_cluster`: it must follow none of those
     # members, and a write would fork their history (docs/restore.md).
@@ -206,6 +209,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return _serve(args.data_dir, _load_config(args, args.data_dir, read_only=args.read_only or copy or identity.anonymous),
                   identity,
                   force_recovery=args.force_recovery, rejoin=args.rejoin, isolated=copy)
+
+
+def _finish_join(args: argparse.Namespace, joining: Joining) -> int:
+    """A join (or re-join) that stopped midway, the process gone: go on with it, under the
+    same UUID and so the same id, resuming its checkpoint transfer where it stopped."""
+    from replicaset.runtime.join import join
+
+    cfg = _load_config(args, args.data_dir, read_only=args.read_only or joining.anonymous)
+    identity = join(args.data_dir, replicaset_uuid=joining.replicaset_uuid, peers=joining.peers, listen=cfg.listen,
+                    instance_uuid=joining.instance_uuid, anonymous=joining.anonymous)
+    if identity is None:
+        return 1
+    return _serve(args.data_dir, cfg, identity, force_recovery=args.force_recovery, rejoin=args.rejoin)
 
 
 def cmd_join(args: argparse.Namespace) -> int:

@@ -58,6 +58,7 @@ OPTIONS: dict[str, Option] = {
     "wal_max_size": Option(64 * MIB, int, lambda v: v >= 64 * KIB, ">= 65536 bytes"),
     "checkpoint_interval": Option(3600.0, (int, float), lambda v: v >= 0, ">= 0 seconds (0: never)"),
     "checkpoint_count": Option(2, int, lambda v: v >= 1, ">= 1"),
+    "checkpoint_chunk_bytes": Option(1 * MIB, int, lambda v: 4 * KIB <= v <= 16 * MIB, "4096..16777216 bytes"),
     "local_tables": Option([], list, _names, "a list of table names"),
     "max_connections": Option(1024, int, lambda v: v >= 1, ">= 1 (peers' links count too)"),
     "max_frame_bytes": Option(16 * MIB, int, lambda v: v >= 4 * KIB, ">= 4096 bytes"),

@@ -14,6 +14,10 @@ from wal import fsync_path
 FILE_NAME = "instance.toml"
 # Kept from the join until a majority of members hold the joiner's `_cluster` row (DESIGN 4.7).
 PENDING_REGISTRATION_FILE = "registration.toml"
+# Kept while a join is under way (`Joining`): a join started again after a crash registers
+# the same instance UUID, and so gets the same id, instead of leaving behind an id no
+# instance will ever use, which would count in every majority from then on.
+JOINING_FILE = "joining.toml"
 
 
 class IdentityError(ValueError):
@@ -106,3 +110,42 @@ def load_pending_registration(data_dir: Path) -> PendingRegistration | None:
 
 def clear_pending_registration(data_dir: Path) -> None:
     (data_dir / PENDING_REGISTRATION_FILE).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Joining:
+    """A join under way in a data directory: into which replica set, as which instance,
+    through which peers. `replicaset serve` on a directory with this and no identity
+    finishes the join (a re-join too, whose old directory waits aside)."""
+
+    replicaset_uuid: str
+    instance_uuid: str
+    peers: list[str]
+    anonymous: bool = False
+
+    def save(self, data_dir: Path) -> None:
+        """Before the first JOIN goes out: a crash after it must not lose the UUID."""
+        peers = ", ".join(f'"{peer}"' for peer in self.peers)
+        write_durably(data_dir / JOINING_FILE,
+                      f'replicaset_uuid = "{self.replicaset_uuid}"\ninstance_uuid = "{self.instance_uuid}"\n'
+                      f"peers = [{peers}]\n" + ("anonymous = true\n" if self.anonymous else ""))
+
+    @classmethod
+    def load(cls, data_dir: Path) -> Joining | None:
+        path = data_dir / JOINING_FILE
+        try:
+            doc = tomllib.loads(path.read_text())
+            peers = doc["peers"]
+            if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
+                raise ValueError(f"peers must be a list of HOST:PORT, got {peers!r}")
+            return cls(replicaset_uuid=str(uuid.UUID(doc["replicaset_uuid"])),
+                       instance_uuid=str(uuid.UUID(doc["instance_uuid"])), peers=peers,
+                       anonymous=doc.get("anonymous", False) is True)
+        except FileNotFoundError:
+            return None
+        except (OSError, KeyError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
+            raise IdentityError(f"{path} is unreadable: {exc}") from exc
+
+    @staticmethod
+    def clear(data_dir: Path) -> None:
+        (data_dir / JOINING_FILE).unlink(missing_ok=True)

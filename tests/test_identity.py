@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from replicaset.core.replicaset import PendingRegistration
-from replicaset.identity import Identity, load_pending_registration, save_pending_registration
+from replicaset.identity import (
+    JOINING_FILE, Identity, IdentityError, Joining, load_pending_registration, save_pending_registration,
+)
 from tests.pagecache import PageCache
 
 
@@ -45,3 +47,19 @@ def test_a_pending_registration_survives_an_os_crash(tmp_path: Path, monkeypatch
     save_pending_registration(tmp_path, registration)
     cache.os_crash(tmp_path)
     assert load_pending_registration(tmp_path) == registration
+
+
+def test_a_join_under_way_survives_an_os_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A join started again after a crash must register the same UUID (the same id)."""
+    cache = PageCache(monkeypatch)
+    assert Joining.load(tmp_path) is None
+    joining = Joining(replicaset_uuid=str(uuid.uuid4()), instance_uuid=str(uuid.uuid4()),
+                      peers=["127.0.0.1:3301", "[::1]:3302"], anonymous=True)
+    joining.save(tmp_path)
+    cache.os_crash(tmp_path)
+    assert Joining.load(tmp_path) == joining
+    Joining.clear(tmp_path)
+    assert Joining.load(tmp_path) is None
+    (tmp_path / JOINING_FILE).write_text('replicaset_uuid = "x"\n')
+    with pytest.raises(IdentityError, match="joining.toml is unreadable"):
+        Joining.load(tmp_path)

@@ -4,9 +4,12 @@ Quorum transactions (DESIGN 4.5) add PREPARE, COMMIT (carrying the exact WAL row
 the question for a decision and the coordinator's heartbeat, each from a registered member
 naming itself by id and UUID.
 
-JOIN (65) registers a new instance and streams it the newest checkpoint in chunks;
-SUBSCRIBE (66) starts a relay. Rows, acknowledgements, heartbeats and checkpoint chunks use
-private request types, and their bodies private keys, both above Tarantool's ranges.
+JOIN (65) registers a new instance and streams it the newest checkpoint in chunks, each
+naming the checkpoint by its vclock and size; a JOIN that carries RESUME (what the joiner
+kept of an interrupted transfer) is streamed only the rest when it names that same
+checkpoint and its prefix digest matches. SUBSCRIBE (66) starts a relay. Rows,
+acknowledgements, heartbeats and checkpoint chunks use private request types, and their
+bodies private keys, both above Tarantool's ranges.
 A row travels as the exact bytes of its WAL record (header, checksum and payload), so
 one `(origin, lsn)` has one digest on every member and corruption on the way is caught.
 """
@@ -51,3 +54,4 @@ class PeerKey(IntEnum):
     BARRIER = 0x82  # {origin: lsn}: what a joiner holds before it votes (MembershipQuorum R3)
     HELD = 0x83  # {origin: lsn}: what a member voting for a membership change holds durably
     ANONYMOUS = 0x84  # bool: JOIN/SUBSCRIBE of a read-only follower, never registered
+    RESUME = 0x85  # JOIN: [vclock, size, offset, digest]: the first `offset` bytes of that checkpoint are kept

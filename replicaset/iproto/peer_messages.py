@@ -28,13 +28,27 @@ TXN_IDS_MAX = 10_000  # transactions in one heartbeat
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Resume:
+    """What a joiner kept of an interrupted checkpoint transfer: the first `offset` bytes,
+    whose xxh3_64 is `digest`, of the checkpoint with `vclock` and `size`. The member serving
+    the next JOIN sends only the rest when its checkpoint is that one (docs/design/anti-entropy.md)."""
+
+    vclock: VClock
+    size: int
+    offset: int
+    digest: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Hello:
-    """JOIN: an instance of `replicaset_uuid` asking for an id."""
+    """JOIN: an instance of `replicaset_uuid` asking for an id (and the rest of a checkpoint
+    it kept a prefix of, when `resume` says so)."""
 
     replicaset_uuid: str
     instance_uuid: str
     address: str
     anonymous: bool = False
+    resume: Resume | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,10 +72,14 @@ class Subscribed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointChunk:
+    """Bytes `offset..offset + len(chunk)` of the checkpoint with `vclock` and `size`; the
+    two name the checkpoint, so that a joiner can ask for the rest of it later."""
+
     chunk: bytes
     offset: int
     size: int
     digest: int
+    vclock: VClock
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +138,7 @@ def hello(frame: Frame, request: str) -> Hello:
         instance_uuid=body.uuid(Key.INSTANCE_UUID, "INSTANCE_UUID"),
         address=body.address(PeerKey.ADDRESS, "ADDRESS"),
         anonymous=body.flag(PeerKey.ANONYMOUS, "ANONYMOUS"),
+        resume=body.resume(PeerKey.RESUME, "RESUME") if PeerKey.RESUME in frame.body else None,
     )
 
 
@@ -263,11 +282,17 @@ def checkpoint_chunk(frame: Frame) -> CheckpointChunk:
     chunk = body.required(PeerKey.CHUNK, "CHUNK")
     if not isinstance(chunk, bytes):
         raise body.error("CHUNK", "must be binary")
+    size = body.integer(PeerKey.SIZE, "SIZE", 0, U64_MAX)
+    offset = body.integer(PeerKey.OFFSET, "OFFSET", 0, size)
+    if offset + len(chunk) > size:
+        raise body.error("CHUNK", f"of {len(chunk)} bytes at offset {offset} ends past SIZE {size}")
+    body.required(Key.VCLOCK, "VCLOCK")
     return CheckpointChunk(
         chunk=chunk,
-        offset=body.integer(PeerKey.OFFSET, "OFFSET", 0, U64_MAX),
-        size=body.integer(PeerKey.SIZE, "SIZE", 0, U64_MAX),
+        offset=offset,
+        size=size,
         digest=body.integer(PeerKey.DIGEST, "DIGEST", 0, U64_MAX),
+        vclock=body.vclock(Key.VCLOCK, "VCLOCK"),
     )
 
 
@@ -363,6 +388,19 @@ class _Body:
             return VClock(value)
         except ValueError as exc:
             raise self.error(field, str(exc)) from None
+
+    def resume(self, key: int, field: str) -> Resume:
+        value = self.required(key, field)
+        if not (isinstance(value, list) and len(value) == 4 and isinstance(value[0], dict)
+                and all(_is_int(v, 0, U64_MAX) for v in value[1:])):
+            raise self.error(field, f"must be [vclock, size, offset, digest], got {_short(value)}")
+        vclock, size, offset, digest = value
+        if offset > size:
+            raise self.error(field, f"offset {offset} is past the checkpoint's size {size}")
+        try:
+            return Resume(vclock=VClock(vclock), size=size, offset=offset, digest=digest)
+        except ValueError as exc:
+            raise self.error(field, f"vclock: {exc}") from None
 
     def last_txn(self, key: int, field: str) -> dict[int, tuple[int, int]]:
         value = self.frame.body.get(key, {})

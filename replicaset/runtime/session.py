@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import trio
 
@@ -35,7 +35,7 @@ from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerRequest
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
-from replicaset.runtime.transfer import serve_checkpoint
+from replicaset.runtime.transfer import ServeStart, resume_start, serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
 from replicaset.storage import (
     Captured,
@@ -317,34 +317,59 @@ class Session:
         uuid, address = hello.instance_uuid, hello.address
         node = self._node
         if hello.anonymous:
-            await self._join_anonymous(frame.sync, uuid)
+            await self._join_anonymous(frame.sync, hello)
             return
         rejoining = node.member_id(uuid) is not None
         registration = await node.register(uuid, address)
         await node.wait_for_member(uuid)
-        if rejoining:
-            # A member re-joins to skip rows it lacks (anti-entropy, --rejoin): an older
-            # checkpoint would leave it as far behind as it was.
-            await node.writer.checkpoint()
-        checkpoint, vclock = await node.writer.open_newest_checkpoint()
+        checkpoint, vclock, start = await self._join_checkpoint(hello.resume, fresh=rejoining)
         with checkpoint:
             node.log.info("join_serving", joiner_uuid=uuid, joiner_id=registration.instance_id,
-                          checkpoint=checkpoint.name, vclock=vclock.to_dict())
-            await serve_checkpoint(self, frame.sync, checkpoint, vclock, registration, node.schema_version)
+                          checkpoint=checkpoint.name, vclock=vclock.to_dict(), **_resumed(hello.resume, start))
+            await serve_checkpoint(self, frame.sync, checkpoint, vclock, registration, node.schema_version,
+                                   start=start, chunk_bytes=node.config.checkpoint_chunk_bytes)
 
-    async def _join_anonymous(self, sync: int, uuid: str) -> None:
+    async def _join_anonymous(self, sync: int, hello: peer_messages.Hello) -> None:
         """A read-only follower's JOIN: the newest checkpoint, no registration (Tarantool's
         anonymous replica). A registered instance cannot turn anonymous: its id would vanish
         from what acknowledgements count."""
         node = self._node
+        uuid = hello.instance_uuid
         if node.member_id(uuid) is not None:
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"instance {uuid} is a registered member: it cannot join as "
                                                          "an anonymous follower")
-        checkpoint, vclock = await node.writer.open_newest_checkpoint()
+        checkpoint, vclock, start = await self._join_checkpoint(hello.resume, fresh=False)
         with checkpoint:
             node.log.info("join_serving", joiner_uuid=uuid, anonymous=True, checkpoint=checkpoint.name,
-                          vclock=vclock.to_dict())
-            await serve_checkpoint(self, sync, checkpoint, vclock, None, node.schema_version)
+                          vclock=vclock.to_dict(), **_resumed(hello.resume, start))
+            await serve_checkpoint(self, sync, checkpoint, vclock, None, node.schema_version,
+                                   start=start, chunk_bytes=node.config.checkpoint_chunk_bytes)
+
+    async def _join_checkpoint(
+        self, resume: peer_messages.Resume | None, *, fresh: bool,
+    ) -> tuple[BinaryIO, VClock, ServeStart]:
+        """The checkpoint a JOIN is served, opened, and where to start in it: the rest of the
+        newest one when the joiner kept a prefix of that very file; otherwise, for a member
+        re-joining (`fresh`: anti-entropy, --rejoin), a new one from byte 0, since an older
+        checkpoint would leave it as far behind as it was; otherwise the newest from 0. A
+        checkpoint being resumed was the newest when the joiner began it, so a re-joiner that
+        resumes is no further behind than one that did not break."""
+        node = self._node
+        chunk_bytes = node.config.checkpoint_chunk_bytes
+        checkpoint, vclock = await node.writer.open_newest_checkpoint()
+        start = ServeStart()
+        if resume is not None:
+            try:  # checking it reads up to the whole file: off the event loop
+                start = await trio.to_thread.run_sync(resume_start, checkpoint, vclock, resume, chunk_bytes)
+            except BaseException:
+                checkpoint.close()
+                raise
+        if start.offset or not fresh:
+            return checkpoint, vclock, start
+        checkpoint.close()
+        await node.writer.checkpoint()
+        checkpoint, vclock = await node.writer.open_newest_checkpoint()
+        return checkpoint, vclock, ServeStart(refusal=start.refusal)
 
     async def _subscribe(self, frame: Frame) -> None:
         request = self._check_replicaset(peer_messages.subscribe(frame))
@@ -613,6 +638,13 @@ class Session:
             else:
                 self._node.writer.rollback_stream(txn)
         self._reply_ok(frame)
+
+
+def _resumed(resume: peer_messages.Resume | None, start: ServeStart) -> dict[str, Any]:
+    """What `join_serving` says of a joiner's RESUME: where it asked and where it got."""
+    if resume is None:
+        return {}
+    return {"resume_asked_at": resume.offset, "resumed_at": start.offset, "resume_refused": start.refusal or None}
 
 
 def _column_types(columns: Columns, first_row: list[Any] | None) -> list[tuple[str, str]]:

@@ -36,6 +36,30 @@ def test_a_hello_is_normalised_and_each_bad_field_named() -> None:
     assert "control characters" in refused(peer_messages.hello, frame({**good, PeerKey.ADDRESS: "ho\nst:1"}), "JOIN")
 
 
+def test_a_resume_names_a_checkpoint_and_a_prefix_within_it() -> None:
+    good = {Key.REPLICASET_UUID: RS, Key.INSTANCE_UUID: ME, PeerKey.ADDRESS: "localhost:3301"}
+    assert peer_messages.hello(frame(good), "JOIN").resume is None
+    hello = peer_messages.hello(frame({**good, PeerKey.RESUME: [{1: 4}, 100, 64, 7]}), "JOIN")
+    assert hello.resume == peer_messages.Resume(vclock=VClock({1: 4}), size=100, offset=64, digest=7)
+    assert "offset 101 is past the checkpoint's size 100" in refused(
+        peer_messages.hello, frame({**good, PeerKey.RESUME: [{1: 4}, 100, 101, 7]}), "JOIN")
+    for bad in ([{1: 4}, 100, 64], "resume", [{1: 4}, 100, -1, 7], [{1: 4}, 100, 64, True], [[1, 4], 100, 64, 7]):
+        assert "JOIN: field RESUME must be [vclock, size, offset, digest]" in refused(
+            peer_messages.hello, frame({**good, PeerKey.RESUME: bad}), "JOIN"), bad
+    assert "JOIN: field RESUME vclock: vclock origin" in refused(
+        peer_messages.hello, frame({**good, PeerKey.RESUME: [{99: 4}, 100, 64, 7]}), "JOIN")
+
+
+def test_a_checkpoint_chunk_lies_within_the_checkpoint_it_names() -> None:
+    good = {PeerKey.CHUNK: b"abcd", PeerKey.OFFSET: 4, PeerKey.SIZE: 8, PeerKey.DIGEST: 5, Key.VCLOCK: {1: 3}}
+    chunk = peer_messages.checkpoint_chunk(frame(good))
+    assert (chunk.chunk, chunk.offset, chunk.size, chunk.vclock) == (b"abcd", 4, 8, VClock({1: 3}))
+    assert "ends past SIZE 8" in refused(peer_messages.checkpoint_chunk, frame({**good, PeerKey.OFFSET: 5}))
+    assert "field OFFSET" in refused(peer_messages.checkpoint_chunk, frame({**good, PeerKey.OFFSET: 9}))
+    assert "field VCLOCK is missing" in refused(
+        peer_messages.checkpoint_chunk, frame({k: v for k, v in good.items() if k != Key.VCLOCK}))
+
+
 def test_subscribe_fields() -> None:
     body = {Key.REPLICASET_UUID: RS, Key.INSTANCE_UUID: ME, Key.VCLOCK: {1: 5, 2: 0},
             PeerKey.LAST_TXN: {1: [5, 77]}, PeerKey.INCLUDE_OWN: True}

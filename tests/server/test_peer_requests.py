@@ -24,6 +24,11 @@ JOINS = [
     ({PeerKey.ADDRESS: "127.0.0.1:99999"}, "ADDRESS"),
     ({PeerKey.ADDRESS: 3301}, "ADDRESS"),
     ({PeerKey.ADDRESS: None}, "ADDRESS"),
+    ({PeerKey.RESUME: "from the middle"}, "RESUME"),
+    ({PeerKey.RESUME: [{1: 2}, 100, 50]}, "RESUME"),
+    ({PeerKey.RESUME: [{1: 2}, 100, 101, 7]}, "RESUME"),  # past the size
+    ({PeerKey.RESUME: [{1: 2}, 100, -4096, 7]}, "RESUME"),
+    ({PeerKey.RESUME: [{99: 2}, 100, 50, 7]}, "RESUME"),
 ]
 
 
