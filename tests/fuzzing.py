@@ -70,23 +70,41 @@ def body_dicts(known_keys: list[int]) -> st.SearchStrategy[dict[int, Any]]:
     return st.dictionaries(field, values, max_size=6)
 
 
-def field_mutations(known_keys: list[int]) -> st.SearchStrategy[list[tuple[str, int, Any]]]:
-    """Edits of a valid body: drop a field, or give it (or a new one) any value."""
-    field = st.sampled_from(known_keys) | st.integers(0, 0x90)
+def field_mutations(present: list[int], known_keys: list[int] = []) -> st.SearchStrategy[list[tuple[Any, ...]]]:
+    """Edits of a valid body: drop a field, give it (or a new one) any value, or change
+    one entry of a field that is a map or an array (a vclock's LSN, an option's value).
+    Mostly the fields `present` in the body, as a bug hides behind the checks of those."""
+    field = st.one_of(*[st.sampled_from(present)] * 3 * bool(present), st.sampled_from(known_keys or [0]),
+                      st.integers(0, 0x90))
+    entry = st.tuples(st.just("existing"), st.integers(0, 7)) | st.tuples(st.just("new"), keys)
     return st.lists(
-        st.tuples(st.sampled_from(["drop", "set"]), field, values) | st.tuples(st.just("set"), field, scalars),
+        st.tuples(st.sampled_from(["drop", "set"]), field, values)
+        | st.tuples(st.just("set"), field, scalars)
+        | st.tuples(st.just("inner"), field, scalars | values, entry),
         min_size=1,
         max_size=3,
     )
 
 
-def mutate_fields(body: dict[int, Any], steps: list[tuple[str, int, Any]]) -> dict[int, Any]:
+def mutate_fields(body: dict[int, Any], steps: list[tuple[Any, ...]]) -> dict[int, Any]:
+    """Apply `field_mutations` to a copy of `body`; an "inner" edit of an existing entry
+    picks it by index, so a map's own keys (an option's name) are what gets changed."""
     mutated = dict(body)
-    for kind, key, value in steps:
+    for kind, key, value, *entry in steps:
         if kind == "drop":
             mutated.pop(key, None)
-        else:
+        elif kind == "set":
             mutated[key] = value
+        else:
+            (how, which), container = entry[0], mutated.get(key)
+            if isinstance(container, dict):
+                names = list(container)
+                name = names[which % len(names)] if how == "existing" and names else which
+                mutated[key] = {**container, name: value}
+            elif isinstance(container, list) and container:
+                items = list(container)
+                items[(which if how == "existing" else len(repr(which))) % len(items)] = value
+                mutated[key] = items
     return mutated
 
 

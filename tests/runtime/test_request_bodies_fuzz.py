@@ -82,7 +82,7 @@ VALID_SELECT = {Key.SPACE_ID: int(SystemView.VINDEX), Key.INDEX_ID: 0, Key.KEY: 
 @examples(ci=300, deep=30_000)
 def test_select_bodies_answer_rows_or_are_refused(max_examples: int) -> None:
     @fuzz(max_examples)
-    @given(body=body_dicts(SELECT_FIELDS) | field_mutations(SELECT_FIELDS).map(lambda s: mutate_fields(VALID_SELECT, s)))
+    @given(body=body_dicts(SELECT_FIELDS) | field_mutations(SELECT_FIELDS, SELECT_FIELDS).map(lambda s: mutate_fields(VALID_SELECT, s)))
     def check(body: dict[int, Any]) -> None:
         try:
             rows = select_system_view(VIEWS, decode_select(body))
