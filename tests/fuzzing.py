@@ -8,6 +8,7 @@ peer can make it see, and nothing msgpack could not produce.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -70,11 +71,11 @@ def body_dicts(known_keys: list[int]) -> st.SearchStrategy[dict[int, Any]]:
     return st.dictionaries(field, values, max_size=6)
 
 
-def field_mutations(present: list[int], known_keys: list[int] = []) -> st.SearchStrategy[list[tuple[Any, ...]]]:
+def field_mutations(present: Sequence[int], known_keys: Sequence[int] = ()) -> st.SearchStrategy[list[tuple[Any, ...]]]:
     """Edits of a valid body: drop a field, give it (or a new one) any value, or change
     one entry of a field that is a map or an array (a vclock's LSN, an option's value).
     Mostly the fields `present` in the body, as a bug hides behind the checks of those."""
-    field = st.one_of(*[st.sampled_from(present)] * 3 * bool(present), st.sampled_from(known_keys or [0]),
+    field = st.one_of(*[st.sampled_from(list(present))] * 3 * bool(present), st.sampled_from(list(known_keys) or [0]),
                       st.integers(0, 0x90))
     entry = st.tuples(st.just("existing"), st.integers(0, 7)) | st.tuples(st.just("new"), keys)
     return st.lists(
