@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 _PATH = re.compile(r"^\s*(box(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*(\((.*)\))?\s*$")
-_INTEGER = re.compile(r"^-?\d+$")
+_INTEGER = re.compile(r"^-?[0-9]{1,20}$")  # an int64 or a uint64 at most: int() of more digits fails
 _OPTION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.+)$")
 
 
@@ -31,7 +31,7 @@ def _scalar(text: str) -> int | bool:
     if text in ("true", "false"):
         return text == "true"
     if not _INTEGER.match(text):
-        raise ConsoleError(f"{text!r} is not an argument the console takes: an integer, true or false")
+        raise ConsoleError(f"{text!r:.40} is not an argument the console takes: an integer (20 digits at most), true or false")
     return int(text)
 
 

@@ -49,6 +49,9 @@ class VClock:
 
     def __init__(self, items: Mapping[int, int] | None = None) -> None:
         self._lsns: dict[int, int] = {}
+        if items is not None and not isinstance(items, Mapping):
+            # A peer's or a client's value: refused by its own type, not by AttributeError.
+            raise TypeError(f"a vclock is a map of origin to lsn, got {type(items).__name__}")
         for origin, lsn in (items or {}).items():
             if _check_lsn(lsn):
                 self._lsns[_check_origin(origin)] = lsn

@@ -41,6 +41,7 @@ from replicaset.restore.isolation import CONFIG_FILE, copy_instance_id, new_iden
 from replicaset.restore.logs import History, RowReader
 from replicaset.storage import ApplyError, Engine, GapError
 from replicaset.storage import checkpoint as checkpoints
+from replicaset.storage.errors import CheckpointError
 from wal import VClock, WalError, fsync_path
 from wal.segment import list_segments
 
@@ -189,7 +190,7 @@ def _read_source(path: Path) -> _Source:
     if path.is_file():
         try:
             vclock = checkpoints.vclock_of(path)
-        except apsw.Error as exc:
+        except CheckpointError as exc:
             raise RestoreError(f"--from {path} is not a checkpoint (a SQLite file whose _rs_vclock table is its "
                                f"vclock): {exc}") from exc
         return _Source(path=path, wal_dir=None, checkpoints=[(path, vclock)], checkpoint_given=True,
@@ -200,7 +201,7 @@ def _read_source(path: Path) -> _Source:
         listing = checkpoints.listing(path / "snap")
         config = path / CONFIG_FILE
         local_tables = frozenset(configuration.load(config).local_tables) if config.exists() else frozenset()
-    except (apsw.Error, configuration.ConfigError) as exc:
+    except (apsw.Error, CheckpointError, configuration.ConfigError) as exc:
         raise RestoreError(f"--from {path}: {exc}") from exc
     return _Source(path=path, wal_dir=path / "wal", checkpoints=listing, checkpoint_given=False,
                    local_tables=local_tables)

@@ -111,7 +111,8 @@ def _fetch(peer: str, log: FilteringBoundLogger, chunks: list[int], *, replicase
         chunks[0] += 1
         bar.total = total
         bar.update(done - bar.n)
-        if not sys.stderr.isatty() and (done == total or done / total >= logged[0] + PROGRESS_LOG_STEP):
+        # `total` is the peer's word (a chunk's SIZE): it may be 0, or less than `done`.
+        if not sys.stderr.isatty() and total > 0 and (done >= total or done / total >= logged[0] + PROGRESS_LOG_STEP):
             logged[0] = done / total
             log.info("join_progress", peer=peer, bytes=done, total_bytes=total, percent=round(100 * done / total))
 

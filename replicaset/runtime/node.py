@@ -412,6 +412,11 @@ class Node:
         (DESIGN 4.7), shrinking total membership. Refused for this member itself, an id not
         registered, and a member SWIM holds alive unless `{force = true}`: a live member
         removed goes on taking writes that no one takes any more."""
+        # The console hands over whatever the expression held: check it before using it.
+        if not isinstance(instance_id, int) or isinstance(instance_id, bool):
+            raise console.ConsoleError(f"box.remove takes an instance id, got {instance_id!r:.40}")
+        if options is not None and not isinstance(options, dict):
+            raise console.ConsoleError(f"box.remove's options must be a table like {{force = true}}, got {options!r:.40}")
         force = bool((options or {}).get("force", False))
         members = {i: (u, a) for i, u, a in self.members()}
         if instance_id == self.identity.instance_id:

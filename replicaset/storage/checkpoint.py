@@ -21,6 +21,7 @@ import apsw
 import msgpack
 import xxhash
 
+from replicaset.storage.errors import CheckpointError
 from replicaset.storage.schema import is_internal, load_table, quote, read_vclock
 from replicaset.storage.virtual import VirtualTable
 from wal import VClock, Wal, fsync_path
@@ -31,11 +32,17 @@ STALE_SUFFIX = ".snap.stale"
 
 
 def vclock_of(path: Path) -> VClock:
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    """The vclock inside a checkpoint file. The file may come from a peer or a damaged
+    disk, so anything unreadable is a `CheckpointError` naming it, not SQLite's bare
+    "file is not a database" from deep inside start or restore."""
     try:
-        return read_vclock(conn)
-    finally:
-        conn.close()
+        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            return read_vclock(conn)
+        finally:
+            conn.close()
+    except (apsw.Error, ValueError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint {path} is not a database holding a vclock (_rs_vclock): {exc}") from exc
 
 
 def log_start(wal: Wal) -> VClock:

@@ -35,6 +35,11 @@ class SchemaDivergence(ApplyError):
     """A DDL row was written against a schema that differs from ours."""
 
 
+class CheckpointError(Exception):
+    """A checkpoint file is not a SQLite database holding a vclock (damaged, truncated, or
+    not a checkpoint at all): it cannot be a base, and the message names the file."""
+
+
 class EngineFatal(Exception):
     """The WAL and SQLite may disagree; the process must stop and recover at restart."""
 
