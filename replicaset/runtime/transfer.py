@@ -33,6 +33,8 @@ from replicaset.iproto.codec import encode_ok, encode_request
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.links import FrameSink, PeerError, PeerLink
+from replicaset.storage import checkpoint as checkpoints
+from replicaset.storage.errors import CheckpointError
 from wal import VClock, fsync_path
 
 CHECKPOINT_CHUNK_BYTES = 1024 * 1024  # the default of `checkpoint_chunk_bytes`
@@ -244,6 +246,16 @@ async def fetch_checkpoint(
                 raise PeerError(ErrorCode.PROTOCOL, f"the checkpoint ({how}) arrived incomplete or damaged: its size "
                                                     "or whole-file digest does not match; discarded, the next attempt "
                                                     "starts from byte 0")
+            kept.close()
+            try:  # the digests say the bytes are the member's; this says they are a checkpoint
+                held = checkpoints.vclock_of(kept.partial)
+            except CheckpointError as exc:
+                kept.discard()
+                raise PeerError(ErrorCode.PROTOCOL, f"the checkpoint sent is not one: {exc}; discarded") from exc
+            if held != end.vclock:
+                kept.discard()
+                raise PeerError(ErrorCode.PROTOCOL, f"the checkpoint sent holds vclock {held.to_dict()}, not the "
+                                                    f"{end.vclock.to_dict()} announced; discarded")
             kept.install(target)
             pending = PendingRegistration(origin=end.origin, lsn=end.lsn, barrier=end.barrier.to_dict())
             registration = Registration(instance_id=end.instance_id, pending=pending)

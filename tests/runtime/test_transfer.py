@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import apsw
 import pytest
 import trio
 import xxhash
@@ -119,8 +122,22 @@ def fetch(member: Member, target: Path) -> tuple[object, list[TransferStart]]:
     return trio.run(main), began
 
 
-def checkpoint_bytes(size: int, seed: int) -> bytes:
-    return random.Random(seed).randbytes(size)
+def checkpoint_bytes(size: int, seed: int, vclock: dict[int, int] | None = None) -> bytes:
+    """A database holding `vclock` (what the joiner checks before it installs), filled with
+    random bytes of `seed` up to `size` (whole pages, then a tail SQLite does not read)."""
+    path = Path(tempfile.mkdtemp(prefix="checkpoint-")) / "c.sqlite"
+    conn = apsw.Connection(str(path))
+    conn.execute("PRAGMA page_size = 4096; PRAGMA journal_mode = DELETE")
+    conn.execute("CREATE TABLE _rs_vclock(origin INTEGER PRIMARY KEY, lsn INTEGER NOT NULL)")
+    conn.executemany("INSERT INTO _rs_vclock VALUES (?, ?)", list((vclock or {1: 5}).items()))
+    conn.execute("CREATE TABLE pad(b BLOB)")
+    rng = random.Random(seed)
+    while path.stat().st_size + 4096 <= size:
+        conn.execute("INSERT INTO pad VALUES (?)", (rng.randbytes(3000),))
+    conn.close()
+    data = path.read_bytes()
+    shutil.rmtree(path.parent)
+    return data + rng.randbytes(size - len(data))
 
 
 SIZE = 10 * CHUNK + 123
@@ -195,7 +212,7 @@ def test_another_checkpoint_is_sent_from_byte_0_and_the_kept_prefix_dropped(tmp_
     bytes with the prefix cut off the grid of this member's chunks."""
     data = checkpoint_bytes(SIZE, 4)
     cases = [
-        (Member(checkpoint_bytes(SIZE, 5), VClock({1: 6}), tmp_path / "other.snap"), "the joiner kept part of checkpoint {1: 5}"),
+        (Member(checkpoint_bytes(SIZE, 5, {1: 6}), VClock({1: 6}), tmp_path / "other.snap"), "the joiner kept part of checkpoint {1: 5}"),
         (Member(checkpoint_bytes(SIZE, 6), VClock({1: 5}), tmp_path / "same-vclock.snap"), "first 12288 bytes differ"),
     ]
     for other, why in cases:
@@ -231,7 +248,7 @@ def test_a_resumed_file_that_fails_its_whole_digest_is_dropped_entirely(tmp_path
     digest, over the kept prefix and the rest, catches it, and nothing is kept."""
     data = checkpoint_bytes(SIZE, 8)
     fetch(Member(data, VClock({1: 5}), tmp_path / "m.snap", cut_after=3), target)
-    liar = Member(data[:CHUNK] + checkpoint_bytes(CHUNK, 9) + data[2 * CHUNK:], VClock({1: 5}),
+    liar = Member(data[:CHUNK] + random.Random(9).randbytes(CHUNK) + data[2 * CHUNK:], VClock({1: 5}),
                   tmp_path / "liar.snap", start_at=3 * CHUNK)
     failed, began = fetch(liar, target)
     assert began == [TransferStart(offset=3 * CHUNK, size=SIZE, dropped_bytes=0)]
