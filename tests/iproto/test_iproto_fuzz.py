@@ -29,6 +29,7 @@ from replicaset.iproto import (
     metadata,
     sql_info,
 )
+from tests.fuzzing import mutate_bytes
 
 MAX_FRAME_BYTES = 512
 _PREFIX_BYTES_MAX = 9
@@ -198,19 +199,6 @@ mutations = st.lists(
 )
 
 
-def mutate(data: bytes, steps) -> bytes:
-    buf = bytearray(data)
-    for kind, position, arg in steps:
-        at = position % (len(buf) + 1)
-        if kind == "flip" and at < len(buf):
-            buf[at] ^= 1 << arg
-        elif kind == "insert":
-            buf[at:at] = arg
-        elif kind == "delete":
-            del buf[at : at + arg]
-        elif kind == "truncate":
-            del buf[at:]
-    return bytes(buf)
 
 
 @examples(ci=3000)
@@ -222,7 +210,7 @@ def test_mutated_frames(max_examples: int) -> None:
         cuts=st.lists(st.integers(min_value=0), max_size=8),
     )
     def check(corpus_frames: list[bytes], steps, cuts: list[int]) -> None:
-        data = mutate(b"".join(corpus_frames), steps)
+        data = mutate_bytes(b"".join(corpus_frames), steps)
         drain_all(chunked(data, cuts))
 
     check()
