@@ -36,6 +36,7 @@ import apsw
 from replicaset.core.hlc import HLC
 from replicaset.storage import checkpoint as checkpoints
 from replicaset.storage import recovery, tombstones
+from replicaset.storage.access import AccessCache, StatementAccess
 from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier, get_version
 from replicaset.storage.apply_record import RecordApplier
 from replicaset.storage.auto_ids import AutoIds
@@ -83,6 +84,8 @@ class Engine:
         self._connections = connections
         self._read_deadline = math.inf
         connections.reader.set_progress_handler(self._read_overdue, READ_CHECK_STEPS)
+        self._access = AccessCache(connect(config.db_path, readonly=True))
+        self._access_ddl_count = 0
         writer, applier = connections.writer, connections.applier
         writer_tables, apply_tables = TableCache(writer), TableCache(applier)
         self._schema = SchemaState(writer, (writer_tables, apply_tables), config.local_tables)
@@ -249,6 +252,9 @@ class Engine:
             return []
         records = self._batches.flush()
         self.flushed_quorum_rows = batch.quorum_rows
+        if self._schema.ddl_count != self._access_ddl_count:
+            self._access_ddl_count = self._schema.ddl_count
+            self._access.schema_changed()
         if self._auto_ids.stale:
             self._auto_ids.install()
         return records
@@ -322,6 +328,11 @@ class Engine:
         finally:
             self._read_deadline = math.inf
         return StatementResult(columns=columns, rows=rows, row_count=None, autoincrement_ids=[])
+
+    def access(self, sql: str) -> StatementAccess:
+        """The tables `sql` reads and writes and whether it is DDL, compiled once per text
+        and schema (replicaset.storage.access); SqlError when it does not compile."""
+        return self._access.get(sql)
 
     def _read_overdue(self) -> bool:
         return time.monotonic() > self._read_deadline
@@ -397,6 +408,7 @@ class Engine:
             assert self._schema.hash == self._schema.hash_of(conn), "the schema hash is that of the schema in force"
 
     def close(self) -> None:
+        self._access.close()
         self._batches.close()
         self._connections.close()
         self._wal.close()

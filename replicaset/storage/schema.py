@@ -230,6 +230,7 @@ class SchemaState:
         self.hash = 0
         self.schema_id: tuple[int, int] = (0, 0)
         self.known_objects: set[SchemaObject] = set()
+        self.ddl_count = 0  # DDL rows settled so far: the access cache notices a change by it
         self.reload()
 
     def reload(self) -> None:
@@ -263,6 +264,7 @@ class SchemaState:
                 "INSERT OR REPLACE INTO _rs_meta(name, value) VALUES ('schema_id', ?)",
                 (msgpack.packb(list(self.schema_id)),),
             )
+        self.ddl_count += 1
         for internal in ("_rs_version", "_rs_latent"):
             conn.execute(
                 f"DELETE FROM {internal} WHERE tbl NOT IN (SELECT name FROM sqlite_schema WHERE type = 'table')"
