@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from replicaset.access import AccessConfigError, parse_users
+
 KIB = 1024
 MIB = 1024 * KIB
 
@@ -44,6 +46,15 @@ def _addresses(value: Any) -> bool:
 
 def _names(value: Any) -> bool:
     return all(isinstance(v, str) and v for v in value)
+
+
+def _users(value: Any) -> bool:
+    """A malformed user stops the start with the reason, not just the rule."""
+    try:
+        parse_users(value)
+    except AccessConfigError as exc:
+        raise ConfigError(f"option 'auth.users': {exc}") from None
+    return True
 
 
 OPTIONS: dict[str, Option] = {
@@ -86,7 +97,8 @@ OPTIONS: dict[str, Option] = {
     "transaction.stream_timeout_s": Option(10.0, (int, float), _positive, "> 0 seconds"),
     "sql.statement_timeout_s": Option(10.0, (int, float), lambda v: v >= 0, ">= 0 seconds (0: no limit)"),
     "sql.auto_id_mode": Option("compact", str, lambda v: v in ("compact", "extended"), "compact or extended"),
-    "auth.users": Option({}, dict, lambda v: all(isinstance(p, str) for p in v.values()), "a table of user = password"),
+    "auth.users": Option({}, dict, lambda v: _users(v), "a table of user = password or user = { password, grants, "
+                         "privileges } (docs/access-control.md)"),
     "auth.guest": Option(True, bool),
     "debug.check_invariants": Option(False, bool),
     "debug.trace_file": Option("", str),
@@ -158,6 +170,9 @@ def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -
         if value is not None:
             values[name] = validate(name, value)
     _check_retention(values)
+    if not values["auth.guest"] and not values["auth.users"]:
+        raise ConfigError("[auth] guest = false with no [auth] users: no one could log in; add a user "
+                          "(docs/access-control.md)")
     if values["cluster.dead_timeout_ms"] < values["cluster.suspect_timeout_ms"]:
         raise ConfigError(f"[cluster] dead_timeout_ms = {values['cluster.dead_timeout_ms']} is below suspect_timeout_ms "
                           f"= {values['cluster.suspect_timeout_ms']}: a member is suspected before it is declared dead")

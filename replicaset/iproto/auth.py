@@ -36,3 +36,19 @@ def _chap_sha1(password: str, salt: bytes) -> bytes:
     mask = hashlib.sha1(salt[:_SALT_BYTES] + hash2).digest()
     return bytes(a ^ b for a, b in zip(hash1, mask, strict=True))
 
+
+
+def password_hash(password: str) -> bytes:
+    """sha1(sha1(password)): what a server needs to check a scramble, as Tarantool keeps
+    it in `_user`, so the password itself need not be kept."""
+    return hashlib.sha1(hashlib.sha1(password.encode("utf-8")).digest()).digest()
+
+
+def check_scramble_hash(scramble: bytes, salt: bytes, hash2: bytes) -> bool:
+    """Whether a client's scramble proves the password whose `password_hash` is `hash2`:
+    the scramble XOR sha1(salt + hash2) is sha1(password), whose sha1 must be `hash2`."""
+    if not isinstance(scramble, bytes) or len(scramble) != len(hash2):
+        return False
+    mask = hashlib.sha1(salt[:_SALT_BYTES] + hash2).digest()
+    hash1 = bytes(a ^ b for a, b in zip(scramble, mask, strict=True))
+    return hmac.compare_digest(hashlib.sha1(hash1).digest(), hash2)

@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from replicaset import __version__, console
+from replicaset import __version__, access, console
 from replicaset.config import Config
 from replicaset.core.anti_entropy import AntiEntropy
 from replicaset.core.purge import TombstonePurge
@@ -114,10 +114,10 @@ class Node:
         self._registered: dict[str, int] = {}  # `_cluster` as last seen: uuid -> id, to notice removals
         self.removed = False  # this member's own row is gone: it takes no writes
         self.anonymous_followers: dict[int, str] = {}  # relay connection -> the follower's uuid
-
-    @property
-    def guest_allowed(self) -> bool:
-        return self.config["auth.guest"] or not self.config["auth.users"]
+        # Users and guest's rights, read once (docs/access-control.md); passwords only hashed.
+        self.users = access.parse_users(config["auth.users"])
+        self.guest = access.guest_rights(self.users, config["auth.guest"])
+        self._views_by_user: dict[str, dict[SystemView, list[list[Any]]]] = {}
 
     def check_replicaset(self, replicaset_uuid: str) -> None:
         """A peer's request is refused unless it is for our replica set."""
@@ -563,6 +563,7 @@ class Node:
         if any(r.type == RecordType.DDL for r in records):
             self.schema_version += 1
             self._system_views = None
+            self._views_by_user = {}
         if self.driver.tracing:
             self.driver.wal_flushed(trio.current_time())
         self.quorum.rows_flushed()
@@ -581,6 +582,21 @@ class Node:
         if self._system_views is None:
             self._system_views = build_system_views(self._sql_spaces())
         return self._system_views
+
+    def system_views_for(self, rights: access.Rights) -> dict[SystemView, list[list[Any]]]:
+        """The system views as `rights.user` sees them: only the tables it has a privilege
+        on, as Tarantool's `_vspace` and `_vindex` show a user (docs/access-control.md)."""
+        views = self.system_views()
+        if rights.admin or access.ALL_TABLES in rights.read or access.ALL_TABLES in rights.write or rights.ddl:
+            return views
+        seen = self._views_by_user.get(rights.user)
+        if seen is None:
+            ids = {row[0] for row in views[SystemView.VSPACE] if rights.sees(row[2])}
+            seen = self._views_by_user[rights.user] = {
+                view: [row for row in rows if row[0] in ids] if view is not SystemView.VCOLLATION else rows
+                for view, rows in views.items()
+            }
+        return seen
 
     def _sql_spaces(self) -> list[Space]:
         """Each client table as a space, numbered from 512 in name order; primary key
@@ -670,11 +686,17 @@ class Node:
     async def console(self, expr: str) -> Any:
         values: dict[str, Callable[[], Any]] = {
             "box.info": self.info,
-            "box.cfg": self.config.as_dict,
+            "box.cfg": self._shown_config,
         }
         actions: dict[str, Callable[..., Awaitable[Any]]] = {"box.snapshot": self._snapshot,
                                                              "box.remove": self.remove_member}
         return await console.evaluate(expr, values, actions)
+
+    def _shown_config(self) -> dict[str, Any]:
+        """`box.cfg` without the passwords in `[auth] users`."""
+        shown = self.config.as_dict()
+        shown["auth.users"] = access.redacted(shown["auth.users"])
+        return shown
 
     async def _snapshot(self) -> str:
         await self.writer.checkpoint()

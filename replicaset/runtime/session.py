@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import trio
 
+from replicaset.access import GUEST, NOBODY, Rights
 from replicaset.console import ConsoleError
 from replicaset.iproto import auth
 from replicaset.iproto.codec import FrameDecoder, Frame, encode_error, encode_greeting, encode_ok
@@ -76,6 +77,9 @@ class _Stream:
 
 TXN_REQUESTS = frozenset({PeerRequest.TXN_PREPARE, PeerRequest.TXN_COMMIT, PeerRequest.TXN_ABORT,
                           PeerRequest.TXN_QUERY, PeerRequest.TXN_HEARTBEAT})
+# Members' requests: no user logs in for them (peer authentication is the cluster's own),
+# so a user's privileges, and guest being disabled, do not apply to them.
+PEER_REQUESTS = frozenset({RequestType.JOIN, RequestType.SUBSCRIBE, PeerRequest.ACK}) | TXN_REQUESTS
 WAIT_VCLOCK_POLL_S = 0.001
 
 
@@ -118,7 +122,7 @@ class Session:
         self._stream0 = _Stream()
         self._relay_conn: int | None = None  # the driver's key of the relay this connection carries
         self._salt = os.urandom(32)
-        self._user: str | None = "guest" if node.guest_allowed else None
+        self._rights: Rights = node.guest or NOBODY  # guest disabled: only peers' requests before AUTH
         self._default_level = Level(node.config["replication.default_write_consistency"].lower())
         self._prepared = PreparedStatements()
 
@@ -277,8 +281,9 @@ class Session:
             self._auth(frame)
             self._reply_ok(frame)
             return
-        if self._user is None:
-            raise RequestError(ErrorCode.ACCESS_DENIED, "authentication required: this server has no guest access")
+        if self._rights is NOBODY and kind not in PEER_REQUESTS:
+            raise RequestError(ErrorCode.ACCESS_DENIED, "authentication required: guest access is disabled on this "
+                                                        "server ([auth] guest = false); log in with a user")
         if kind == RequestType.EXECUTE:
             await self._execute(frame, stream)
         elif kind == RequestType.PREPARE:
@@ -421,21 +426,45 @@ class Session:
         self._nursery.start_soon(relay_then_close)
 
     def _auth(self, frame: Frame) -> None:
+        """Log in as USER_NAME. A refused login is logged as a warning (the name, never the
+        scramble) and leaves the session as it was, as in Tarantool."""
         user = frame.body.get(Key.USER_NAME)
-        tuple_ = frame.body.get(Key.TUPLE)
         if not isinstance(user, str):
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, "AUTH needs a user name")
-        users = self._node.config["auth.users"]
-        if user == "guest" and self._node.guest_allowed:
-            self._user = user
-            return
-        if user not in users:
-            raise RequestError(ErrorCode.NO_SUCH_USER, f"User '{user}' is not found")
+        try:
+            self._rights = self._login(user, frame.body.get(Key.TUPLE))
+        except RequestError as exc:
+            self._node.log.warning("login_refused", user=user[:64], code=int(exc.code), error=exc.message[:200],
+                                   peer=_peer_address(self._stream))
+            raise
+
+    def _login(self, user: str, tuple_: Any) -> Rights:
+        node = self._node
+        if user == GUEST:
+            if node.guest is None:
+                raise RequestError(ErrorCode.ACCESS_DENIED, "guest access is disabled on this server ([auth] guest = "
+                                                            "false): log in with a user and password")
+            return node.guest
+        found = node.users.get(user)
+        if found is None or found.password_hash is None:
+            raise RequestError(ErrorCode.NO_SUCH_USER, f"User '{user[:64]}' is not found")
         if not (isinstance(tuple_, list) and len(tuple_) == 2 and tuple_[0] == "chap-sha1" and isinstance(tuple_[1], bytes)):
             raise RequestError(ErrorCode.UNKNOWN_AUTH_METHOD, "AUTH supports chap-sha1 only")
-        if not auth.check_scramble(tuple_[1], self._salt, users[user]):
+        if not auth.check_scramble_hash(tuple_[1], self._salt, found.password_hash):
             raise RequestError(ErrorCode.CREDS_MISMATCH, "User not found or supplied credentials are invalid")
-        self._user = user
+        return found.rights
+
+    def _check_sql(self, sql: str) -> None:
+        """Refuse a statement that needs a privilege this session's user lacks: one dict
+        lookup for the statement's tables (compiled once per text and schema) and one for
+        the verdict memoed on them for this user."""
+        try:
+            access = self._node.engine.access(sql)
+        except SqlError as exc:
+            raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
+        refusal = self._rights.sql_refusal(access)
+        if refusal is not None:
+            raise RequestError(ErrorCode.ACCESS_DENIED, refusal)
 
     def _prepare(self, frame: Frame) -> None:
         """PREPARE with SQL_TEXT compiles the text and registers it; with STMT_ID alone it
@@ -459,6 +488,8 @@ class Session:
         if shape.has_tail:
             raise RequestError(ErrorCode.SQL_PREPARE, "Failed to prepare SQL statement: it holds more than one "
                                                       "statement; prepare each on its own")
+        if not self._rights.sql_unrestricted:
+            self._check_sql(sql)
         reply: dict[int, Any] = {
             Key.STMT_ID: self._prepared.prepare(sql),
             Key.BIND_COUNT: len(shape.parameters),
@@ -485,6 +516,8 @@ class Session:
         sql = self._sql_text(frame.body)
         if not first_word(sql):  # blanks and comments: SQLite runs nothing, and changes() is a past statement's
             raise RequestError(ErrorCode.SQL_STATEMENT_EMPTY, "Failed to execute an empty SQL statement")
+        if not self._rights.sql_unrestricted:
+            self._check_sql(sql)
         binds = decode_binds(frame.body.get(Key.SQL_BIND))
         node = self._node
         if stream.timed_out:
@@ -585,13 +618,16 @@ class Session:
 
     def _select(self, frame: Frame) -> None:
         """Only the system views connectors read at connect: data is read with SQL."""
-        rows = select_system_view(self._node.system_views(), decode_select(frame.body))
+        rows = select_system_view(self._node.system_views_for(self._rights), decode_select(frame.body))
         self._reply_ok(frame, {Key.DATA: rows})
 
     async def _eval(self, frame: Frame) -> None:
         expr = frame.body.get(Key.EXPR)
         if not isinstance(expr, str):
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, "EVAL needs EXPR")
+        if not self._rights.admin:  # the console: box.cfg, box.remove, the set's UUID
+            raise RequestError(ErrorCode.ACCESS_DENIED, f"Execute access to universe '' is denied for user "
+                                                        f"'{self._rights.user}'")
         try:
             value = await self._node.console(expr)
         except ConsoleError as exc:
@@ -638,6 +674,15 @@ class Session:
             else:
                 self._node.writer.rollback_stream(txn)
         self._reply_ok(frame)
+
+
+def _peer_address(stream: trio.SocketStream) -> str:
+    """HOST:PORT of the client, for a log line."""
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
 
 
 def _resumed(resume: peer_messages.Resume | None, start: ServeStart) -> dict[str, Any]:
