@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from replicaset.access import guest_rights, parse_users
 from replicaset.config import ConfigError, load
 
 
@@ -72,3 +73,31 @@ def test_wal_retention_must_cover_the_delta_sync_window(tmp_path, text, message)
         load(write(tmp_path, text))
     assert load(write(tmp_path, "[replication]\ndelta_sync_threshold_seconds = 60\n[gc]\nmin_retention_s = 60\n"
                                 "max_retention_s = 120\n"))["gc.min_retention_s"] == 60
+
+
+def test_users_as_passwords_and_as_tables(tmp_path):
+    """The string form stays a superuser; the table form carries grants and privileges."""
+    cfg = load(write(tmp_path, '[auth.users]\nroot = "pw"\n[auth.users.bob]\npassword = "x"\n'
+                               'grants = { "*" = ["read"], Accounts = ["write"] }\nprivileges = ["ddl"]\n'
+                               '[auth.users.guest]\ngrants = { public = ["read"] }\n'))
+    users = parse_users(cfg["auth.users"])
+    assert users["root"].rights.admin and users["root"].rights.sql_unrestricted
+    bob = users["bob"].rights
+    assert (bob.read, bob.write, bob.ddl, bob.admin) == ({"*"}, {"accounts"}, True, False)
+    assert bob.may_write("ACCOUNTS") and not bob.may_write("notes") and not bob.sql_unrestricted
+    assert guest_rights(users, True).read == {"public"} and guest_rights(users, False) is None
+    assert guest_rights({}, True).admin, "no user at all: the open loopback mode"
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[auth.users.bob]\ngrants = {}\n', "user 'bob': give exactly one of password and password_hash"),
+    ('[auth.users.bob]\npassword = "x"\nprivileges = ["read"]\n', "privileges must be a list of ddl and admin"),
+    ('[auth.users.bob]\npassword = "x"\ngrants = { t = ["delete"] }\n', "grants on 't' must be a list of read and write"),
+    ('[auth.users.bob]\npassword_hash = "nothash"\n', "password_hash must be base64 of the 20 bytes"),
+    ('[auth.users.bob]\npassword = "x"\nrole = "dba"\n', "unknown key\\(s\\) role"),
+    ('[auth.users]\nguest = "x"\n', "guest has no password"),
+    ('[auth]\nguest = false\n', "guest = false with no \\[auth\\] users: no one could log in"),
+])
+def test_malformed_users_are_refused_with_the_reason(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load(write(tmp_path, text))
