@@ -104,19 +104,24 @@ class AccessCache:
             return found
         generation = self._generation
         access = self._classify(sql)
-        # A flush in the writer's thread may have committed DDL while we compiled: keep
-        # the answer for this request only.
-        if generation == self._generation:
-            if len(self._entries) >= self._entries_max:
-                self._entries = {}
-            self._entries[sql] = access
+        entries = self._entries
+        if len(entries) >= self._entries_max:
+            entries = self._entries = {}
+        entries[sql] = access
+        # A flush in the writer's thread may have committed DDL while we compiled: the
+        # answer serves this request only. Checked after the store, so that a swap of
+        # `_entries` at any point in between cannot keep it.
+        if generation != self._generation:
+            entries.pop(sql, None)
         return access
 
     def schema_changed(self) -> None:
-        """A batch holding DDL was committed: every entry may be wrong now."""
+        """A batch holding DDL was committed: every entry may be wrong now. May run in the
+        writer's thread (a flush), hence the order: a compile that reads the new generation
+        also sees the classifier marked stale."""
+        self._stale = True
         self._generation += 1
         self._entries = {}
-        self._stale = True
 
     def close(self) -> None:
         self._conn.close()
