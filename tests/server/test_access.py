@@ -15,7 +15,7 @@ import tarantool
 import yaml
 
 from replicaset.iproto.auth import password_hash
-from replicaset.iproto.constants import ErrorCode
+from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import ServerError
 from tests.server.conftest import ReplicaSet, Server, wait_for
 from tests.server.test_cli import cli
@@ -255,3 +255,23 @@ def test_replicaset_with_guest_disabled_replicates(tmp_path: Path):
         for member in rs.members:
             if member.proc is not None:
                 member.stop()
+
+
+def test_a_refused_statement_in_a_stream_transaction_leaves_it_as_it_was(server):
+    """The stream's transaction holds the writer; a refusal must neither release nor
+    poison it. PREPARE is checked as EXECUTE is: a prepared id never skips the check."""
+    with server.client(user="clerk", password="c") as clerk:
+        clerk.call(RequestType.BEGIN, {}, stream_id=5)
+        clerk.execute("INSERT INTO accounts VALUES (40, 'in stream', 0)", stream_id=5)
+        with pytest.raises(ServerError) as refused:
+            clerk.execute("INSERT INTO notes VALUES (40, 'no')", stream_id=5)
+        assert refused.value.code == ErrorCode.ACCESS_DENIED
+        clerk.execute("INSERT INTO accounts VALUES (41, 'in stream', 0)", stream_id=5)
+        clerk.call(RequestType.COMMIT, {}, stream_id=5)
+        with pytest.raises(ServerError) as prepare:
+            clerk.call(RequestType.PREPARE, {Key.SQL_TEXT: "DELETE FROM notes WHERE id = ?"})
+        assert prepare.value.code == ErrorCode.ACCESS_DENIED and "Write access to space 'notes'" in prepare.value.message
+    with server.client(user=ADMIN[0], password=ADMIN[1]) as admin:
+        assert admin.execute("SELECT id FROM accounts WHERE owner = 'in stream' ORDER BY id").rows == [[40], [41]]
+        assert admin.execute("SELECT count(*) FROM notes").rows == [[1]]
+        admin.execute("DELETE FROM accounts WHERE owner = 'in stream'")
