@@ -24,9 +24,7 @@ def check_scramble(scramble: bytes, salt: bytes, password: str) -> bool:
 
     A scramble that is not bytes (a peer may send any msgpack value) simply does not match.
     """
-    if not isinstance(scramble, bytes):
-        return False
-    return hmac.compare_digest(scramble, _chap_sha1(password, salt))
+    return check_scramble_hash(scramble, salt, password_hash(password))
 
 
 def _chap_sha1(password: str, salt: bytes) -> bytes:
@@ -35,7 +33,6 @@ def _chap_sha1(password: str, salt: bytes) -> bytes:
     hash2 = hashlib.sha1(hash1).digest()
     mask = hashlib.sha1(salt[:_SALT_BYTES] + hash2).digest()
     return bytes(a ^ b for a, b in zip(hash1, mask, strict=True))
-
 
 
 def password_hash(password: str) -> bytes:

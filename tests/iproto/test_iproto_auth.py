@@ -5,6 +5,7 @@ import tarantool
 from tarantool.request import RequestAuthenticate
 
 from replicaset.iproto import CHAP_SHA1, Key, check_scramble, scramble
+from replicaset.iproto.auth import check_scramble_hash, password_hash
 
 SALT = bytes(range(32))
 # sha1("secret") XOR sha1(SALT[:20] + sha1(sha1("secret"))), computed once by hand.
@@ -30,3 +31,11 @@ def test_check_scramble_accepts_right_and_rejects_wrong_password() -> None:
     assert not check_scramble(SECRET_SCRAMBLE[:-1], SALT, "secret")
     assert not check_scramble("not bytes", SALT, "secret")  # type: ignore[arg-type]
     assert check_scramble(scramble("", SALT), SALT, "")
+
+
+def test_a_scramble_checks_against_the_stored_hash_alone() -> None:
+    """Tarantool keeps sha1(sha1(password)); so may a config, without the password."""
+    assert password_hash("secret").hex() == "14e65567abdb5135d0cfd9a70b3032c179a49ee7"
+    assert check_scramble_hash(SECRET_SCRAMBLE, SALT, password_hash("secret"))
+    assert not check_scramble_hash(SECRET_SCRAMBLE, SALT, password_hash("Secret"))
+    assert not check_scramble_hash(SECRET_SCRAMBLE[:-1], SALT, password_hash("secret"))

@@ -24,7 +24,6 @@ from replicaset.iproto import (
     encode_ok,
     encode_request,
 )
-from replicaset.iproto.auth import check_scramble_hash, password_hash, scramble
 
 UUID = "3b151c25-4c4a-4b5d-8042-0f1b3a6f61c3"
 SALT = bytes(range(100, 132))
@@ -358,11 +357,3 @@ def test_other_requests_keep_refusing_strings_that_are_not_utf8() -> None:
     body = b"\x81" + msgpack.packb(Key.SQL_TEXT) + b"\xd9\x02\xff\xfe"
     error = decode_error(raw_frame(msgpack.packb({0: int(RequestType.EXECUTE), 1: 4}) + body))
     assert (error.fatal, error.sync, error.code) == (False, 4, ErrorCode.INVALID_MSGPACK)
-
-
-def test_a_scramble_checks_against_the_stored_hash_alone() -> None:
-    """Tarantool keeps sha1(sha1(password)); so may a config, without the password."""
-    salt = bytes(range(32))
-    assert check_scramble_hash(scramble("secret", salt), salt, password_hash("secret"))
-    assert not check_scramble_hash(scramble("secreT", salt), salt, password_hash("secret"))
-    assert not check_scramble_hash(b"short", salt, password_hash("secret"))
