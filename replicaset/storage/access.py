@@ -19,7 +19,8 @@ Theory of operation:
   writes and its reads of `sqlite_*` and of the object it changes are SQLite's bookkeeping,
   but what else it reads (CREATE TABLE ... AS SELECT) is a read.
 - A text of several statements is the union of them; when a later one does not compile
-  before the earlier ones ran (it names a table they create), the text is `opaque`.
+  after a schema change earlier in the text (it may name a table that creates), the text
+  is `opaque`; with no schema change before it, the text fails as running it would.
 - The classifier's connection sees only committed schema, and a read-only connection does
   not notice another connection's schema change at prepare: `schema_changed` (called once
   a batch holding DDL is committed) empties the entries and makes the next compile
@@ -97,8 +98,8 @@ class AccessCache:
         self._stale = False
 
     def get(self, sql: str) -> StatementAccess:
-        """The access `sql` needs; a text whose first statement does not compile raises
-        SqlError with SQLite's message, as running it would."""
+        """The access `sql` needs; a text that does not compile (statements after a schema
+        change aside) raises SqlError with SQLite's message, as running it would."""
         found = self._entries.get(sql)
         if found is not None:
             return found
@@ -136,17 +137,15 @@ class AccessCache:
         verb: str | None = None
         opaque = False
         rest = sql
-        first = True
         while rest:
             try:
                 with_fk = self._events(rest, foreign_keys=True)
                 plain = self._events(rest, foreign_keys=False)
             except apsw.Error as exc:
-                if first:
+                if verb is None:  # nothing before it changed the schema: running it fails alike
                     raise SqlError(sql_message(exc)) from exc
                 opaque = True
                 break
-            first = False
             events, rest = plain
             statement_verb = next((_DDL_VERBS[op] for op, *_ in events if op in _DDL_VERBS), None)
             if statement_verb is not None:

@@ -60,9 +60,10 @@ def test_a_tail_naming_what_the_text_creates_is_opaque(engine) -> None:
     assert access.ddl == "Create" and access.opaque
 
 
-def test_a_text_that_does_not_compile_raises_as_running_it_would(engine) -> None:
+@pytest.mark.parametrize("sql", ["SELECT * FROM nowhere", "INSERT INTO audit VALUES (1, 'x'); SELECT * FROM nowhere"])
+def test_a_text_that_does_not_compile_raises_as_running_it_would(engine, sql) -> None:
     with pytest.raises(SqlError, match="no such table: nowhere"):
-        engine.access("SELECT * FROM nowhere")
+        engine.access(sql)
 
 
 def test_views_and_triggers_read_for_their_creator_but_their_writes_count(engine) -> None:
