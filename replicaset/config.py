@@ -170,7 +170,7 @@ def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -
         if value is not None:
             values[name] = validate(name, value)
     _check_retention(values)
-    if not values["auth.guest"] and not values["auth.users"]:
+    if not values["auth.guest"] and not set(values["auth.users"]) - {"guest"}:
         raise ConfigError("[auth] guest = false with no [auth] users: no one could log in; add a user "
                           "(docs/access-control.md)")
     if values["cluster.dead_timeout_ms"] < values["cluster.suspect_timeout_ms"]:

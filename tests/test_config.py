@@ -97,6 +97,7 @@ def test_users_as_passwords_and_as_tables(tmp_path):
     ('[auth.users.bob]\npassword = "x"\nrole = "dba"\n', "unknown key\\(s\\) role"),
     ('[auth.users]\nguest = "x"\n', "guest has no password"),
     ('[auth]\nguest = false\n', "guest = false with no \\[auth\\] users: no one could log in"),
+    ('[auth]\nguest = false\n[auth.users.guest]\ngrants = { t = ["read"] }\n', "no one could log in"),
 ])
 def test_malformed_users_are_refused_with_the_reason(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
