@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from replicaset.access import AccessConfigError, parse_users
-
 KIB = 1024
 MIB = 1024 * KIB
 
@@ -50,6 +48,10 @@ def _names(value: Any) -> bool:
 
 def _users(value: Any) -> bool:
     """A malformed user stops the start with the reason, not just the rule."""
+    # Imported here: replicaset.access brings the storage package (170 ms), which the
+    # commands that read no config (sql, console) should not pay for.
+    from replicaset.access import AccessConfigError, parse_users
+
     try:
         parse_users(value)
     except AccessConfigError as exc:
