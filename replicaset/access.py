@@ -55,6 +55,10 @@ class Rights:
     def may_write(self, table: str) -> bool:
         return self.admin or ALL_TABLES in self.write or table.lower() in self.write
 
+    @property
+    def sees_every_table(self) -> bool:
+        return self.admin or self.ddl or ALL_TABLES in self.read or ALL_TABLES in self.write
+
     def sees(self, table: str) -> bool:
         """Whether `table` is listed to this user in `_vspace`, as Tarantool lists the
         spaces a user has any privilege on."""

@@ -99,7 +99,7 @@ OPTIONS: dict[str, Option] = {
     "transaction.stream_timeout_s": Option(10.0, (int, float), _positive, "> 0 seconds"),
     "sql.statement_timeout_s": Option(10.0, (int, float), lambda v: v >= 0, ">= 0 seconds (0: no limit)"),
     "sql.auto_id_mode": Option("compact", str, lambda v: v in ("compact", "extended"), "compact or extended"),
-    "auth.users": Option({}, dict, lambda v: _users(v), "a table of user = password or user = { password, grants, "
+    "auth.users": Option({}, dict, _users, "a table of user = password or user = { password, grants, "
                          "privileges } (docs/access-control.md)"),
     "auth.guest": Option(True, bool),
     "debug.check_invariants": Option(False, bool),

@@ -587,7 +587,7 @@ class Node:
         """The system views as `rights.user` sees them: only the tables it has a privilege
         on, as Tarantool's `_vspace` and `_vindex` show a user (docs/access-control.md)."""
         views = self.system_views()
-        if rights.admin or access.ALL_TABLES in rights.read or access.ALL_TABLES in rights.write or rights.ddl:
+        if rights.sees_every_table:
             return views
         seen = self._views_by_user.get(rights.user)
         if seen is None:
