@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,13 @@ TABLE_PRIVILEGES = frozenset({"read", "write"})
 GLOBAL_PRIVILEGES = frozenset({"ddl", "admin"})
 _USER_KEYS = frozenset({"password", "password_hash", "grants", "privileges"})
 _HASH_BYTES = 20
+# SQLite compares names without regard to ASCII case only: "Ä" and "ä" are two tables.
+_FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def fold(name: str) -> str:
+    """A table name as grants are matched: ASCII case folded, as SQLite folds it."""
+    return name.translate(_FOLD)
 
 
 class AccessConfigError(ValueError):
@@ -33,7 +41,7 @@ class AccessConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rights:
-    """What one user may do. Table names are lower case (SQLite's names ignore case);
+    """What one user may do. Table names are `fold`ed (SQLite's names ignore ASCII case);
     `ALL_TABLES` among them grants every table, the system ones included."""
 
     user: str
@@ -50,10 +58,10 @@ class Rights:
         object.__setattr__(self, "sql_unrestricted", unrestricted)
 
     def may_read(self, table: str) -> bool:
-        return self.admin or ALL_TABLES in self.read or (table != UNIVERSE and table.lower() in self.read)
+        return self.admin or ALL_TABLES in self.read or (table != UNIVERSE and fold(table) in self.read)
 
     def may_write(self, table: str) -> bool:
-        return self.admin or ALL_TABLES in self.write or table.lower() in self.write
+        return self.admin or ALL_TABLES in self.write or fold(table) in self.write
 
     @property
     def sees_every_table(self) -> bool:
@@ -167,9 +175,9 @@ def _table_user(name: str, entry: Mapping[str, Any]) -> User:
             raise AccessConfigError(f"user {name!r}: grants on {table!r} must be a list of read and write, "
                                     f"got {privileges!r:.60}")
         if "read" in privileges:
-            read.add(table.lower())
+            read.add(fold(table))
         if "write" in privileges:
-            write.add(table.lower())
+            write.add(fold(table))
     privileges = entry.get("privileges", [])
     if not isinstance(privileges, list) or not set(privileges) <= GLOBAL_PRIVILEGES:
         raise AccessConfigError(f"user {name!r}: privileges must be a list of ddl and admin (read and write "
