@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tarantool
@@ -83,7 +84,7 @@ def connect_refusal(server: Server, user: str | None = None, password: str | Non
     return cause.args[0], cause.args[1]
 
 
-def denied(call, *args) -> str:  # type: ignore[no-untyped-def]
+def denied(call: Callable[..., Any], *args: Any) -> str:
     """The message of the ER_ACCESS_DENIED that `call(*args)` raises."""
     with pytest.raises(tarantool.error.DatabaseError) as refused:
         call(*args)
