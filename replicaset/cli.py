@@ -165,6 +165,7 @@ def _serve(
 def _rejoin(data_dir: Path, cfg: configuration.Config, identity: Identity, peer: str) -> int:
     """Keep the old data directory aside, join again under the same UUID (and so id)."""
     from replicaset.runtime.join import join
+    from replicaset.runtime.peer_access import load_secret
 
     backup = data_dir.with_name(data_dir.name + ".before-rejoin")
     if backup.exists():
@@ -174,7 +175,7 @@ def _rejoin(data_dir: Path, cfg: configuration.Config, identity: Identity, peer:
     if (backup / CONFIG_FILE).exists():
         shutil.copyfile(backup / CONFIG_FILE, data_dir / CONFIG_FILE)
     again = join(data_dir, replicaset_uuid=identity.replicaset_uuid, peers=[peer], listen=cfg.listen,
-                 instance_uuid=identity.instance_uuid, anonymous=identity.anonymous)
+                 instance_uuid=identity.instance_uuid, anonymous=identity.anonymous, secret=load_secret(cfg))
     if again is None:
         return 1
     return _serve(data_dir, cfg, again)
@@ -215,10 +216,11 @@ def _finish_join(args: argparse.Namespace, joining: Joining) -> int:
     """A join (or re-join) that stopped midway, the process gone: go on with it, under the
     same UUID and so the same id, resuming its checkpoint transfer where it stopped."""
     from replicaset.runtime.join import join
+    from replicaset.runtime.peer_access import load_secret
 
     cfg = _load_config(args, args.data_dir, read_only=args.read_only or joining.anonymous)
     identity = join(args.data_dir, replicaset_uuid=joining.replicaset_uuid, peers=joining.peers, listen=cfg.listen,
-                    instance_uuid=joining.instance_uuid, anonymous=joining.anonymous)
+                    instance_uuid=joining.instance_uuid, anonymous=joining.anonymous, secret=load_secret(cfg))
     if identity is None:
         return 1
     return _serve(args.data_dir, cfg, identity, force_recovery=args.force_recovery, rejoin=args.rejoin)
@@ -226,16 +228,18 @@ def _finish_join(args: argparse.Namespace, joining: Joining) -> int:
 
 def cmd_join(args: argparse.Namespace) -> int:
     from replicaset.runtime.join import join
+    from replicaset.runtime.peer_access import load_secret
 
     data_dir: Path = args.data_dir
     if Identity.exists(data_dir):
         raise IdentityError(f"{data_dir} already holds an instance: use `replicaset serve`")
     replicaset_uuid = parse_uuid(args.uuid, "--uuid")
     cfg = _load_config(args, data_dir, read_only=args.anonymous)
+    secret = load_secret(cfg)
     data_dir.mkdir(parents=True, exist_ok=True)
     _keep_config(data_dir, args.config, cfg.listen)
     identity = join(data_dir, replicaset_uuid=replicaset_uuid, peers=args.peer, listen=cfg.listen,
-                    anonymous=args.anonymous)
+                    anonymous=args.anonymous, secret=secret)
     if identity is None:
         return 1
     return _serve(data_dir, cfg, identity)

@@ -44,6 +44,7 @@ from replicaset.runtime.errors import RequestError
 from replicaset.runtime.metrics import serve_metrics
 from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
+from replicaset.runtime.peer_access import PeerCredentials, load_secret, warn_if_exposed
 from replicaset.runtime.swim import SwimHost
 from replicaset.runtime.trace_file import TraceFile
 from replicaset.runtime.transfer import Registration
@@ -114,6 +115,8 @@ class Node:
         self._registered: dict[str, int] = {}  # `_cluster` as last seen: uuid -> id, to notice removals
         self.removed = False  # this member's own row is gone: it takes no writes
         self.anonymous_followers: dict[int, str] = {}  # relay connection -> the follower's uuid
+        self.cluster_secret = load_secret(config)
+        self.peer_credentials = PeerCredentials(instance_uuid=identity.instance_uuid, secret=self.cluster_secret)
 
     @property
     def guest_allowed(self) -> bool:
@@ -246,6 +249,7 @@ class Node:
                 listeners = await nursery.start(partial(trio.serve_tcp, serve_connection, port, host=host))
                 sockname = listeners[0].socket.getsockname()
                 self.listen_address = f"{sockname[0]}:{sockname[1]}"
+                warn_if_exposed(self.log, sockname[0], self.cluster_secret)
                 if not self.isolated and not self.identity.anonymous:  # a follower is in no one's view
                     self.swim = self._start_swim(sockname[0], sockname[1])
                 nursery.start_soon(self.writer.run_flusher)

@@ -35,6 +35,7 @@ from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerRequest
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
+from replicaset.runtime.peer_access import PeerGate, PeerRefused, remote_address
 from replicaset.runtime.transfer import ServeStart, resume_start, serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
 from replicaset.storage import (
@@ -76,6 +77,8 @@ class _Stream:
 
 TXN_REQUESTS = frozenset({PeerRequest.TXN_PREPARE, PeerRequest.TXN_COMMIT, PeerRequest.TXN_ABORT,
                           PeerRequest.TXN_QUERY, PeerRequest.TXN_HEARTBEAT})
+# Governed by the cluster secret (`PeerGate`), not by user logins.
+PEER_REQUESTS = frozenset({RequestType.JOIN, RequestType.SUBSCRIBE, PeerRequest.ACK}) | TXN_REQUESTS
 WAIT_VCLOCK_POLL_S = 0.001
 
 
@@ -121,6 +124,8 @@ class Session:
         self._user: str | None = "guest" if node.guest_allowed else None
         self._default_level = Level(node.config["replication.default_write_consistency"].lower())
         self._prepared = PreparedStatements()
+        self._peer = PeerGate(node.cluster_secret, instance_uuid=node.identity.instance_uuid, salt=self._salt,
+                              remote=remote_address(stream), log=node.log)
 
     # ---------------------------------------------------------------- plumbing
 
@@ -248,6 +253,10 @@ class Session:
     async def _handle_reporting(self, frame: Frame, stream: _Stream) -> None:
         try:
             await self._handle(frame, stream)
+        except PeerRefused as exc:
+            self._reply_error(frame.sync, exc.code, exc.message)
+            await self._flush_outbox()
+            raise _ConnectionClosed from exc
         except (RequestError, RemoteProtocolError) as exc:
             self._reply_error(frame.sync, exc.code, exc.message)
 
@@ -277,7 +286,12 @@ class Session:
             self._auth(frame)
             self._reply_ok(frame)
             return
-        if self._user is None:
+        if kind == PeerRequest.PEER_AUTH:
+            self._reply_ok(frame, self._peer.authenticate(frame))
+            return
+        if kind in PEER_REQUESTS:
+            self._peer.check(_request_name(kind))
+        elif self._user is None:
             raise RequestError(ErrorCode.ACCESS_DENIED, "authentication required: this server has no guest access")
         if kind == RequestType.EXECUTE:
             await self._execute(frame, stream)
@@ -638,6 +652,15 @@ class Session:
             else:
                 self._node.writer.rollback_stream(txn)
         self._reply_ok(frame)
+
+
+def _request_name(kind: int) -> str:
+    for names in (RequestType, PeerRequest):
+        try:
+            return names(kind).name
+        except ValueError:
+            pass
+    return str(kind)
 
 
 def _resumed(resume: peer_messages.Resume | None, start: ServeStart) -> dict[str, Any]:
