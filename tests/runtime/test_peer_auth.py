@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from replicaset.config import ConfigError, load
 from replicaset.iproto.codec import encode_error, encode_ok
 from replicaset.iproto.constants import ErrorCode
 from replicaset.iproto.errors import RemoteProtocolError
@@ -17,7 +18,7 @@ from replicaset.iproto.peer_auth import (
 )
 from replicaset.runtime.join import join
 from replicaset.runtime.links import PeerError, PeerLink
-from replicaset.runtime.peer_access import PeerCredentials, warn_if_exposed
+from replicaset.runtime.peer_access import PeerCredentials, load_secret, warn_if_exposed
 from replicaset.runtime.swim import StampGuard
 from tests.runtime.test_join_hostile_peer import PEER, RS, assert_nothing_installed, chunk, ending, fake_peer
 
@@ -119,3 +120,18 @@ def test_a_joiner_takes_no_checkpoint_from_a_member_that_cannot_prove_the_secret
     with fake_peer(frames) as address:
         assert join(tmp_path, replicaset_uuid=RS, peers=[address], listen="127.0.0.1:3999", secret=SECRET) is None
     assert_nothing_installed(tmp_path)
+
+
+def test_the_secret_comes_from_the_config_or_a_file_read_once_and_trimmed(tmp_path: Path) -> None:
+    assert load_secret(load()) is None
+    assert load_secret(load(overrides={"cluster.cluster_secret": "abc"})) == b"abc"
+    path = tmp_path / "secret"
+    path.write_text("0123abcd\n")
+    assert load_secret(load(overrides={"cluster.cluster_secret_file": str(path)})) == b"0123abcd"
+    path.write_text(" \n")
+    with pytest.raises(ConfigError, match="is empty"):
+        load_secret(load(overrides={"cluster.cluster_secret_file": str(path)}))
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_secret(load(overrides={"cluster.cluster_secret_file": str(tmp_path / "missing")}))
+    with pytest.raises(ConfigError, match="both set"):
+        load(overrides={"cluster.cluster_secret": "abc", "cluster.cluster_secret_file": str(path)})
