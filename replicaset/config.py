@@ -83,6 +83,9 @@ OPTIONS: dict[str, Option] = {
     "cluster.dead_timeout_ms": Option(10000, int, _positive, "> 0 ms"),
     "cluster.cluster_secret": Option("", str, secret=True),
     "cluster.cluster_secret_file": Option("", str),
+    "tls.cert_file": Option("", str),
+    "tls.key_file": Option("", str),
+    "tls.ca_file": Option("", str),
     "ddl.lock_lease_seconds": Option(30.0, (int, float), _positive, "> 0 seconds"),
     "gc.interval_s": Option(60.0, (int, float), _positive, "> 0 seconds"),
     "gc.min_retention_s": Option(7200.0, (int, float), lambda v: v >= 0, ">= 0 seconds"),
@@ -167,6 +170,11 @@ def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -
     _check_retention(values)
     if values["cluster.cluster_secret"] and values["cluster.cluster_secret_file"]:
         raise ConfigError("[cluster] cluster_secret and cluster_secret_file are both set: set one of them")
+    if bool(values["tls.cert_file"]) != bool(values["tls.key_file"]):
+        raise ConfigError("[tls] cert_file and key_file go together: set both (TLS on the listen port) or neither")
+    if values["tls.ca_file"] and not values["tls.cert_file"]:
+        raise ConfigError("[tls] ca_file is set without cert_file and key_file: a member that dials peers over TLS "
+                          "serves TLS too")
     if values["cluster.dead_timeout_ms"] < values["cluster.suspect_timeout_ms"]:
         raise ConfigError(f"[cluster] dead_timeout_ms = {values['cluster.dead_timeout_ms']} is below suspect_timeout_ms "
                           f"= {values['cluster.suspect_timeout_ms']}: a member is suspected before it is declared dead")

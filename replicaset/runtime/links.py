@@ -54,7 +54,7 @@ REFUSALS: dict[int, Refusal] = {code: refusal for refusal, code in REFUSAL_CODES
 class PeerLink:
     """A blocking-free iproto client connection for an applier or a join."""
 
-    def __init__(self, stream: trio.SocketStream, max_frame_bytes: int) -> None:
+    def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int) -> None:
         self.stream = stream
         self.decoder = FrameDecoder(max_frame_bytes)
         self.greeting_uuid = ""
@@ -62,13 +62,21 @@ class PeerLink:
 
     @classmethod
     async def open(cls, address: str, max_frame_bytes: int, credentials: PeerCredentials | None = None) -> PeerLink:
-        """Connect, read the greeting and, when `credentials` hold a secret, authenticate
-        both ways; closed again on any failure."""
+        """Connect (over TLS when `credentials` say so), read the greeting and, when they
+        hold a secret, authenticate both ways; closed again on any failure."""
         host, _, port = address.rpartition(":")
+        tls = credentials.tls if credentials is not None else None
         with trio.fail_after(CONNECT_TIMEOUT_S):
-            stream = await trio.open_tcp_stream(host, int(port))
+            stream: trio.abc.Stream = await trio.open_tcp_stream(host, int(port))
             link = cls(stream, max_frame_bytes)
             try:
+                if tls is not None:
+                    link.stream = stream = trio.SSLStream(stream, tls, server_hostname=host)
+                    try:
+                        await stream.do_handshake()
+                    except trio.BrokenResourceError as exc:
+                        raise PeerError(ErrorCode.NO_CONNECTION, f"{address}: TLS handshake failed: "
+                                                                 f"{exc.__cause__ or exc}") from exc
                 buf = b""
                 while len(buf) < GREETING_SIZE:
                     chunk = await stream.receive_some(GREETING_SIZE - len(buf))

@@ -11,6 +11,7 @@ guest) play no part in this: a member is not a user.
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,10 +57,12 @@ def load_secret(config: Config) -> bytes | None:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PeerCredentials:
     """What an instance proves itself with when it dials a member: its own UUID and the
-    set's secret (None: the set runs without one, and nothing is proven)."""
+    set's secret (None: the set runs without one, and nothing is proven); and how it
+    checks the member's certificate when the set speaks TLS (`runtime/tls.py`)."""
 
     instance_uuid: str
     secret: bytes | None = None
+    tls: ssl.SSLContext | None = None
 
 
 def remote_address(stream: trio.abc.Stream) -> str:

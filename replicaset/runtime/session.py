@@ -109,7 +109,7 @@ def _options(body: dict[int, Any], default: Level) -> _Options:
 
 
 class Session:
-    def __init__(self, node: Node, stream: trio.SocketStream) -> None:
+    def __init__(self, node: Node, stream: trio.abc.Stream) -> None:
         self._node = node
         self._stream = stream
         self._outbox = bytearray()
