@@ -77,8 +77,9 @@ class _Stream:
 
 TXN_REQUESTS = frozenset({PeerRequest.TXN_PREPARE, PeerRequest.TXN_COMMIT, PeerRequest.TXN_ABORT,
                           PeerRequest.TXN_QUERY, PeerRequest.TXN_HEARTBEAT})
-# Governed by the cluster secret (`PeerGate`), not by user logins.
-PEER_REQUESTS = frozenset({RequestType.JOIN, RequestType.SUBSCRIBE, PeerRequest.ACK}) | TXN_REQUESTS
+# Governed by the cluster secret (`PeerGate`), not by user logins; by name, for the log.
+PEER_REQUESTS: dict[int, str] = {kind: kind.name for kind in (RequestType.JOIN, RequestType.SUBSCRIBE, PeerRequest.ACK,
+                                                               *sorted(TXN_REQUESTS))}
 WAIT_VCLOCK_POLL_S = 0.001
 
 
@@ -290,7 +291,7 @@ class Session:
             self._reply_ok(frame, self._peer.authenticate(frame))
             return
         if kind in PEER_REQUESTS:
-            self._peer.check(_request_name(kind))
+            self._peer.check(PEER_REQUESTS[kind])
         elif self._user is None:
             raise RequestError(ErrorCode.ACCESS_DENIED, "authentication required: this server has no guest access")
         if kind == RequestType.EXECUTE:
@@ -652,15 +653,6 @@ class Session:
             else:
                 self._node.writer.rollback_stream(txn)
         self._reply_ok(frame)
-
-
-def _request_name(kind: int) -> str:
-    for names in (RequestType, PeerRequest):
-        try:
-            return names(kind).name
-        except ValueError:
-            pass
-    return str(kind)
 
 
 def _resumed(resume: peer_messages.Resume | None, start: ServeStart) -> dict[str, Any]:
