@@ -79,12 +79,14 @@ def _parser() -> argparse.ArgumentParser:
                      help="how many members must hold a write before it is answered (the server's default)")
     sql.add_argument("--user")
     sql.add_argument("--password")
+    _tls_arguments(sql)
 
     con = sub.add_parser("console", help="admin console: box.info, box.cfg, box.snapshot()")
     con.add_argument("address", type=_address)
     con.add_argument("-e", dest="expr", help="evaluate one expression and exit")
     con.add_argument("--user")
     con.add_argument("--password")
+    _tls_arguments(con)
 
     demo = sub.add_parser("demo", help="start a local three-member set, run a workload on all, compare them")
     demo.add_argument("--data-dir", type=Path)
@@ -116,9 +118,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tls_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tls", action="store_true",
+                        help="connect over TLS, checking the server's certificate against the system's trusted CAs")
+    parser.add_argument("--tls-ca", metavar="FILE",
+                        help="connect over TLS, checking the server's certificate against the CA certificates in FILE")
+
+
+def _ssl_context(args: argparse.Namespace) -> Any:
+    import ssl
+
+    from replicaset.iproto.client import tls_context
+
+    if not (args.tls or args.tls_ca):
+        return None
+    try:
+        return tls_context(args.tls_ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise configuration.ConfigError(f"--tls-ca {args.tls_ca}: cannot load it: {exc}") from exc
+
+
 def _load_config(args: argparse.Namespace, data_dir: Path, *, read_only: bool = False) -> configuration.Config:
+    from replicaset.runtime import tls
+    from replicaset.runtime.peer_access import load_secret
+
     path = args.config or (data_dir / CONFIG_FILE if (data_dir / CONFIG_FILE).exists() else None)
-    return configuration.load(path, {"listen": args.listen, "read_only": True if read_only else None})
+    cfg = configuration.load(path, {"listen": args.listen, "read_only": True if read_only else None})
+    # The files the options name are read again where they are used; read here, a bad one
+    # stops the command before it writes anything in the data directory.
+    for read in (load_secret, tls.server_context, tls.client_context):
+        read(cfg)
+    return cfg
 
 
 def _keep_config(data_dir: Path, config: Path | None, listen: str) -> None:
@@ -165,6 +195,8 @@ def _serve(
 def _rejoin(data_dir: Path, cfg: configuration.Config, identity: Identity, peer: str) -> int:
     """Keep the old data directory aside, join again under the same UUID (and so id)."""
     from replicaset.runtime.join import join
+    from replicaset.runtime.peer_access import load_secret
+    from replicaset.runtime.tls import client_context
 
     backup = data_dir.with_name(data_dir.name + ".before-rejoin")
     if backup.exists():
@@ -174,7 +206,8 @@ def _rejoin(data_dir: Path, cfg: configuration.Config, identity: Identity, peer:
     if (backup / CONFIG_FILE).exists():
         shutil.copyfile(backup / CONFIG_FILE, data_dir / CONFIG_FILE)
     again = join(data_dir, replicaset_uuid=identity.replicaset_uuid, peers=[peer], listen=cfg.listen,
-                 instance_uuid=identity.instance_uuid, anonymous=identity.anonymous)
+                 instance_uuid=identity.instance_uuid, anonymous=identity.anonymous, secret=load_secret(cfg),
+                 tls=client_context(cfg))
     if again is None:
         return 1
     return _serve(data_dir, cfg, again)
@@ -215,10 +248,13 @@ def _finish_join(args: argparse.Namespace, joining: Joining) -> int:
     """A join (or re-join) that stopped midway, the process gone: go on with it, under the
     same UUID and so the same id, resuming its checkpoint transfer where it stopped."""
     from replicaset.runtime.join import join
+    from replicaset.runtime.peer_access import load_secret
+    from replicaset.runtime.tls import client_context
 
     cfg = _load_config(args, args.data_dir, read_only=args.read_only or joining.anonymous)
     identity = join(args.data_dir, replicaset_uuid=joining.replicaset_uuid, peers=joining.peers, listen=cfg.listen,
-                    instance_uuid=joining.instance_uuid, anonymous=joining.anonymous)
+                    instance_uuid=joining.instance_uuid, anonymous=joining.anonymous, secret=load_secret(cfg),
+                    tls=client_context(cfg))
     if identity is None:
         return 1
     return _serve(args.data_dir, cfg, identity, force_recovery=args.force_recovery, rejoin=args.rejoin)
@@ -226,16 +262,19 @@ def _finish_join(args: argparse.Namespace, joining: Joining) -> int:
 
 def cmd_join(args: argparse.Namespace) -> int:
     from replicaset.runtime.join import join
+    from replicaset.runtime.peer_access import load_secret
+    from replicaset.runtime.tls import client_context
 
     data_dir: Path = args.data_dir
     if Identity.exists(data_dir):
         raise IdentityError(f"{data_dir} already holds an instance: use `replicaset serve`")
     replicaset_uuid = parse_uuid(args.uuid, "--uuid")
     cfg = _load_config(args, data_dir, read_only=args.anonymous)
+    secret, tls = load_secret(cfg), client_context(cfg)
     data_dir.mkdir(parents=True, exist_ok=True)
     _keep_config(data_dir, args.config, cfg.listen)
     identity = join(data_dir, replicaset_uuid=replicaset_uuid, peers=args.peer, listen=cfg.listen,
-                    anonymous=args.anonymous)
+                    anonymous=args.anonymous, secret=secret, tls=tls)
     if identity is None:
         return 1
     return _serve(data_dir, cfg, identity)
@@ -246,7 +285,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from replicaset.iproto.errors import ServerError
 
     host, port = args.address
-    with Client.connect(host, port, user=args.user, password=args.password) as client:
+    with Client.connect(host, port, user=args.user, password=args.password, ssl_context=_ssl_context(args)) as client:
         try:
             result = client.execute(args.sql, args.bind,
                                     options={"consistency": args.consistency} if args.consistency else None)
@@ -276,7 +315,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     from replicaset.iproto.errors import ServerError
 
     host, port = args.address
-    with Client.connect(host, port, user=args.user, password=args.password) as client:
+    with Client.connect(host, port, user=args.user, password=args.password, ssl_context=_ssl_context(args)) as client:
         exprs = [args.expr] if args.expr else _prompt(f"{host}:{port}> ")
         status = 0
         for expr in exprs:

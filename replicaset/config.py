@@ -15,6 +15,7 @@ from typing import Any
 
 KIB = 1024
 MIB = 1024 * KIB
+HIDDEN = "<hidden>"
 
 
 class ConfigError(ValueError):
@@ -27,6 +28,7 @@ class Option:
     kind: type | tuple[type, ...]
     check: Callable[[Any], bool] = lambda _: True
     rule: str = ""
+    secret: bool = False  # `box.cfg` shows that it is set, never its value
 
 
 def _positive(value: Any) -> bool:
@@ -92,6 +94,11 @@ OPTIONS: dict[str, Option] = {
     "cluster.gossip_fanout": Option(3, int, lambda v: v >= 0, ">= 0"),
     "cluster.suspect_timeout_ms": Option(5000, int, _positive, "> 0 ms"),
     "cluster.dead_timeout_ms": Option(10000, int, _positive, "> 0 ms"),
+    "cluster.cluster_secret": Option("", str, secret=True),
+    "cluster.cluster_secret_file": Option("", str),
+    "tls.cert_file": Option("", str),
+    "tls.key_file": Option("", str),
+    "tls.ca_file": Option("", str),
     "ddl.lock_lease_seconds": Option(30.0, (int, float), _positive, "> 0 seconds"),
     "gc.interval_s": Option(60.0, (int, float), _positive, "> 0 seconds"),
     "gc.min_retention_s": Option(7200.0, (int, float), lambda v: v >= 0, ">= 0 seconds"),
@@ -123,7 +130,10 @@ class Config:
             raise AttributeError(name) from None
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self._values)
+        """What `box.cfg` shows: a secret option says only whether it is set, since any
+        client that may EVAL reads it."""
+        return {name: HIDDEN if value and name in OPTIONS and OPTIONS[name].secret else value
+                for name, value in self._values.items()}
 
 
 def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -175,6 +185,13 @@ def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -
     if not values["auth.guest"] and not set(values["auth.users"]) - {"guest"}:
         raise ConfigError("[auth] guest = false with no [auth] users: no one could log in; add a user "
                           "(docs/access-control.md)")
+    if values["cluster.cluster_secret"] and values["cluster.cluster_secret_file"]:
+        raise ConfigError("[cluster] cluster_secret and cluster_secret_file are both set: set one of them")
+    if bool(values["tls.cert_file"]) != bool(values["tls.key_file"]):
+        raise ConfigError("[tls] cert_file and key_file go together: set both (TLS on the listen port) or neither")
+    if values["tls.ca_file"] and not values["tls.cert_file"]:
+        raise ConfigError("[tls] ca_file is set without cert_file and key_file: a member that dials peers over TLS "
+                          "serves TLS too")
     if values["cluster.dead_timeout_ms"] < values["cluster.suspect_timeout_ms"]:
         raise ConfigError(f"[cluster] dead_timeout_ms = {values['cluster.dead_timeout_ms']} is below suspect_timeout_ms "
                           f"= {values['cluster.suspect_timeout_ms']}: a member is suspected before it is declared dead")

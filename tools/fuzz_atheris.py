@@ -41,7 +41,7 @@ PEER_DECODERS: list[Callable[[Frame], object]] = [
     lambda f: peer_messages.txn_request(f, "HEARTBEAT"), peer_messages.txn_prepare, peer_messages.txn_commit,
     peer_messages.txn_query, peer_messages.subscribed, peer_messages.rows, peer_messages.txn_vote,
     peer_messages.txn_decision, peer_messages.heartbeat, peer_messages.checkpoint_chunk, peer_messages.joined,
-    lambda f: peer_messages.joined(f, anonymous=True),
+    lambda f: peer_messages.joined(f, anonymous=True), peer_messages.peer_auth, peer_messages.peer_auth_reply,
 ]
 
 

@@ -8,6 +8,7 @@ half-read reply would desynchronise every later request.
 """
 
 import socket
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -53,15 +54,28 @@ class Client:
         password: str | None = None,
         timeout_s: float = 10.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> Self:
         """Connect, read the greeting and, when `user` is given, authenticate.
 
-        `timeout_s` bounds the connect and every later socket read or write.
+        `timeout_s` bounds the connect and every later socket read or write. With
+        `ssl_context` (see `tls_context`) the connection is TLS, the server's certificate
+        checked against it and `host`. A TLS handshake that fails, and a plain connection
+        to a TLS port (which greets no one), raise `ConnectionError` saying so.
         """
         sock = socket.create_connection((host, port), timeout=timeout_s)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            greeting = decode_greeting(_recv_exactly(sock, GREETING_SIZE))
+            if ssl_context is not None:
+                try:
+                    sock = ssl_context.wrap_socket(sock, server_hostname=host)
+                except ssl.SSLError as exc:
+                    raise ConnectionError(f"TLS handshake with {host}:{port} failed: {exc}") from exc
+            try:
+                greeting = decode_greeting(_recv_exactly(sock, GREETING_SIZE))
+            except TimeoutError as exc:
+                hint = "" if ssl_context is not None else " (a TLS port greets only after a TLS handshake)"
+                raise ConnectionError(f"no greeting from {host}:{port} within {timeout_s} s{hint}") from exc
             client = cls(sock, greeting=greeting, max_frame_bytes=max_frame_bytes)
             if user is not None:
                 auth_scramble = scramble(password or "", greeting.salt)
@@ -171,6 +185,12 @@ class Client:
             if not data:
                 raise ConnectionError("the server closed the connection")
             self._decoder.feed(data)
+
+
+def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """A client's TLS settings: servers' certificates checked against `ca_file`, or the
+    system's trusted CAs when None."""
+    return ssl.create_default_context(cafile=ca_file)
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:

@@ -9,7 +9,8 @@ naming the checkpoint by its vclock and size; a JOIN that carries RESUME (what t
 kept of an interrupted transfer) is streamed only the rest when it names that same
 checkpoint and its prefix digest matches. SUBSCRIBE (66) starts a relay. Rows,
 acknowledgements, heartbeats and checkpoint chunks use private request types, and their
-bodies private keys, both above Tarantool's ranges.
+bodies private keys, both above Tarantool's ranges. PEER_AUTH proves, both ways, that
+the two sides hold the same cluster secret (docs/security.md).
 A row travels as the exact bytes of its WAL record (header, checksum and payload), so
 one `(origin, lsn)` has one digest on every member and corruption on the way is caught.
 """
@@ -30,6 +31,9 @@ class PeerRequest(IntEnum):
     TXN_ABORT = PRIVATE_REQUEST_TYPE_MIN + 8
     TXN_QUERY = PRIVATE_REQUEST_TYPE_MIN + 9
     TXN_HEARTBEAT = PRIVATE_REQUEST_TYPE_MIN + 10
+    # The dialer's proof that it holds the cluster secret, sent right after the greeting
+    # (`peer_auth.py`); the answer carries the server's proof.
+    PEER_AUTH = PRIVATE_REQUEST_TYPE_MIN + 11
 
 
 class PeerKey(IntEnum):
@@ -55,3 +59,5 @@ class PeerKey(IntEnum):
     HELD = 0x83  # {origin: lsn}: what a member voting for a membership change holds durably
     ANONYMOUS = 0x84  # bool: JOIN/SUBSCRIBE of a read-only follower, never registered
     RESUME = 0x85  # JOIN: [vclock, size, offset, digest]: the first `offset` bytes of that checkpoint are kept
+    NONCE = 0x86  # PEER_AUTH: the dialer's fresh random challenge
+    PROOF = 0x87  # PEER_AUTH and its answer: an HMAC-SHA256 proof of the cluster secret

@@ -19,6 +19,7 @@ from .codec import Frame
 from .constants import ErrorCode, Key
 from .errors import RemoteProtocolError
 from .peer import PeerKey
+from .peer_auth import NONCE_BYTES, PROOF_BYTES
 
 ADDRESS_BYTES_MAX = 255
 INSTANCE_ID_MIN, INSTANCE_ID_MAX = 1, 31
@@ -128,7 +129,26 @@ class TxnVote:
     held: VClock | None = None  # a vote for a membership change: what the voter holds
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerAuth:
+    """PEER_AUTH: member `instance_uuid` answers the greeting's salt with `proof`, and
+    challenges the server with `nonce`."""
+
+    instance_uuid: str
+    nonce: bytes
+    proof: bytes
+
+
 # ---------------------------------------------------------------- requests a member serves
+
+
+def peer_auth(frame: Frame) -> PeerAuth:
+    body = _Body(frame, "PEER_AUTH")
+    return PeerAuth(
+        instance_uuid=body.uuid(Key.INSTANCE_UUID, "INSTANCE_UUID"),
+        nonce=body.binary(PeerKey.NONCE, "NONCE", NONCE_BYTES),
+        proof=body.binary(PeerKey.PROOF, "PROOF", PROOF_BYTES),
+    )
 
 
 def hello(frame: Frame, request: str) -> Hello:
@@ -220,6 +240,11 @@ def txn_query(frame: Frame) -> tuple[TxnRequest, int]:
 
 
 # ---------------------------------------------------------------- replies and streams a member receives
+
+
+def peer_auth_reply(frame: Frame) -> bytes:
+    """The server's proof."""
+    return _Body(frame, "PEER_AUTH reply").binary(PeerKey.PROOF, "PROOF", PROOF_BYTES)
 
 
 def subscribed(frame: Frame) -> Subscribed:
@@ -372,6 +397,12 @@ class _Body:
         value = self.required(key, field)
         if not _is_int(value, low, high):
             raise self.error(field, f"must be an integer in {low}..{high}, got {_short(value)}")
+        return value
+
+    def binary(self, key: int, field: str, size: int) -> bytes:
+        value = self.required(key, field)
+        if not isinstance(value, bytes) or len(value) != size:
+            raise self.error(field, f"must be {size} bytes of binary, got {_short(value)}")
         return value
 
     def flag(self, key: int, field: str) -> bool:

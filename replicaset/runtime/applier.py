@@ -21,6 +21,7 @@ from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.member import Action, ApplierAction, MemberDriver
 from replicaset.runtime.links import REFUSALS, PeerError, PeerLink
+from replicaset.runtime.peer_access import PeerCredentials
 from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import ApplyError, Engine, EngineFatal, GapError, SchemaPending
 from wal import Record, WalError
@@ -50,6 +51,7 @@ class ApplierHost(Protocol):
     driver: MemberDriver
     upstream_uuids: dict[str, str]
     ignored_addresses: set[str]
+    peer_credentials: PeerCredentials
 
     def upstreams(self) -> Mapping[str, Upstream]: ...
 
@@ -120,7 +122,7 @@ async def run_applier(node: ApplierHost, upstream: Upstream) -> None:
 
 async def _follow(node: ApplierHost, upstream: Upstream) -> None:
     driver, key, address = node.driver, upstream.key, upstream.address
-    link = await PeerLink.open(address, node.config.max_frame_bytes)
+    link = await PeerLink.open(address, node.config.max_frame_bytes, node.peer_credentials)
     try:
         if upstream.uuid is None and _is_known(node, key, link.greeting_uuid, address):
             return

@@ -8,6 +8,7 @@ same id."""
 
 from __future__ import annotations
 
+import ssl
 import sys
 import time
 import uuid
@@ -34,12 +35,13 @@ RESUME_PAUSE_S = 0.2
 
 def join(
     data_dir: Path, *, replicaset_uuid: str, peers: list[str], listen: str, instance_uuid: str | None = None,
-    anonymous: bool = False,
+    anonymous: bool = False, secret: bytes | None = None, tls: ssl.SSLContext | None = None,
 ) -> Identity | None:
     """Try each peer in turn; None when none of them could serve the join. A re-join passes
     the instance's own UUID and so keeps its id; a join started again after a crash takes
     the UUID its first attempt registered. An `anonymous` follower is registered nowhere:
-    it gets the checkpoint only, and id 0."""
+    it gets the checkpoint only, and id 0. With the set's `secret`, each peer must prove
+    it holds it too; with `tls`, each is dialed over TLS (docs/security.md)."""
     configure()
     log = get_logger(None, replicaset_uuid=replicaset_uuid)
     before = Joining.load(data_dir)
@@ -54,7 +56,7 @@ def join(
             chunks = [0]  # kept by this attempt
             try:
                 joined = _fetch(peer, log, chunks, replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid,
-                                listen=listen, target=target, anonymous=anonymous)
+                                listen=listen, target=target, anonymous=anonymous, secret=secret, tls=tls)
                 break
             except (OSError, PeerError, RemoteProtocolError, trio.TooSlowError) as exc:
                 log.error("join_failed", peer=peer, error=str(exc) or type(exc).__name__, chunks_kept=chunks[0],
@@ -88,7 +90,7 @@ def join(
 
 
 def _fetch(peer: str, log: FilteringBoundLogger, chunks: list[int], *, replicaset_uuid: str, instance_uuid: str,
-           listen: str, target: Path, anonymous: bool) -> Joined:
+           listen: str, target: Path, anonymous: bool, secret: bytes | None, tls: ssl.SSLContext | None) -> Joined:
     """One JOIN through `peer`, counting the chunks it keeps in `chunks[0]`, with a progress
     bar on a terminal, `join_progress` lines every 10 % otherwise, and a line saying where
     the transfer began when it resumed or dropped what was kept."""
@@ -119,7 +121,7 @@ def _fetch(peer: str, log: FilteringBoundLogger, chunks: list[int], *, replicase
     try:
         return trio.run(lambda: fetch_checkpoint(
             peer, replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid, listen=listen, target=target,
-            progress=progress, started=started, anonymous=anonymous,
+            progress=progress, started=started, anonymous=anonymous, secret=secret, tls=tls,
         ))
     finally:
         bar.close()

@@ -1,15 +1,24 @@
 """Peer connections: an iproto client link for appliers and joins, the errors a peer
-answers with, and how a refusal of SUBSCRIBE travels on the wire."""
+answers with, and how a refusal of SUBSCRIBE travels on the wire.
+
+With a cluster secret, a link proves it to the member it dials and has the member prove
+it back (PEER_AUTH, docs/security.md) before it is handed to its user: a link that fails
+either way is closed, and no request of the caller's is ever sent on it."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Protocol
 
 import trio
 
 from replicaset.core.replicaset import Refusal
-from replicaset.iproto.codec import GREETING_SIZE, Frame, FrameDecoder, decode_greeting, encode_frame
+from replicaset.iproto import peer_messages
+from replicaset.iproto.codec import GREETING_SIZE, Frame, FrameDecoder, Greeting, decode_greeting, encode_frame
 from replicaset.iproto.constants import ErrorCode, Key
+from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.iproto.peer_auth import NONCE_BYTES, client_proof, proof_matches, server_proof
+from replicaset.runtime.peer_access import PeerCredentials
 
 RECEIVE_BYTES = 256 * 1024
 CONNECT_TIMEOUT_S = 5.0
@@ -45,26 +54,63 @@ REFUSALS: dict[int, Refusal] = {code: refusal for refusal, code in REFUSAL_CODES
 class PeerLink:
     """A blocking-free iproto client connection for an applier or a join."""
 
-    def __init__(self, stream: trio.SocketStream, max_frame_bytes: int) -> None:
+    def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int) -> None:
         self.stream = stream
         self.decoder = FrameDecoder(max_frame_bytes)
         self.greeting_uuid = ""
         self._sync = 0
 
     @classmethod
-    async def open(cls, address: str, max_frame_bytes: int) -> PeerLink:
+    async def open(cls, address: str, max_frame_bytes: int, credentials: PeerCredentials | None = None) -> PeerLink:
+        """Connect (over TLS when `credentials` say so), read the greeting and, when they
+        hold a secret, authenticate both ways; closed again on any failure."""
         host, _, port = address.rpartition(":")
+        tls = credentials.tls if credentials is not None else None
         with trio.fail_after(CONNECT_TIMEOUT_S):
-            stream = await trio.open_tcp_stream(host, int(port))
+            stream: trio.abc.Stream = await trio.open_tcp_stream(host, int(port))
             link = cls(stream, max_frame_bytes)
-            buf = b""
-            while len(buf) < GREETING_SIZE:
-                chunk = await stream.receive_some(GREETING_SIZE - len(buf))
-                if not chunk:
-                    raise PeerError(ErrorCode.NO_CONNECTION, f"{address} closed the connection during the greeting")
-                buf += chunk
-        link.greeting_uuid = decode_greeting(buf).instance_uuid
+            try:
+                if tls is not None:
+                    link.stream = stream = trio.SSLStream(stream, tls, server_hostname=host)
+                    try:
+                        await stream.do_handshake()
+                    except trio.BrokenResourceError as exc:
+                        raise PeerError(ErrorCode.NO_CONNECTION, f"{address}: TLS handshake failed: "
+                                                                 f"{exc.__cause__ or exc}") from exc
+                buf = b""
+                while len(buf) < GREETING_SIZE:
+                    chunk = await stream.receive_some(GREETING_SIZE - len(buf))
+                    if not chunk:
+                        raise PeerError(ErrorCode.NO_CONNECTION, f"{address} closed the connection during the greeting")
+                    buf += chunk
+                greeting = decode_greeting(buf)
+                link.greeting_uuid = greeting.instance_uuid
+                if credentials is not None and credentials.secret is not None:
+                    await link._authenticate(address, greeting, credentials, credentials.secret)
+            except BaseException:
+                await link.aclose()
+                raise
         return link
+
+    async def _authenticate(self, address: str, greeting: Greeting, credentials: PeerCredentials,
+                            secret: bytes) -> None:
+        nonce = os.urandom(NONCE_BYTES)
+        await self.send(PeerRequest.PEER_AUTH, {
+            Key.INSTANCE_UUID: credentials.instance_uuid,
+            PeerKey.NONCE: nonce,
+            PeerKey.PROOF: client_proof(secret, salt=greeting.salt, nonce=nonce, instance_uuid=credentials.instance_uuid),
+        })
+        try:
+            proof = peer_messages.peer_auth_reply(await self.receive())
+        except PeerError as exc:
+            if exc.code == ErrorCode.UNKNOWN_REQUEST_TYPE:
+                raise PeerError(ErrorCode.ACCESS_DENIED, f"{address} does not know peer authentication: it runs a "
+                                                         "version without cluster secrets") from exc
+            raise PeerError(exc.code, f"{address} refused our peer authentication: {exc}") from exc
+        expected = server_proof(secret, nonce=nonce, salt=greeting.salt, instance_uuid=greeting.instance_uuid)
+        if not proof_matches(expected, proof):
+            raise PeerError(ErrorCode.ACCESS_DENIED, f"{address} failed to prove it holds our cluster secret: it is "
+                                                     "not a member of this set, or has another secret; not trusted")
 
     async def send(self, request_type: int, body: dict[int, Any], *, replica_id: int | None = None) -> int:
         self._sync += 1

@@ -44,6 +44,8 @@ from replicaset.runtime.errors import RequestError
 from replicaset.runtime.metrics import serve_metrics
 from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
+from replicaset.runtime.peer_access import PeerCredentials, load_secret, warn_if_exposed
+from replicaset.runtime import tls
 from replicaset.runtime.swim import SwimHost
 from replicaset.runtime.trace_file import TraceFile
 from replicaset.runtime.transfer import Registration
@@ -118,6 +120,10 @@ class Node:
         self.users = access.parse_users(config["auth.users"])
         self.guest = access.guest_rights(self.users, config["auth.guest"])
         self._views_by_user: dict[str, dict[SystemView, list[list[Any]]]] = {}
+        self.cluster_secret = load_secret(config)
+        self.server_tls = tls.server_context(config)
+        self.peer_credentials = PeerCredentials(instance_uuid=identity.instance_uuid, secret=self.cluster_secret,
+                                                tls=tls.client_context(config))
 
     def check_replicaset(self, replicaset_uuid: str) -> None:
         """A peer's request is refused unless it is for our replica set."""
@@ -216,7 +222,7 @@ class Node:
         )
 
     async def run(
-        self, serve_connection: Callable[[trio.SocketStream], Awaitable[None]], *, task_status: Any = trio.TASK_STATUS_IGNORED
+        self, serve_connection: Callable[[trio.abc.Stream], Awaitable[None]], *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve until cancelled; `serve_connection` speaks iproto on each accepted one."""
         clean_marker = self.data_dir / CLEAN_STOP_FILE
@@ -243,9 +249,15 @@ class Node:
             async with trio.open_nursery() as nursery:
                 if self.config.metrics_listen:  # first: it observes every quorum commit from the start
                     await nursery.start(serve_metrics, self)
-                listeners = await nursery.start(partial(trio.serve_tcp, serve_connection, port, host=host))
-                sockname = listeners[0].socket.getsockname()
+                if self.server_tls is None:
+                    listeners = await nursery.start(partial(trio.serve_tcp, serve_connection, port, host=host))
+                    sockname = listeners[0].socket.getsockname()
+                else:
+                    listeners = await nursery.start(partial(trio.serve_ssl_over_tcp, serve_connection, port,
+                                                            self.server_tls, host=host))
+                    sockname = listeners[0].transport_listener.socket.getsockname()
                 self.listen_address = f"{sockname[0]}:{sockname[1]}"
+                warn_if_exposed(self.log, sockname[0], self.cluster_secret)
                 if not self.isolated and not self.identity.anonymous:  # a follower is in no one's view
                     self.swim = self._start_swim(sockname[0], sockname[1])
                 nursery.start_soon(self.writer.run_flusher)

@@ -616,7 +616,8 @@ class _Link:
     async def _open(self) -> PeerLink:
         async with self._open_lock:
             if self._link is None:
-                self._link = await PeerLink.open(self._address, self._node.config.max_frame_bytes)
+                self._link = await PeerLink.open(self._address, self._node.config.max_frame_bytes,
+                                                 self._node.peer_credentials)
                 self._node._nursery.start_soon(self._read, self._link)
             return self._link
 

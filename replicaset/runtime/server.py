@@ -1,5 +1,6 @@
 """A node serving iproto: every accepted connection gets a Session of its own, up to
-`max_connections` at once (peers' links count too); one past it is told so and closed."""
+`max_connections` at once (peers' links count too); one past it is told so and closed.
+On a TLS port a connection first completes its handshake, within `HANDSHAKE_TIMEOUT_S`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from replicaset.iproto.codec import FrameDecoder, encode_error, encode_greeting
 from replicaset.iproto.constants import GREETING_VERSION, ErrorCode
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.runtime.node import Node
+from replicaset.runtime.peer_access import remote_address
 from replicaset.runtime.session import Session
+from replicaset.runtime.tls import HANDSHAKE_TIMEOUT_S
 
 # How long a refused connection may take to send the request its refusal answers.
 REFUSAL_WAIT_S = 1.0
@@ -23,7 +26,7 @@ async def serve(node: Node, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> N
     limit = int(node.config["max_connections"])
     open_sessions = 0
 
-    async def serve_connection(stream: trio.SocketStream) -> None:
+    async def serve_connection(stream: trio.abc.Stream) -> None:
         nonlocal open_sessions
         if open_sessions >= limit:
             node.log.warning("connection_refused", reason="max_connections", max_connections=limit)
@@ -31,6 +34,8 @@ async def serve(node: Node, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> N
             return
         open_sessions += 1
         try:
+            if isinstance(stream, trio.SSLStream) and not await _handshake(node, stream):
+                return
             await Session(node, stream).run()
         finally:
             open_sessions -= 1
@@ -38,7 +43,22 @@ async def serve(node: Node, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> N
     await node.run(serve_connection, task_status=task_status)
 
 
-async def _refuse(node: Node, stream: trio.SocketStream, message: str) -> None:
+async def _handshake(node: Node, stream: trio.SSLStream[trio.SocketStream]) -> bool:
+    """False, the connection closed and the reason logged, when the client does not speak
+    TLS (a plain iproto client waits for a greeting, and sends nothing) or fails it."""
+    try:
+        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+            await stream.do_handshake()
+        return True
+    except (trio.TooSlowError, trio.BrokenResourceError) as exc:
+        error = f"no handshake within {HANDSHAKE_TIMEOUT_S} s" if isinstance(exc, trio.TooSlowError) else str(
+            exc.__cause__ or exc)
+        node.log.info("tls_handshake_failed", remote=remote_address(stream), error=error)
+        await trio.aclose_forcefully(stream)
+        return False
+
+
+async def _refuse(node: Node, stream: trio.abc.Stream, message: str) -> None:
     """Greet, answer the first request (a connector sends one at once: ID, AUTH or its
     first call) with the error, and close: the client learns why, within a bounded time."""
     try:

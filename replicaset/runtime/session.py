@@ -36,6 +36,7 @@ from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerRequest
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
+from replicaset.runtime.peer_access import PeerGate, PeerRefused, remote_address
 from replicaset.runtime.transfer import ServeStart, resume_start, serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
 from replicaset.storage import (
@@ -77,9 +78,9 @@ class _Stream:
 
 TXN_REQUESTS = frozenset({PeerRequest.TXN_PREPARE, PeerRequest.TXN_COMMIT, PeerRequest.TXN_ABORT,
                           PeerRequest.TXN_QUERY, PeerRequest.TXN_HEARTBEAT})
-# Members' requests: no user logs in for them (peer authentication is the cluster's own),
-# so a user's privileges, and guest being disabled, do not apply to them.
-PEER_REQUESTS = frozenset({RequestType.JOIN, RequestType.SUBSCRIBE, PeerRequest.ACK}) | TXN_REQUESTS
+# Governed by the cluster secret (`PeerGate`), not by user logins; by name, for the log.
+PEER_REQUESTS: dict[int, str] = {kind: kind.name for kind in (RequestType.JOIN, RequestType.SUBSCRIBE, PeerRequest.ACK,
+                                                               *sorted(TXN_REQUESTS))}
 WAIT_VCLOCK_POLL_S = 0.001
 
 
@@ -110,7 +111,7 @@ def _options(body: dict[int, Any], default: Level) -> _Options:
 
 
 class Session:
-    def __init__(self, node: Node, stream: trio.SocketStream) -> None:
+    def __init__(self, node: Node, stream: trio.abc.Stream) -> None:
         self._node = node
         self._stream = stream
         self._outbox = bytearray()
@@ -125,6 +126,8 @@ class Session:
         self._rights: Rights = node.guest or NOBODY  # guest disabled: only peers' requests before AUTH
         self._default_level = Level(node.config["replication.default_write_consistency"].lower())
         self._prepared = PreparedStatements()
+        self._peer = PeerGate(node.cluster_secret, instance_uuid=node.identity.instance_uuid, salt=self._salt,
+                              remote=remote_address(stream), log=node.log)
 
     # ---------------------------------------------------------------- plumbing
 
@@ -252,6 +255,10 @@ class Session:
     async def _handle_reporting(self, frame: Frame, stream: _Stream) -> None:
         try:
             await self._handle(frame, stream)
+        except PeerRefused as exc:
+            self._reply_error(frame.sync, exc.code, exc.message)
+            await self._flush_outbox()
+            raise _ConnectionClosed from exc
         except (RequestError, RemoteProtocolError) as exc:
             self._reply_error(frame.sync, exc.code, exc.message)
 
@@ -281,7 +288,12 @@ class Session:
             self._auth(frame)
             self._reply_ok(frame)
             return
-        if self._rights is NOBODY and kind not in PEER_REQUESTS:
+        if kind == PeerRequest.PEER_AUTH:
+            self._reply_ok(frame, self._peer.authenticate(frame))
+            return
+        if kind in PEER_REQUESTS:
+            self._peer.check(PEER_REQUESTS[kind])
+        elif self._rights is NOBODY:
             raise RequestError(ErrorCode.ACCESS_DENIED, "authentication required: guest access is disabled on this "
                                                         "server ([auth] guest = false); log in with a user")
         if kind == RequestType.EXECUTE:
@@ -435,7 +447,7 @@ class Session:
             self._rights = self._login(user, frame.body.get(Key.TUPLE))
         except RequestError as exc:
             self._node.log.warning("login_refused", user=user[:64], code=int(exc.code), error=exc.message[:200],
-                                   peer=_peer_address(self._stream))
+                                   peer=remote_address(self._stream))
             raise
 
     def _login(self, user: str, tuple_: Any) -> Rights:
@@ -674,15 +686,6 @@ class Session:
             else:
                 self._node.writer.rollback_stream(txn)
         self._reply_ok(frame)
-
-
-def _peer_address(stream: trio.SocketStream) -> str:
-    """HOST:PORT of the client, for a log line."""
-    try:
-        host, port = stream.socket.getpeername()[:2]
-    except OSError:
-        return "?"
-    return f"{host}:{port}"
 
 
 def _resumed(resume: peer_messages.Resume | None, start: ServeStart) -> dict[str, Any]:

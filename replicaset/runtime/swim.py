@@ -7,15 +7,23 @@ what arrives and tells it the registered members (`_cluster`) at every tick. A d
 is one msgpack array, `[version, kind, replicaset uuid, sender, seq, target, updates]`,
 at most `DATAGRAM_MAX` bytes; one that does not decode, or is of another replica set, is
 dropped and counted, and the view is untouched (the core also ignores senders and news
-of members `_cluster` does not hold: no datagram can add a member). Peer authentication
-of these datagrams comes with the cluster secret (issue "Faults, hostile input and access
-control"); until then a forged datagram can make a member look alive, never registered.
+of members `_cluster` does not hold: no datagram can add a member).
+
+With a cluster secret every datagram travels sealed (`iproto.peer_auth`: a truncated
+HMAC-SHA256 tag over the sender's stamp and the message). One whose tag is wrong is
+dropped before a byte of it is decoded, counted, and logged at most once every
+`REFUSED_LOG_EVERY_S`. An authentic one is still refused when its stamp is not after the
+last one taken from its sender, is older than this process, or is further than
+`STAMP_WINDOW_S` from our clock: a replayed datagram is not harmless (docs/security.md:
+an old ack can answer a probe of a restarted member, whose sequence numbers start again
+at 1; an old ping postpones a dead member's DEAD).
 """
 
 from __future__ import annotations
 
 import random
 import socket
+import time
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -23,6 +31,7 @@ import trio
 
 from replicaset.core import swim
 from replicaset.core.swim import MemberState, SwimProtocolError
+from replicaset.iproto.peer_auth import SWIM_SEAL_BYTES, SealError, swim_open, swim_seal
 from replicaset.member import Action, SwimAction
 
 if TYPE_CHECKING:
@@ -35,6 +44,11 @@ _KIND_NAMES = {code: name for name, code in KINDS.items()}
 SEQ_MAX = 2**63 - 1
 MEMBERS_EVERY_S = 1.0  # how often `_cluster` is read again for the view
 UNKNOWN_SENDER_READ_S = 0.1  # at most this often again when a sender is not in the view
+# How far a sealed datagram's stamp may be from our wall clock: the members' clocks must
+# agree within it (NTP keeps them within milliseconds), and it bounds how late a datagram
+# held back by someone on the path can still be delivered.
+STAMP_WINDOW_S = 10.0
+REFUSED_LOG_EVERY_S = 10.0
 
 
 def settings(config: Any) -> swim.SwimSettings:
@@ -91,6 +105,30 @@ def decode(data: bytes, replicaset_uuid: str) -> tuple[str, int, int, int | None
     return name, sender, seq, target, updates
 
 
+class StampGuard:
+    """Which sealed datagrams are fresh: stamped after this process started, within
+    `STAMP_WINDOW_S` of now, and after the last one taken from the same sender (a datagram
+    arriving out of order is dropped, as a lost one: SWIM tolerates loss). The clock is an
+    argument; one entry per sender, and only authentic datagrams name senders here."""
+
+    def __init__(self, started_ns: int, window_s: float = STAMP_WINDOW_S) -> None:
+        self._started_ns = started_ns
+        self._window_ns = int(window_s * 1e9)
+        self._last: dict[int, int] = {}
+
+    def refusal(self, sender: int, stamp_ns: int, now_ns: int) -> str | None:
+        """None, and the stamp taken as `sender`'s last, when the datagram is fresh; why
+        not, otherwise."""
+        if stamp_ns < self._started_ns:
+            return "stamped before this member started: replayed from its previous run, or delayed"
+        if abs(stamp_ns - now_ns) > self._window_ns:
+            return f"stamp {(stamp_ns - now_ns) / 1e9:+.1f} s from our clock (more than {self._window_ns / 1e9:g} s)"
+        if stamp_ns <= self._last.get(sender, 0):
+            return f"not after the last datagram taken from member {sender}: replayed, or reordered"
+        self._last[sender] = stamp_ns
+        return None
+
+
 def _address(text: str) -> tuple[str, int] | None:
     host, _, port = text.rpartition(":")
     return (host, int(port)) if host and port.isdigit() else None
@@ -111,6 +149,12 @@ class SwimHost:
         self.dropped = 0  # datagrams refused, for the console
         self.last_drop: str | None = None
         self._members_at_s = float("-inf")
+        self._secret = node.cluster_secret
+        self._stamps = StampGuard(time.time_ns())
+        self._last_stamp_ns = 0
+        self.refused = 0  # of `dropped`: no valid tag, or not fresh
+        self._refused_logged = 0
+        self._refused_logged_s = float("-inf")
 
     def bind(self, host: str, port: int) -> None:
         self._raw.bind((host, port))
@@ -138,17 +182,42 @@ class SwimHost:
     async def _receive(self) -> None:
         uuid = self._node.identity.replicaset_uuid
         while True:
-            data, _ = await self._sock.recvfrom(DATAGRAM_MAX + 1)
+            data, origin = await self._sock.recvfrom(DATAGRAM_MAX + SWIM_SEAL_BYTES + 1)
+            stamp_ns = 0
+            if self._secret is not None:
+                try:
+                    stamp_ns, data = swim_open(self._secret, data)
+                except SealError as exc:
+                    self._refuse(str(exc), origin)
+                    continue
             try:
                 kind, sender, seq, target, updates = decode(data, uuid)
             except DatagramError as exc:
                 self.dropped += 1
                 self.last_drop = str(exc)
                 continue
+            if self._secret is not None:
+                stale = self._stamps.refusal(sender, stamp_ns, time.time_ns())
+                if stale is not None:
+                    self._refuse(stale, origin)
+                    continue
             now = trio.current_time()
             if self.core.state_of(sender) is None and now - self._members_at_s >= UNKNOWN_SENDER_READ_S:
                 self._read_members(now)  # a member that just joined: `_cluster` may hold it already
             self._carry_out(self._node.driver.swim_received(now, kind, sender, seq, target, updates))
+
+    def _refuse(self, reason: str, origin: Any) -> None:
+        """Count a datagram that failed the secret; say so in the log at once, then at most
+        once every `REFUSED_LOG_EVERY_S` with the count since: a flood of forged datagrams
+        must not become a flood of log lines."""
+        self.dropped += 1
+        self.refused += 1
+        self.last_drop = reason
+        now = trio.current_time()
+        if now - self._refused_logged_s >= REFUSED_LOG_EVERY_S:
+            self._node.log.warning("swim_datagrams_refused", count=self.refused - self._refused_logged, reason=reason,
+                                   source=f"{origin[0]}:{origin[1]}", total=self.refused)
+            self._refused_logged, self._refused_logged_s = self.refused, now
 
     def _carry_out(self, actions: list[Action]) -> None:
         uuid, own = self._node.identity.replicaset_uuid, self.core.member
@@ -176,6 +245,9 @@ class SwimHost:
         where = _address(address)
         if where is None:
             return
+        if self._secret is not None:
+            self._last_stamp_ns = max(time.time_ns(), self._last_stamp_ns + 1)
+            data = swim_seal(self._secret, self._last_stamp_ns, data)
         try:
             self._raw.sendto(data, where)
         except OSError:  # BlockingIOError included
@@ -186,8 +258,10 @@ class SwimHost:
         self._carry_out(self._node.driver.swim_removed(trio.current_time(), member))
 
     def stats(self) -> dict[str, Any]:
-        """`box.info.swim`: the member's own incarnation and the datagrams refused."""
-        return {"incarnation": self.core.incarnation, "dropped": self.dropped, "last_drop": self.last_drop}
+        """`box.info.swim`: the member's own incarnation, the datagrams dropped, and of
+        those the ones that failed the cluster secret (`refused`)."""
+        return {"incarnation": self.core.incarnation, "dropped": self.dropped, "refused": self.refused,
+                "last_drop": self.last_drop}
 
     def info(self) -> list[dict[str, Any]]:
         """`box.info.members`."""

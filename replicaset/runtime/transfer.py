@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from replicaset.iproto.codec import encode_ok, encode_request
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.links import FrameSink, PeerError, PeerLink
+from replicaset.runtime.peer_access import PeerCredentials
 from replicaset.storage import checkpoint as checkpoints
 from replicaset.storage.errors import CheckpointError
 from wal import VClock, fsync_path
@@ -202,6 +204,8 @@ async def fetch_checkpoint(
     started: Callable[[TransferStart], None] = lambda start: None,
     max_frame_bytes: int = 64 * 1024 * 1024,
     anonymous: bool = False,
+    secret: bytes | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Joined:
     """JOIN through `address`: get an id and the newest checkpoint, verified chunk by chunk
     with xxhash, into `target` (written under a temporary name, fsynced, renamed, and the
@@ -209,9 +213,12 @@ async def fetch_checkpoint(
     is offered to the member, which sends only the rest when it serves the same checkpoint;
     `started` says where the transfer began. A broken link keeps the verified chunks for the
     next fetch; a file that fails its whole digest is dropped. An `anonymous` follower gets
-    no id (0) and no registration."""
+    no id (0) and no registration. With the set's `secret`, the member must prove it holds
+    it too before a byte is taken from it; with `tls`, the link is TLS and the member's
+    certificate checked."""
     kept = KeptCheckpoint.load(target)
-    link = await PeerLink.open(address, max_frame_bytes)
+    link = await PeerLink.open(address, max_frame_bytes, PeerCredentials(instance_uuid=instance_uuid, secret=secret,
+                                                                            tls=tls))
     try:
         resume = kept.resume
         await link.send(RequestType.JOIN, {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -22,9 +23,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_instance(args: list[str], log_path: Path, port: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
+def start_instance(args: list[str], log_path: Path, port: int | None = None, *,
+                   ssl_context: ssl.SSLContext | None = None) -> tuple[subprocess.Popen[bytes], int]:
     """Start `replicaset <args> --listen 127.0.0.1:<port>` (a free one by default) and wait
-    until it answers."""
+    until it answers (over TLS with `ssl_context`, for an instance configured with [tls])."""
     port = port or free_port()
     with open(log_path, "ab") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
@@ -37,7 +39,7 @@ def start_instance(args: list[str], log_path: Path, port: int | None = None) -> 
         if proc.poll() is not None:
             raise RuntimeError(f"instance exited with {proc.returncode}; see {log_path}")
         try:
-            with Client.connect("127.0.0.1", port, timeout_s=1.0) as client:
+            with Client.connect("127.0.0.1", port, timeout_s=1.0, ssl_context=ssl_context) as client:
                 client.ping()
             return proc, port
         except OSError:

@@ -62,6 +62,9 @@ DECODERS: dict[str, tuple[Callable[[Frame], Any], dict[int, Any], dict[int, Any]
                 PeerKey.REGISTRATION_ROW: [1, 4], PeerKey.BARRIER: {1: 4}}, {}),
     "joined_anonymous": (lambda f: peer_messages.joined(f, anonymous=True),
                          {Key.VCLOCK: {1: 5}, PeerKey.SIZE: 1, PeerKey.DIGEST: 5, PeerKey.INSTANCE_ID: 0}, {}),
+    "peer_auth": (peer_messages.peer_auth, {Key.INSTANCE_UUID: ME, PeerKey.NONCE: b"n" * 32, PeerKey.PROOF: b"p" * 32},
+                  {}),
+    "peer_auth_reply": (peer_messages.peer_auth_reply, {PeerKey.PROOF: b"p" * 32}, {}),
 }
 FIELDS = sorted({int(k) for _, body, header in DECODERS.values() for k in (*body, *header)})
 HEADER_FIELDS = [int(Key.REPLICA_ID), int(Key.SYNC), int(Key.STREAM_ID)]

@@ -49,7 +49,7 @@ def test_a_request_waiting_to_send_when_the_peer_leaves_fails_as_a_lost_message(
                 listeners = await nursery.start(trio.serve_tcp, peer, 0)
                 port = listeners[0].socket.getsockname()[1]
                 node = SimpleNamespace(config=SimpleNamespace(max_frame_bytes=1 << 20), _nursery=nursery,
-                                       identity=SimpleNamespace(instance_id=1))
+                                       identity=SimpleNamespace(instance_id=1), peer_credentials=None)
                 link = _Link(node, 2, f"127.0.0.1:{port}")  # type: ignore[arg-type]
                 async with link._send_lock:  # another request is sending
                     nursery.start_soon(request, link)
@@ -97,7 +97,7 @@ def host_node(nursery: trio.Nursery, **fields: object) -> SimpleNamespace:
     return SimpleNamespace(config=_Config({"replication.synchro_timeout_s": WAIT_S}), _nursery=nursery,
                            identity=SimpleNamespace(instance_id=1, replicaset_uuid=str(uuid.uuid4()),
                                                     instance_uuid=str(uuid.uuid4())),
-                           log=_Log(), **fields)
+                           log=_Log(), peer_credentials=None, **fields)
 
 
 def test_malformed_answers_to_prepare_commit_and_query_are_dropped_and_the_member_keeps_running() -> None:

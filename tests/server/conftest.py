@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import ssl
 import time
 import subprocess
 from collections.abc import Callable, Iterator
@@ -28,16 +29,18 @@ class Server:
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
+        self.ssl_context: ssl.SSLContext | None = None  # for an instance whose port speaks TLS
 
     def start(self, *extra: str) -> Server:
         command = "serve" if (self.data_dir / "instance.toml").exists() else "bootstrap"
         self.proc, self.port = start_instance(
-            [command, "--data-dir", str(self.data_dir), *extra], self.log_path, port=self.port or None
+            [command, "--data-dir", str(self.data_dir), *extra], self.log_path, port=self.port or None,
+            ssl_context=self.ssl_context,
         )
         return self
 
     def client(self, **kwargs: object) -> Client:
-        return Client.connect("127.0.0.1", self.port, **kwargs)  # type: ignore[arg-type]
+        return Client.connect("127.0.0.1", self.port, ssl_context=self.ssl_context, **kwargs)  # type: ignore[arg-type]
 
     def stop(self, signum: signal.Signals = signal.SIGTERM) -> int:
         assert self.proc is not None
@@ -109,14 +112,16 @@ def wait_for(check: Callable[[], T], what: str, timeout_s: float = WAIT_S) -> T:
 class ReplicaSet:
     """Members started by the test: `bootstrap` first, then `join` through any member."""
 
-    def __init__(self, root: Path, extra_config: str = "") -> None:
+    def __init__(self, root: Path, extra_config: str = "", ssl_context: ssl.SSLContext | None = None) -> None:
         self.root = root
         self.config = root / "fast.toml"
         self.config.write_text(FAST_CONFIG + extra_config)
         self.members: list[Server] = []
+        self.ssl_context = ssl_context  # how the test reaches members whose config has [tls]
 
     def bootstrap(self) -> Server:
         server = Server(self.root / "m1", self.root / "m1.log")
+        server.ssl_context = self.ssl_context
         server.start("--uuid", REPLICASET_UUID, "--config", str(self.config))
         self.members.append(server)
         return server
@@ -144,6 +149,7 @@ class ReplicaSet:
     def _next_server(self) -> Server:
         n = len(self.members) + 1
         server = Server(self.root / f"m{n}", self.root / f"m{n}.log")
+        server.ssl_context = self.ssl_context
         self.members.append(server)
         return server
 
@@ -151,7 +157,7 @@ class ReplicaSet:
         server.proc, server.port = start_instance(
             ["join", "--uuid", REPLICASET_UUID, "--peer", f"127.0.0.1:{through.port}",
              "--data-dir", str(server.data_dir), "--config", str(config or self.config)],
-            server.log_path,
+            server.log_path, ssl_context=self.ssl_context,
         )
 
     def config_with(self, name: str, extra: str) -> Path:
@@ -214,8 +220,8 @@ def replicaset_factory(tmp_path: Path) -> Iterator[Callable[..., ReplicaSet]]:
     test (one per test: they share `tmp_path`); its members are stopped at the end."""
     made: list[ReplicaSet] = []
 
-    def make(extra_config: str = "") -> ReplicaSet:
-        made.append(ReplicaSet(tmp_path, extra_config))
+    def make(extra_config: str = "", ssl_context: ssl.SSLContext | None = None) -> ReplicaSet:
+        made.append(ReplicaSet(tmp_path, extra_config, ssl_context))
         return made[-1]
 
     try:

@@ -20,7 +20,6 @@ import socket
 import time
 from typing import Any
 
-import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -29,7 +28,7 @@ from replicaset.iproto.client import Client
 from replicaset.iproto.codec import GREETING_SIZE, Frame, FrameDecoder, encode_frame
 from replicaset.iproto.constants import Key, RequestType
 from replicaset.iproto.peer import PeerKey, PeerRequest
-from tests.fuzzing import body_dicts, examples, field_mutations, fuzz, mutate_fields, scalars, values
+from tests.fuzzing import body_dicts, examples, field_mutations, fuzz, mutate_fields, scalars
 from tests.server.conftest import REPLICASET_UUID
 
 FOREIGN_SET = "0e0e0e0e-0000-4000-8000-00000000abcd"
