@@ -24,6 +24,7 @@ from replicaset.runtime.logging import configure, get_logger
 from replicaset.runtime.node import CLEAN_STOP_FILE
 from replicaset.runtime.links import PeerError
 from replicaset.runtime.transfer import Joined, TransferStart, fetch_checkpoint
+from replicaset.storage import checkpoint as checkpoints
 from wal import Wal
 
 PROGRESS_LOG_STEP = 0.1
@@ -72,6 +73,7 @@ def join(
     # checkpoint would count as ahead of the log at start and be dropped.
     with Wal.open(data_dir / "wal", start_vclock=joined.vclock) as wal:
         wal.sync()
+    kept = checkpoints.adopt(target, data_dir / "snap")
     registration = joined.registration
     if not anonymous:
         # Before the identity, which marks the join done: a joiner that stopped in between
@@ -85,7 +87,7 @@ def join(
     log.info("joined", peer=peer, instance_id=registration.instance_id,
              registration_row=[registration.pending.origin, registration.pending.lsn],
              barrier=dict(registration.pending.barrier),
-             vclock=joined.vclock.to_dict(), bytes=joined.size_bytes)
+             vclock=joined.vclock.to_dict(), bytes=joined.size_bytes, checkpoint=kept.name)
     return identity
 
 

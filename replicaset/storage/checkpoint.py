@@ -13,6 +13,7 @@ back rows no WAL has.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,22 @@ def make(
     for old, _ in listing(snap_dir)[:-keep] if keep > 0 else ():
         old.unlink()
         log("checkpoint_removed", path=str(old))
+    return final
+
+
+def adopt(source: Path, snap_dir: Path) -> Path:
+    """Keep a copy of `source`, a checkpoint file received whole (a join's), as this
+    member's own checkpoint. Without it a joiner has nothing to rebuild from when its
+    SQLite is found ahead of its WAL (a torn tail after an OS crash, DESIGN 4.4), and would
+    not start again; Tarantool's replica likewise writes a snapshot at the end of its join.
+    The caller has already made the WAL start at this vclock (FINDINGS F2)."""
+    snap_dir.mkdir(parents=True, exist_ok=True)
+    partial = snap_dir / f"{os.getpid()}{PARTIAL_SUFFIX}"
+    shutil.copyfile(source, partial)
+    final = snap_dir / f"{vclock_of(partial).signature:020d}{SUFFIX}"
+    fsync_path(partial)
+    os.replace(partial, final)
+    fsync_path(snap_dir)
     return final
 
 
