@@ -162,7 +162,7 @@ class Node:
                 auto_id_mode=cfg["sql.auto_id_mode"],
                 checkpoint_count=cfg.checkpoint_count,
                 ddl_lock=True,
-                read_timeout_s=float(cfg["sql.statement_timeout_s"]),
+                statement_timeout_s=float(cfg["sql.statement_timeout_s"]),
             ),
             clock_ms=wall_clock_ms,
             log=event_sink(self.log),

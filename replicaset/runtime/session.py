@@ -40,6 +40,7 @@ from replicaset.runtime.peer_access import PeerGate, PeerRefused, remote_address
 from replicaset.runtime.transfer import ServeStart, resume_start, serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
 from replicaset.storage import (
+    BatchAbandoned,
     Captured,
     DdlNeedsLock,
     EngineFatal,
@@ -541,7 +542,11 @@ class Session:
                     node.check_writable()
                     stream.txn = await node.writer.begin_stream()
                     self._writer_holders += 1
-                self._reply_result(frame, node.writer.stream_execute(stream.txn, sql, binds))
+                try:
+                    self._reply_result(frame, node.writer.stream_execute(stream.txn, sql, binds))
+                except BatchAbandoned:
+                    self._expire(stream)  # the stream's transaction is gone with its batch
+                    raise
                 return
             if node.engine.is_read(sql):
                 if options.wait_vclock is not None:
@@ -579,7 +584,7 @@ class Session:
         try:
             await ticket.wait()
         except WriteFailed as exc:
-            self._reply_error(frame.sync, ErrorCode.WAL_IO, str(exc))
+            self._reply_error(frame.sync, exc.code, str(exc))
         else:
             self._reply_result(frame, result, vclock=self._node.engine.vclock)
         await self._flush_outbox()
@@ -682,7 +687,7 @@ class Session:
                 except SqlError as exc:
                     raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
                 except WriteFailed as exc:
-                    raise RequestError(ErrorCode.WAL_IO, str(exc)) from exc
+                    raise RequestError(exc.code, str(exc)) from exc
             else:
                 self._node.writer.rollback_stream(txn)
         self._reply_ok(frame)

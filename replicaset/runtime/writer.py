@@ -20,6 +20,7 @@ import trio
 
 from replicaset.storage import (
     ApplyError,
+    BatchAbandoned,
     BatchKind,
     Captured,
     Engine,
@@ -30,11 +31,21 @@ from replicaset.storage import (
     SqlError,
     StatementResult,
 )
+from replicaset.iproto.constants import ErrorCode
 from wal import GroupCommitPolicy, Record, VClock, WalError
 
 
 class WriteFailed(Exception):
     """The batch holding a transaction could not be made durable; it was rolled back."""
+
+    code = ErrorCode.WAL_IO
+
+
+class CascadeRollback(WriteFailed):
+    """The batch was rolled back for another transaction's sake (Tarantool's cascading
+    rollback): this one did nothing wrong and may simply run again."""
+
+    code = ErrorCode.CASCADE_ROLLBACK
 
 
 @dataclass(eq=False)
@@ -121,7 +132,13 @@ class Writer:
             raise
 
     def stream_execute(self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any]) -> StatementResult:
-        return self.engine.execute(txn, sql, binds)
+        """A statement of a stream transaction; BatchAbandoned ends the transaction (the
+        caller gives up the writer), as the stream's batch held it alone."""
+        try:
+            return self.engine.execute(txn, sql, binds)
+        except BatchAbandoned:
+            self._fail_tickets()
+            raise
 
     async def commit_stream(self, txn: LocalTxn) -> None:
         try:
@@ -173,9 +190,24 @@ class Writer:
         txn = await self._begin(quorum=quorum)
         try:
             return txn, self.engine.execute(txn, sql, binds, trusted=trusted)
+        except BatchAbandoned:
+            self._fail_tickets()
+            raise
         except SqlError:
             self.engine.rollback(txn)
             raise
+
+    def _fail_tickets(self) -> None:
+        """The open batch was abandoned (a write stopped at the time limit): the
+        transactions queued in it, not durable and not acknowledged, fail; the client may
+        run them again."""
+        tickets, self._tickets = self._tickets, []
+        self._policy.reset()
+        failure = CascadeRollback("transaction rolled back before it was durable: it shared a group commit with another "
+                              "client's statement stopped at sql.statement_timeout_s; run it again")
+        for ticket in tickets:
+            ticket.error = failure
+            ticket.done.set()
 
     async def _begin(self, *, quorum: bool = False) -> LocalTxn:
         """A transaction in the local batch, after flushing a batch of applied rows."""

@@ -5,6 +5,7 @@ from replicaset.storage.config import EngineConfig
 from replicaset.storage.engine import Engine
 from replicaset.storage.errors import (
     ApplyError,
+    BatchAbandoned,
     BatchKindError,
     DdlNeedsLock,
     EngineFatal,
@@ -20,6 +21,7 @@ from replicaset.storage.transactions import Captured, LocalTxn, StatementResult
 
 __all__ = [
     "ApplyError",
+    "BatchAbandoned",
     "BatchKind",
     "BatchKindError",
     "Captured",

@@ -104,6 +104,14 @@ class Batches:
             self.vclock.reset(record.origin, record.lsn)
         return records
 
+    def abandon(self) -> None:
+        """SQLite already rolled back the open batch's transaction (an interrupted write):
+        forget the batch as a failed append does; its LSNs are handed out again."""
+        batch, self.current = self.current, None
+        assert batch is not None and batch.conn.get_autocommit(), "only a batch SQLite rolled back is abandoned"
+        self.pending = self.vclock.copy()
+        self._on_rollback()
+
     def check_invariants(self) -> None:
         """The vclock invariants (docs/storage.md): between calls, on an open engine."""
         wal_vclock = self._wal.vclock

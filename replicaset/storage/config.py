@@ -25,9 +25,9 @@ class EngineConfig:
     # A replicated DDL statement is decided under the set's DDL lock, as a quorum
     # transaction: `execute` refuses it (DdlNeedsLock) and `capture` takes it.
     ddl_lock: bool = False
-    # A client's read on the reader connection is stopped past this many seconds (0: no
-    # limit): it runs on the event loop, which serves every other client and peer meanwhile.
-    read_timeout_s: float = 0.0
+    # A client's statement is stopped past this many seconds (0: no limit): statements run
+    # on the event loop, which serves every other client and peer meanwhile.
+    statement_timeout_s: float = 0.0
 
     @property
     def db_path(self) -> Path:

@@ -308,9 +308,9 @@ class Engine:
 
     def query(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult | None:
         """Run a statement on the reader connection; None when it turns out to write. Past
-        `read_timeout_s` SQLite stops it (a read-only statement interrupted ends alone)."""
+        `statement_timeout_s` SQLite stops it (a read-only statement interrupted ends alone)."""
         cursor = self._connections.reader.cursor()
-        limit = self.config.read_timeout_s
+        limit = self.config.statement_timeout_s
         self._read_deadline = time.monotonic() + limit if limit else math.inf
         try:
             columns, rows = run_statement(cursor, sql, binds)

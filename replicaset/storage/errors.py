@@ -6,8 +6,15 @@ class SqlError(Exception):
 
 
 class StatementTimeout(SqlError):
-    """A client's read ran past `sql.statement_timeout_s` and was stopped; it may be run
-    again with a narrower query."""
+    """A client's statement ran past `sql.statement_timeout_s` and was stopped; nothing it
+    did remains, and it may be run again with a narrower one (or a larger limit)."""
+
+
+class BatchAbandoned(StatementTimeout):
+    """A write statement was stopped at the time limit, and SQLite rolled back the whole
+    transaction it ran in (its rule for an interrupted write): the open batch, with the
+    other clients' transactions queued in it and not yet durable, is gone too. The writer
+    fails their tickets; nothing of the batch reached the WAL, so nothing acknowledged is lost."""
 
 
 class DdlNeedsLock(SqlError):

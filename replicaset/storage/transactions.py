@@ -9,11 +9,19 @@ payload, alone in it. `commit` gives the transaction its HLC stamp and, per orig
 next LSN of the pending vclock (its rows of local tables go to origin 0), writes the row
 versions, settles latent unique rows as an applier will, and queues the records in the
 batch; they are durable, and the client may be answered, only after the batch's flush.
+
+A client statement past `statement_timeout_s` is stopped by the connection's progress
+handler. A read stops alone; SQLite answers a stopped write by rolling back the whole
+SQLite transaction, which is the batch: then the batch is abandoned (`BatchAbandoned`) and
+its queued transactions, never durable, fail with it (the writer's tickets), as they would
+after a failed WAL append; Tarantool's cascading rollback after a WAL error is the same.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +34,7 @@ from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batches, BatchKind
 from replicaset.storage.capture import Capture
 from replicaset.storage.config import EngineConfig
-from replicaset.storage.errors import DdlNeedsLock, EngineFatal, SqlError
+from replicaset.storage.errors import BatchAbandoned, DdlNeedsLock, EngineFatal, SqlError, StatementTimeout
 from replicaset.storage.keys import SCHEMA_KEY
 from replicaset.storage.returning import ReturningRows
 from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
@@ -82,6 +90,7 @@ class Committed:
     txn_id: int
 
 
+CHECK_STEPS = 10_000  # SQLite VM steps between two looks at the clock: a short statement never looks
 _MAY_NOT_BE_MODIFIED = re.compile(r"table (\S+) may not be modified")
 
 
@@ -114,6 +123,8 @@ class Transactions:
         # Statements of the writer's own resolution are never cached: they must be
         # prepared while triggers are off, as on the apply connection.
         self._unique = UniqueResolver(conn, cache_statements=False)
+        self._deadline = math.inf
+        conn.set_progress_handler(self._overdue, CHECK_STEPS)
 
     def begin(self, *, explicit: bool = False, quorum: bool = False) -> LocalTxn:
         """Open a client transaction in the current local batch; a `quorum` one is to be
@@ -149,9 +160,14 @@ class Transactions:
         self._returning.start()
         self._capture.error = None
         cursor = self._conn.cursor()
+        limit = self._config.statement_timeout_s
         try:
             with self._authorizer.statement(trusted=trusted):
-                columns, rows = run_statement(cursor, sql, binds, self._statement_started)
+                self._deadline = time.monotonic() + limit if limit and not trusted else math.inf
+                try:
+                    columns, rows = run_statement(cursor, sql, binds, self._statement_started)
+                finally:
+                    self._deadline = math.inf
                 changes = self._conn.changes()
             self._capture.settle_virtual()
             error = self._capture.error or self._auto_ids.error
@@ -160,6 +176,8 @@ class Transactions:
         except SqlError:
             self._undo_statement(savepoint, mark)
             raise
+        except apsw.InterruptError as exc:
+            self._stopped(txn, savepoint, mark, limit, exc)
         except apsw.Error as exc:
             self._undo_statement(savepoint, mark)
             raise SqlError(self._authorizer.deny_reason or self._shadow_refusal(exc) or sql_message(exc)) from exc
@@ -203,6 +221,23 @@ class Transactions:
 
     def _observe(self, change: apsw.PreUpdate) -> None:
         self._returning.observe(change, self._auto_ids.observe(change))
+
+    def _overdue(self) -> bool:
+        return time.monotonic() > self._deadline
+
+    def _stopped(self, txn: LocalTxn, savepoint: str, mark: int, limit: float, exc: apsw.InterruptError) -> None:
+        """A statement stopped at the time limit: undone alone when SQLite kept the
+        transaction (a read), or the batch abandoned when SQLite rolled it all back."""
+        why = f"the statement ran past sql.statement_timeout_s = {limit:g} s and was stopped"
+        if not self._conn.get_autocommit():
+            self._undo_statement(savepoint, mark)
+            raise StatementTimeout(why) from exc
+        self._batches.abandon()
+        self._capture.truncate(0)
+        self._tables.invalidate()
+        self._auto_ids.install()  # what a local-table DDL of the batch installed went with it
+        txn.done = True
+        raise BatchAbandoned(why) from exc
 
     def _undo_statement(self, savepoint: str, mark: int) -> None:
         if self._conn.get_autocommit():

@@ -8,7 +8,9 @@ import pytest
 import trio
 import trio.testing
 
-from replicaset.runtime.writer import Writer
+from replicaset.iproto.constants import ErrorCode
+from replicaset.runtime.writer import CascadeRollback, Writer
+from replicaset.storage import BatchAbandoned
 from replicaset.storage.checkpoint import vclock_of
 from tests.pagecache import PageCache
 from tests.storage.enginekit import FakeClock, open_engine
@@ -75,3 +77,27 @@ def test_under_wal_mode_write_a_sync_is_made_when_a_relay_asks_and_only_then(
         assert synced == [VClock({1: 2})] and engine.wal.vclock == VClock({1: 2})
     else:
         assert synced == [] and engine.wal.vclock == VClock()
+
+
+def test_a_write_stopped_at_the_time_limit_fails_the_transactions_of_its_group_commit(tmp_path: Path) -> None:
+    """SQLite rolls back the whole batch of an interrupted write: the transactions queued
+    in it were not durable, so they fail (ER_CASCADE_ROLLBACK, run them again) rather than
+    being acknowledged; the writer then goes on."""
+    engine = open_engine(tmp_path, 1, FakeClock(), statement_timeout_s=0.2)
+    writer = Writer(engine, group_commit=GroupCommitPolicy(4096, 16, 60_000), fsync=False)  # nothing flushes on its own
+    endless = ("INSERT INTO t(id) WITH RECURSIVE r(x) AS (SELECT 10 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r")
+
+    async def main() -> None:
+        await writer.execute_trusted("CREATE TABLE t(id INTEGER PRIMARY KEY)")
+        _, queued = await writer.execute_nowait("INSERT INTO t VALUES (1)", ())
+        assert not queued.done.is_set(), "the first transaction waits in the open batch"
+        with pytest.raises(BatchAbandoned):
+            await writer.execute_nowait(endless, ())
+        with pytest.raises(CascadeRollback, match="run it again") as failed, trio.fail_after(5):
+            await queued.wait()
+        assert failed.value.code == ErrorCode.CASCADE_ROLLBACK
+        await writer.execute_trusted("INSERT INTO t VALUES (2)")
+
+    trio.run(main)
+    assert engine.query("SELECT id FROM t").rows == [[2]]
+    engine.check_invariants()

@@ -1,5 +1,5 @@
-"""Resource limits on a real server: a read past `sql.statement_timeout_s` is stopped with
-ER_TIMEOUT, and the server goes on serving that client and everyone else."""
+"""Resource limits on a real server: a statement past `sql.statement_timeout_s` is stopped
+with ER_TIMEOUT, and the server goes on serving that client and everyone else."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from replicaset.iproto.errors import ServerError
 from tests.server.conftest import Server, wait_for
 
 ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r"
+ENDLESS_WRITE = "INSERT INTO kv(k, v) WITH RECURSIVE r(x) AS (SELECT 100 UNION ALL SELECT x + 1 FROM r) SELECT x, 'flood' FROM r"
 
 
-def test_an_endless_read_is_stopped_and_the_server_serves_on(tmp_path: Path) -> None:
+def test_an_endless_read_or_write_is_stopped_and_the_server_serves_on(tmp_path: Path) -> None:
     config = tmp_path / "limits.toml"
     config.write_text("[sql]\nstatement_timeout_s = 0.3\n")
     server = Server(tmp_path / "data", tmp_path / "server.log").start("--config", str(config))
@@ -34,6 +35,20 @@ def test_an_endless_read_is_stopped_and_the_server_serves_on(tmp_path: Path) -> 
                 assert greedy.execute("SELECT 1").rows == [[1]], "the same connection goes on"
             other.execute("INSERT INTO kv VALUES (1, 'still writing')")
             assert other.execute("SELECT v FROM kv").rows == [["still writing"]]
+            for consistency in ("one", "quorum"):
+                with pytest.raises(ServerError) as stopped:
+                    other.execute(ENDLESS_WRITE, options={"consistency": consistency})
+                assert stopped.value.code == ErrorCode.TIMEOUT, consistency
+            other.call(RequestType.BEGIN, {}, stream_id=3)
+            other.execute("INSERT INTO kv VALUES (2, 'in the stream')", stream_id=3)
+            with pytest.raises(ServerError) as stopped:
+                other.execute(ENDLESS_WRITE, stream_id=3)
+            assert stopped.value.code == ErrorCode.TIMEOUT
+            with pytest.raises(ServerError) as ended:
+                other.call(RequestType.COMMIT, {}, stream_id=3)
+            assert ended.value.code == ErrorCode.TRANSACTION_TIMEOUT, "the stream's transaction went with its statement"
+            other.execute("INSERT INTO kv VALUES (3, 'after')")
+            assert other.execute("SELECT k, v FROM kv ORDER BY k").rows == [[1, "still writing"], [3, "after"]]
         assert "session_failed" not in server.log_path.read_text()
     finally:
         assert server.stop() == 0
