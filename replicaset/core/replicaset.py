@@ -16,7 +16,9 @@ Theory of operation (DESIGN 4.4, 4.7; Tarantool's box.info.status):
   a new checkpoint can bring the member back: it re-joins through a member that
   acknowledged every row of its own origin, if the operator allowed it, or says it needs to.
 - Ids are the smallest free one, the old one to a known UUID (`allocate_id`); any member
-  registers a joiner by a quorum transaction, whose conflicts keep ids unique.
+  registers a joiner by a quorum transaction, whose conflicts keep ids unique. An id whose
+  origin wrote rows is retired, never given to another UUID: the new instance would take
+  those rows for its own (`specs/MembershipQuorum.tla`: ids are never reused).
 
 Time is an argument, actions are returned; the node and the simulator carry them out.
 """
@@ -166,15 +168,20 @@ def must_recover(*, unclean: bool, wal_mode_write: bool, has_peers: bool, force_
     return unclean and wal_mode_write and has_peers and not force_recovery
 
 
-def allocate_id(members: Iterable[tuple[int, str]], uuid: str) -> tuple[int, bool]:
-    """The id for `uuid` and whether it is new: its old one, or the smallest free one."""
+def allocate_id(members: Iterable[tuple[int, str]], uuid: str, *, retired: Iterable[int] = ()) -> tuple[int, bool]:
+    """The id for `uuid` and whether it is new: its old one, or the smallest free one that
+    is not `retired`. A removed member's id whose origin holds rows is retired: an instance
+    given it would drop those rows as its own (DESIGN 4.3) and wait for them for good."""
     taken = dict(members)
     for instance_id, member_uuid in taken.items():
         if member_uuid == uuid:
             return instance_id, False
-    free = next((i for i in range(1, MEMBERS_MAX + 1) if i not in taken), None)
+    unusable = set(taken) | set(retired)
+    free = next((i for i in range(1, MEMBERS_MAX + 1) if i not in unusable), None)
     if free is None:
-        raise MembersFull(f"the replica set already has {MEMBERS_MAX} members")
+        retired_free = sorted(set(retired) - set(taken))
+        why = f"; ids {retired_free} are retired: removed members wrote rows under them" if retired_free else ""
+        raise MembersFull(f"the replica set already has {len(taken)} members{why}: no id of 1..{MEMBERS_MAX} is free")
     return free, True
 
 

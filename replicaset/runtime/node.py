@@ -490,7 +490,8 @@ class Node:
                 if existing is not None:
                     return await self._held_registration(existing)
                 try:
-                    instance_id, _ = allocate_id(((i, u) for i, u, _ in members), uuid)
+                    instance_id, _ = allocate_id(((i, u) for i, u, _ in members), uuid,
+                                                 retired=(o for o, lsn in self.engine.vclock.items() if o and lsn))
                 except MembersFull as exc:
                     raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
                 try:

@@ -102,6 +102,14 @@ def test_ids_are_the_old_one_for_a_known_uuid_or_the_smallest_free_one():
         rs.allocate_id([(i, f"u{i}") for i in range(1, rs.MEMBERS_MAX + 1)], "new")
 
 
+def test_the_id_of_a_removed_member_that_wrote_rows_is_never_given_again():
+    members = [(1, "u1"), (3, "u3")]
+    assert rs.allocate_id(members, "new", retired=[1, 2, 3]) == (4, True)
+    assert rs.allocate_id(members, "u3", retired=[3]) == (3, False), "a re-join keeps its id"
+    with pytest.raises(rs.MembersFull, match=r"ids \[2\] are retired"):
+        rs.allocate_id([(i, f"u{i}") for i in range(1, rs.MEMBERS_MAX + 1) if i != 2], "new", retired=[2])
+
+
 def test_only_an_unclean_stop_under_write_with_peers_must_recover():
     assert rs.must_recover(unclean=True, wal_mode_write=True, has_peers=True, force_recovery=False)
     for change in ("unclean", "wal_mode_write", "has_peers"):
