@@ -173,7 +173,8 @@ def _rejoin(data_dir: Path, cfg: configuration.Config, identity: Identity, peer:
     data_dir.mkdir()
     if (backup / CONFIG_FILE).exists():
         shutil.copyfile(backup / CONFIG_FILE, data_dir / CONFIG_FILE)
-    again = join(data_dir, replicaset_uuid=identity.replicaset_uuid, peers=[peer], listen=cfg.listen,
+    again = join(data_dir, replicaset_uuid=identity.replicaset_uuid, peers=[configuration.dial_address(cfg, peer)],
+                 listen=cfg.listen,
                  instance_uuid=identity.instance_uuid, anonymous=identity.anonymous)
     if again is None:
         return 1

@@ -42,6 +42,10 @@ def _addresses(value: Any) -> bool:
     return all(isinstance(v, str) and _address(v) for v in value)
 
 
+def _dial_map(value: Any) -> bool:
+    return all(isinstance(k, str) and _address(k) and isinstance(v, str) and _address(v) for k, v in value.items())
+
+
 def _names(value: Any) -> bool:
     return all(isinstance(v, str) and v for v in value)
 
@@ -79,6 +83,7 @@ OPTIONS: dict[str, Option] = {
     "cluster.gossip_fanout": Option(3, int, lambda v: v >= 0, ">= 0"),
     "cluster.suspect_timeout_ms": Option(5000, int, _positive, "> 0 ms"),
     "cluster.dead_timeout_ms": Option(10000, int, _positive, "> 0 ms"),
+    "cluster.dial": Option({}, dict, _dial_map, 'a table of "HOST:PORT" = "HOST:PORT"'),
     "ddl.lock_lease_seconds": Option(30.0, (int, float), _positive, "> 0 seconds"),
     "gc.interval_s": Option(60.0, (int, float), _positive, "> 0 seconds"),
     "gc.min_retention_s": Option(7200.0, (int, float), lambda v: v >= 0, ">= 0 seconds"),
@@ -110,6 +115,13 @@ class Config:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
+
+
+def dial_address(config: Config | Mapping[str, Any], address: str) -> str:
+    """Where this member dials a peer registered at `address`: `[cluster] dial` maps it
+    when the peer is reached through a NAT, a port forward or a proxy (the fault harness's);
+    SWIM datagrams go the same way."""
+    return config["cluster.dial"].get(address, address)
 
 
 def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from replicaset.config import dial_address
 from replicaset.core import quorum as q
 from replicaset.iproto import peer_messages
 from replicaset.iproto.codec import Frame, FrameDecoder, encode_request
@@ -616,7 +617,8 @@ class _Link:
     async def _open(self) -> PeerLink:
         async with self._open_lock:
             if self._link is None:
-                self._link = await PeerLink.open(self._address, self._node.config.max_frame_bytes)
+                self._link = await PeerLink.open(dial_address(self._node.config, self._address),
+                                                 self._node.config.max_frame_bytes)
                 self._node._nursery.start_soon(self._read, self._link)
             return self._link
 

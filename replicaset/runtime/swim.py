@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import trio
 
+from replicaset.config import dial_address
 from replicaset.core import swim
 from replicaset.core.swim import MemberState, SwimProtocolError
 from replicaset.member import Action, SwimAction
@@ -173,7 +174,7 @@ class SwimHost:
     def _send(self, data: bytes, address: str) -> None:
         """Fire and forget, as UDP is: a send that fails is a lost datagram, which SWIM
         tolerates by design."""
-        where = _address(address)
+        where = _address(dial_address(self._node.config, address))
         if where is None:
             return
         try:
