@@ -95,6 +95,7 @@ OPTIONS: dict[str, Option] = {
     "auth.guest": Option(True, bool),
     "debug.check_invariants": Option(False, bool),
     "debug.trace_file": Option("", str),
+    "debug.clock_skew_ms": Option(0, int, lambda v: abs(v) <= 86_400_000, "-86400000..86400000 ms"),
 }
 
 

@@ -179,7 +179,7 @@ class QuorumHost:
     async def _decide(self, captured: Captured, level: q.Level, timeout_s: float) -> _Client:
         node, driver = self._node, self._node.driver
         start = trio.current_time()
-        txn_id = node.engine.hlc.now(time.time_ns() // 1_000_000)
+        txn_id = node.engine.hlc.now(node.clock_ms())
         members = self._members()
         reads = {key: q.Version(hlc=v[0], origin=v[1]) if v else q.NO_VERSION for key, v in captured.reads.items()}
         client = self._clients[txn_id] = _Client()
