@@ -96,11 +96,13 @@ def run(options: RunOptions, out: TextIO | None = None) -> dict[str, Any]:
         stuck = join_workers(threads, WORKER_STOP_S)
         healed_at = history.now()
         say(f"chaos: healed at {healed_at:.1f} s, {len(history.ops)} operations; waiting for convergence")
-        tables = cluster.tables(cluster.members[0])
+        tables = _tables(cluster, fallback=tables)
         converge_s, views = cluster.wait_converged(tables, options.converge_timeout_s)
-        table_views = [v[1] if v is not None else {} for v in views]
-        checks = [w.check(history, table_views) for w in workloads] if all(v is not None for v in views) else []
-        divergent = divergent_rows(table_views)
+        # A member that does not answer is reported; the others are checked and compared.
+        silent = [m.n for m, v in zip(cluster.members, views) if v is None]
+        table_views = {m.n: v[1] for m, v in zip(cluster.members, views) if v is not None}
+        checks = [w.check(history, table_views) for w in workloads] if table_views else []
+        divergent = divergent_rows(list(table_views.values()))
         faults = [i.describe() for i in nemesis.injected]
         report.update({
             "faults": faults,
@@ -116,6 +118,7 @@ def run(options: RunOptions, out: TextIO | None = None) -> dict[str, Any]:
             "divergent_rows_total": sum(divergent.values()),
             "converge_s": None if converge_s is None else round(converge_s, 3),
             "final_vclocks": [v[0] if v is not None else None for v in views],
+            "silent_members": silent,
             "proxies": cluster.network.stats(),
             "log_errors": _log_errors(cluster),
         })
@@ -133,6 +136,7 @@ def run(options: RunOptions, out: TextIO | None = None) -> dict[str, Any]:
     report["audit"] = audit.describe()
     report["problems"] = problems_of(checks, converge_s=converge_s, divergent=divergent, faults=faults, audit=audit,
                                      stuck_workers=stuck) + [n for n in heal_notes if "did not restart" in n]
+    report["problems"] += [f"member {n} did not answer after healing" for n in silent]
     if not checks:
         report["problems"].append("no member answered after healing: nothing could be checked")
     report["verdict"] = verdict(report)
@@ -188,6 +192,16 @@ def _heal(cluster: Cluster) -> list[str]:
             except RuntimeError as exc:
                 notes.append(f"member {member.n} did not restart: {exc}")
     return notes
+
+
+def _tables(cluster: Cluster, fallback: list[str]) -> list[str]:
+    """The replicated tables, DDL's included, as the first member that answers holds them."""
+    for member in cluster.members:
+        try:
+            return cluster.tables(member)
+        except (OSError, ConnectionError):
+            continue
+    return fallback
 
 
 def _log_errors(cluster: Cluster) -> dict[str, int]:

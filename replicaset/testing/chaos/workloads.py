@@ -63,7 +63,8 @@ class Workload:
         return tarantool.Connection(HOST, member.port, socket_timeout=timeout_s, reconnect_max_attempts=0,
                                     connect_now=True, fetch_schema=False)
 
-    def check(self, history: History, views: list[dict[str, list[list[Any]]]]) -> Check:
+    def check(self, history: History, views: dict[int, dict[str, list[list[Any]]]]) -> Check:
+        """The history against each answering member's tables (`views`: member -> table -> rows)."""
         raise NotImplementedError
 
     def run_worker(self, ctx: Context, worker: int, seed: int, home: int) -> None:
@@ -159,10 +160,9 @@ class Bank(Workload):
                   lambda: conn.execute(self.TRANSFER, [src, amount, amount, src, dst, src, amount]),
                   lambda r: r.affected_row_count)
 
-    def check(self, history: History, views: list[dict[str, list[list[Any]]]]) -> Check:
-        checks = [check_bank(history.of(self.name), [row[:2] for row in view["acct"]], accounts=self.accounts,
-                             total=self.accounts * self.opening) for view in views]
-        return _merge(checks)
+    def check(self, history: History, views: dict[int, dict[str, list[list[Any]]]]) -> Check:
+        return _merge({n: check_bank(history.of(self.name), [row[:2] for row in view["acct"]], accounts=self.accounts,
+                                     total=self.accounts * self.opening) for n, view in views.items()})
 
 
 class AppendSet(Workload):
@@ -177,8 +177,9 @@ class AppendSet(Workload):
         self.call(ctx, {"workload": self.name, "worker": worker, "member": member.n, "kind": "insert", "value": value},
                   lambda: conn.execute("INSERT INTO chaos_set(v) VALUES (?)", [value]), lambda r: r.affected_row_count)
 
-    def check(self, history: History, views: list[dict[str, list[list[Any]]]]) -> Check:
-        return _merge([check_set(history.of(self.name), [row[1] for row in view["chaos_set"]]) for view in views])
+    def check(self, history: History, views: dict[int, dict[str, list[list[Any]]]]) -> Check:
+        return _merge({n: check_set(history.of(self.name), [row[1] for row in view["chaos_set"]])
+                       for n, view in views.items()})
 
 
 class Registers(Workload):
@@ -204,16 +205,17 @@ class Registers(Workload):
                   lambda: conn.execute(self.UPSERT, [key, value], options={"consistency": "one"}),
                   lambda r: r.row_count)
 
-    def check(self, history: History, views: list[dict[str, list[list[Any]]]]) -> Check:
-        return check_registers(history.of(self.name), [[row[:2] for row in view["reg"]] for view in views],
+    def check(self, history: History, views: dict[int, dict[str, list[list[Any]]]]) -> Check:
+        return check_registers(history.of(self.name), [[row[:2] for row in view["reg"]] for view in views.values()],
                                initial=self.INITIAL)
 
 
-def _merge(checks: list[Check]) -> Check:
+def _merge(checks: dict[int, Check]) -> Check:
     """One workload checked against every member's table: the worst figures, every problem
-    once, named by member."""
-    merged = Check(checks[0].workload, figures=checks[0].figures)
-    for n, check in enumerate(checks, start=1):
+    named by its member."""
+    first = next(iter(checks.values()))
+    merged = Check(first.workload, figures=first.figures)
+    for n, check in checks.items():
         merged.problems += [f"member {n}: {p}" for p in check.problems]
         merged.lost = max(merged.lost, check.lost)
         merged.duplicates = max(merged.duplicates, check.duplicates)
