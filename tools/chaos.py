@@ -34,6 +34,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="client threads per workload (default 2)")
     parser.add_argument("--faults", default=",".join(DEFAULT_KINDS),
                         help=f"comma-separated kinds, of {','.join(KINDS)} (default: all but full-disk)")
+    parser.add_argument("--target", default="ours", choices=("ours", "tarantool", "tarantool-sync"),
+                        help="our members (default), or Tarantool 2.6 async or synchronous for the bank and set "
+                             "workloads under process and link faults")
     parser.add_argument("--converge-timeout", type=float, default=60.0)
     parser.add_argument("--no-audit", action="store_true", help="skip the Spark audit of the members' WALs")
     parser.add_argument("--dir", type=Path, help="where the members' data directories go (default /tmp/chaos-SEED-TIME)")
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=seed, size=args.members, duration_s=args.seconds,
         workloads=tuple(w for w in args.workloads.split(",") if w),
         workers_each=args.workers, kinds=tuple(k for k in args.faults.split(",") if k),
-        converge_timeout_s=args.converge_timeout, audit=not args.no_audit, keep=args.keep,
+        converge_timeout_s=args.converge_timeout, audit=not args.no_audit, keep=args.keep, target=args.target,
         root=args.dir or Path("/tmp") / f"chaos-{seed}-{int(time.time())}",
     )
     unknown = [w for w in options.workloads if w not in WORKLOADS]

@@ -22,7 +22,9 @@ from replicaset.testing.chaos.cluster import Cluster
 from replicaset.testing.chaos.faults import HANDLERS, mount_tmpfs, unmount
 from replicaset.testing.chaos.history import History, divergent_rows
 from replicaset.testing.chaos.report import Audit, problems_of, run_audit, verdict, write_report
-from replicaset.testing.chaos.schedule import DEFAULT_KINDS, Nemesis, ScheduleOptions, make_schedule
+from replicaset.testing.chaos.schedule import (DEFAULT_KINDS, LINK_FAULTS, PARTITIONS, PROCESS_FAULTS, Nemesis,
+                                               ScheduleOptions, make_schedule)
+from replicaset.testing.chaos.tarantool import TarantoolCluster, find_tarantool
 from replicaset.testing.chaos.workloads import WORKLOADS, Context, join_workers, start_workers
 
 # Short timeouts so faults show quickly and healing is quick; QUORUM is the server's default
@@ -32,6 +34,8 @@ replication_connect_timeout = 10
 replication.synchro_timeout_s = 2.0
 debug.check_invariants = true
 """
+TARANTOOL_WORKLOADS = ("bank", "set")
+TARANTOOL_FAULTS = PROCESS_FAULTS + PARTITIONS + LINK_FAULTS
 START_CONVERGE_S = 30.0
 WORKER_STOP_S = 20.0
 NEMESIS_STOP_S = 30.0
@@ -50,6 +54,7 @@ class RunOptions:
     converge_timeout_s: float = 60.0
     request_timeout_s: float = 5.0
     audit: bool = True
+    target: str = "ours"  # or "tarantool" (2.6, async) / "tarantool-sync" (is_sync spaces, synchro quorum)
     root: Path = field(default_factory=lambda: Path("/tmp") / f"chaos-{int(time.time())}")
     keep: bool = False
 
@@ -65,10 +70,10 @@ def run(options: RunOptions, out: TextIO | None = None) -> dict[str, Any]:
             print(line, file=out, flush=True)
 
     schedule = make_schedule(options.seed, options.schedule_options())
-    say(f"chaos: seed {options.seed}, {options.size} members, {options.duration_s:g} s, {len(schedule)} faults, "
-        f"workloads {','.join(options.workloads)}; data in {options.root}")
+    say(f"chaos: seed {options.seed}, {options.target}, {options.size} members, {options.duration_s:g} s, "
+        f"{len(schedule)} faults, workloads {','.join(options.workloads)}; data in {options.root}")
     workloads = [WORKLOADS[name]() for name in options.workloads]
-    cluster = Cluster(options.root, options.size, options.seed, config=BASE_CONFIG)
+    cluster = _cluster(options, workloads, schedule)
     mounted, notes = _mount_for_full_disk(cluster, schedule)
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     stop = threading.Event()
@@ -129,8 +134,8 @@ def run(options: RunOptions, out: TextIO | None = None) -> dict[str, Any]:
         say(f"chaos: the run broke off; seed {options.seed}; data directories and logs kept in {options.root}")
         raise
     _stop(cluster, nemesis, stop, threads, report)
-    audit = Audit(ran=False, note="not asked for")
-    if options.audit:
+    audit = Audit(ran=False, note="not asked for" if options.target == "ours" else "our WAL format only")
+    if options.audit and options.target == "ours":
         say("chaos: running the Spark audit over the members' WALs")
         audit = run_audit([m.data_dir for m in cluster.members], options.root / "audit.json")
     report["audit"] = audit.describe()
@@ -153,6 +158,29 @@ def run(options: RunOptions, out: TextIO | None = None) -> dict[str, Any]:
         shutil.rmtree(options.root, ignore_errors=True)
     say(report["verdict"])
     return report
+
+
+def _cluster(options: RunOptions, workloads: list[Any], schedule: list[Any]) -> Any:
+    """Our members, or Tarantool 2.6's with only what it can run: the bank and set workloads,
+    and faults of processes and links (the member faults restart our server with options of
+    its own)."""
+    if options.target == "ours":
+        return Cluster(options.root, options.size, options.seed, config=BASE_CONFIG)
+    if options.target not in ("tarantool", "tarantool-sync"):
+        raise ValueError(f"unknown target {options.target!r}: ours, tarantool or tarantool-sync")
+    binary = find_tarantool()
+    if binary is None:
+        raise RuntimeError("no tarantool binary on PATH (apt-get install tarantool)")
+    refused = sorted({w.name for w in workloads} - set(TARANTOOL_WORKLOADS)) + sorted(
+        {f.kind for f in schedule} - set(TARANTOOL_FAULTS))
+    if refused:
+        raise ValueError(f"not run against Tarantool: {refused}; workloads {TARANTOOL_WORKLOADS}, "
+                         f"faults {TARANTOOL_FAULTS}")
+    sync = options.target == "tarantool-sync"
+    for workload in workloads:
+        workload.tarantool, workload.leader_only = True, sync
+    return TarantoolCluster(options.root, options.size, options.seed, binary,
+                            synchro_quorum=options.size // 2 + 1 if sync else None)
 
 
 def _stop(cluster: Cluster, nemesis: Nemesis | None, stop: threading.Event, threads: list[threading.Thread],
@@ -205,12 +233,12 @@ def _tables(cluster: Cluster, fallback: list[str]) -> list[str]:
 
 
 def _log_errors(cluster: Cluster) -> dict[str, int]:
-    """Error-level lines in each member's log (structlog JSON), for the report."""
+    """Error-level lines in each member's log (our structlog JSON, Tarantool's ` E> `), for the report."""
     found = {}
     for member in cluster.members:
         try:
             found[member.log_path.name] = sum(1 for line in member.log_path.read_text().splitlines()
-                                              if '"level": "error"' in line or '"level":"error"' in line)
+                                              if '"level": "error"' in line or " E> " in line)
         except OSError:
             found[member.log_path.name] = -1
     return found

@@ -52,6 +52,10 @@ class Workload:
 
     name = ""
     tables: tuple[str, ...] = ()
+    # Against Tarantool 2.6 (`chaos.tarantool`): its own request shapes; `leader_only` keeps
+    # every worker on member 1 (synchronous spaces take writes from one instance).
+    tarantool = False
+    leader_only = False
 
     def setup(self) -> list[str]:
         raise NotImplementedError
@@ -81,7 +85,7 @@ class Workload:
                 try:
                     conn = self.connect(member, ctx.request_timeout_s)
                 except (OSError, NetworkError, DatabaseError, ConnectionError, RemoteProtocolError):
-                    member = rng.choice(members)
+                    member = member if self.leader_only else rng.choice(members)
                     ctx.stop.wait(CONNECT_RETRY_S)
                     continue
             try:
@@ -156,6 +160,10 @@ class Bank(Workload):
             return
         src, dst = rng.sample(range(1, self.accounts + 1), 2)
         amount = rng.randint(1, self.opening // 2)
+        if self.tarantool:
+            self.call(ctx, {**op, "kind": "transfer", "value": [src, dst, amount]},
+                      lambda: conn.call("chaos_transfer", [src, dst, amount]), lambda r: r.data[0])
+            return
         self.call(ctx, {**op, "kind": "transfer", "value": [src, dst, amount]},
                   lambda: conn.execute(self.TRANSFER, [src, amount, amount, src, dst, src, amount]),
                   lambda r: r.affected_row_count)
@@ -174,8 +182,11 @@ class AppendSet(Workload):
 
     def request(self, ctx: Context, conn: Any, member: Member, rng: random.Random, n: int, worker: int) -> None:
         value = worker * 1_000_000 + n
+        # Tarantool: the value is the key too (ids from two masters would collide).
+        sql, binds = (("INSERT INTO chaos_set(id, v) VALUES (?, ?)", [value, value]) if self.tarantool
+                      else ("INSERT INTO chaos_set(v) VALUES (?)", [value]))
         self.call(ctx, {"workload": self.name, "worker": worker, "member": member.n, "kind": "insert", "value": value},
-                  lambda: conn.execute("INSERT INTO chaos_set(v) VALUES (?)", [value]), lambda r: r.affected_row_count)
+                  lambda: conn.execute(sql, binds), lambda r: r.affected_row_count)
 
     def check(self, history: History, views: dict[int, dict[str, list[list[Any]]]]) -> Check:
         return _merge({n: check_set(history.of(self.name), [row[1] for row in view["chaos_set"]])
@@ -232,7 +243,7 @@ def start_workers(ctx: Context, workloads: list[Workload], workers_each: int, se
     size = len(ctx.cluster.members)
     for w, workload in enumerate(workloads):
         for worker in range(workers_each):
-            home = (w * workers_each + worker) % size + 1
+            home = 1 if workload.leader_only else (w * workers_each + worker) % size + 1
             thread = threading.Thread(target=workload.run_worker, args=(ctx, worker, seed, home),
                                       name=f"chaos-{workload.name}-{worker}", daemon=True)
             thread.start()
