@@ -97,15 +97,16 @@ class Check:
 PROBLEMS_SHOWN_MAX = 10
 
 
-def check_bank(ops: list[Op], final: list[list[Any]], *, accounts: int, total: int) -> Check:
-    """Every read and the final table: the total is `total`, no balance is negative, every
-    account is there (a transfer is one statement: it moves all of its amount or nothing)."""
+def check_bank(ops: list[Op], finals: dict[int, list[list[Any]]], *, accounts: int, total: int) -> Check:
+    """Every read, and each member's final table (`finals`: member -> rows `[id, bal]`): the
+    total is `total`, no balance is negative, every account is there (a transfer moves all
+    of its amount or nothing)."""
     check = Check("bank")
     reads = [op for op in ops if op.kind == "read" and op.outcome == OK]
-    for op in reads + [Op(workload="bank", worker=-1, member=0, kind="final", value=None, outcome=OK, start_s=0,
-                          end_s=0, result=final)]:
-        balances = {row[0]: row[1] for row in op.result}
-        where = "the final table" if op.kind == "final" else f"a read on member {op.member} at {op.end_s:.2f} s"
+    seen = [(f"a read on member {op.member} at {op.end_s:.2f} s", op.result) for op in reads]
+    seen += [(f"member {n}'s final table", rows) for n, rows in sorted(finals.items())]
+    for where, rows in seen:
+        balances = {row[0]: row[1] for row in rows}
         if sorted(balances) != list(range(1, accounts + 1)):
             check.problems.append(f"{where} holds accounts {sorted(balances)}")
         if sum(balances.values()) != total:
@@ -115,7 +116,8 @@ def check_bank(ops: list[Op], final: list[list[Any]], *, accounts: int, total: i
             check.problems.append(f"{where} has negative balances {negative}")
     transfers = Counter(op.outcome for op in ops if op.kind == "transfer")
     moved = sum(1 for op in ops if op.kind == "transfer" and op.outcome == OK and op.result == 2)
-    check.figures = {"transfers": dict(transfers), "moved": moved, "reads": len(reads)}
+    check.figures = {"transfers": dict(transfers), "moved": moved, "reads": len(reads),
+                     "bad_reads_and_tables": len(check.problems)}
     check.problems = check.problems[:PROBLEMS_SHOWN_MAX]
     return check
 

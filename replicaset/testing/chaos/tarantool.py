@@ -92,6 +92,10 @@ class TarantoolMember:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
     def connect(self, timeout_s: float = 5.0) -> tarantool.Connection:
         return tarantool.Connection(HOST, self.port, socket_timeout=timeout_s, reconnect_max_attempts=0,
                                     connect_now=True, fetch_schema=False)
@@ -133,11 +137,13 @@ class TarantoolCluster:
         self.network.start()
         for member in self.members:
             member.data_dir.mkdir(parents=True, exist_ok=True)
-            peers = ", ".join(f"'{HOST}:{self.network.port(member.n, peer.n)}'" for peer in self.members
-                              if peer is not member)
+            # Itself too (directly): the bootstrap leader is the smallest UUID among the
+            # instances each sees, itself included, or they wait for each other.
+            peers = ", ".join([f"'{member.address}'"] + [f"'{HOST}:{self.network.port(member.n, peer.n)}'"
+                                                         for peer in self.members if peer is not member])
             synchro = SYNCHRO.format(quorum=self.synchro_quorum) if self.synchro_quorum else ""
             member.init_path.write_text(INIT.format(
-                host=HOST, port=member.port, peers=peers, connect_quorum=self.size - 1, work_dir=member.data_dir,
+                host=HOST, port=member.port, peers=peers, connect_quorum=self.size, work_dir=member.data_dir,
                 synchro=synchro, make_sync=MAKE_SYNC if self.synchro_quorum else "", accounts=self.accounts,
                 opening=self.opening, ready=READY))
             self._spawn(member)

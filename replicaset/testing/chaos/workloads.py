@@ -169,8 +169,8 @@ class Bank(Workload):
                   lambda r: r.affected_row_count)
 
     def check(self, history: History, views: dict[int, dict[str, list[list[Any]]]]) -> Check:
-        return _merge({n: check_bank(history.of(self.name), [row[:2] for row in view["acct"]], accounts=self.accounts,
-                                     total=self.accounts * self.opening) for n, view in views.items()})
+        return check_bank(history.of(self.name), {n: [row[:2] for row in view["acct"]] for n, view in views.items()},
+                          accounts=self.accounts, total=self.accounts * self.opening)
 
 
 class AppendSet(Workload):
