@@ -95,14 +95,18 @@ class Cluster:
             for sql in setup:
                 client.execute(sql, options={"consistency": "one"})
         for member in self.members[1:]:
-            member.proc, _ = start_instance(["join", "--uuid", REPLICASET_UUID, "--peer", first.address,
-                                             "--data-dir", str(member.data_dir),
-                                             "--config", str(self.write_config(member))],
-                                            member.log_path, port=member.port)
+            self.join(member, first)
         for member in self.members:
             instance_id = self.info(member)["id"]
             if instance_id != member.n:
                 raise RuntimeError(f"member {member.n} has instance id {instance_id}")
+
+    def join(self, member: Member, through: Member) -> int:
+        """`replicaset join` of `member` (a fresh data directory) through `through`; its id."""
+        member.proc, _ = start_instance(["join", "--uuid", REPLICASET_UUID, "--peer", through.address,
+                                         "--data-dir", str(member.data_dir), "--config", str(self.write_config(member))],
+                                        member.log_path, port=member.port)
+        return int(self.info(member)["id"])
 
     # ------------------------------------------------------------ processes
 

@@ -9,6 +9,7 @@ import errno
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from wal.segment import list_segments, read_segment_header
 FILL_CHUNK_BYTES = 1024 * 1024
 FILL_BYTES_MAX = 1024 * 1024 * 1024
 TMPFS_SIZE = "64m"
+REMOVE_WAIT_S = 15.0  # SWIM declares a silent member dead within suspect + dead timeouts (3 s here)
+REMOVE_POLL_S = 0.5
 
 
 def clock_skew(cluster: Cluster, fault: Fault, record: Injected) -> Callable[[], None]:
@@ -139,4 +142,45 @@ def full_disk(cluster: Cluster, fault: Fault, record: Injected) -> Callable[[], 
     return heal
 
 
-HANDLERS: dict[str, Handler] = {"clock-skew": clock_skew, "torn-tail": torn_tail, "ddl": ddl, "full-disk": full_disk}
+def remove_rejoin(cluster: Cluster, fault: Fault, record: Injected) -> Callable[[], None]:
+    """kill -9 the member, wait until SWIM on another member holds it dead, `box.remove(ID)`
+    it there (a QUORUM write shrinking the set); at the end wipe its data directory and
+    join it again, as a new instance that takes the freed id."""
+    member = cluster.member(fault.members[0])
+    through = next(m for m in cluster.members if m is not member and m.running and not m.paused)
+    cluster.kill(member)
+    deadline = time.monotonic() + REMOVE_WAIT_S
+    removed = False
+    while not removed:
+        try:
+            with through.client() as client:
+                answer = client.eval(f"box.remove({member.n})")[0]
+            record.notes.append(f"removed through member {through.n}: {answer}")
+            removed = True
+        except ServerError as exc:
+            if time.monotonic() > deadline:
+                record.notes.append(f"box.remove({member.n}) refused until the deadline: {exc}")
+                break
+            time.sleep(REMOVE_POLL_S)
+
+    def heal() -> None:
+        if not removed:
+            try:
+                cluster.restart(member)
+            except RuntimeError as exc:
+                record.notes.append(f"member {member.n} did not restart: {exc}")
+            return
+        if member.on_tmpfs:
+            record.notes.append("not re-joined: its data directory is a tmpfs mount")
+            return
+        shutil.rmtree(member.data_dir)
+        try:
+            instance_id = cluster.join(member, through)
+            record.notes.append(f"re-joined through member {through.n} as instance {instance_id}")
+        except RuntimeError as exc:
+            record.notes.append(f"member {member.n} did not restart: the re-join failed: {exc}")
+    return heal
+
+
+HANDLERS: dict[str, Handler] = {"clock-skew": clock_skew, "torn-tail": torn_tail, "ddl": ddl, "full-disk": full_disk,
+                                "remove-rejoin": remove_rejoin}

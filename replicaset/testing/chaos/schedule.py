@@ -27,9 +27,9 @@ LINK_FAULTS = ("delay", "drop", "reset")
 PROCESS_FAULTS = ("kill", "pause")
 MEMBER_FAULTS = ("clock-skew", "ddl")
 DEFAULT_KINDS = PROCESS_FAULTS + PARTITIONS + LINK_FAULTS + MEMBER_FAULTS
-# Asked for by name: a full disk needs a tmpfs mount; a torn tail stops a joined member from
-# starting until the defect it found is fixed (docs/reliability.md, "Findings").
-KINDS = DEFAULT_KINDS + ("torn-tail", "full-disk")
+# Asked for by name: a full disk needs a tmpfs mount; a torn tail and a removal with re-join
+# each fail a run until the defect they found is fixed (docs/reliability.md, "Findings").
+KINDS = DEFAULT_KINDS + ("torn-tail", "remove-rejoin", "full-disk")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,7 +81,7 @@ def make_schedule(seed: int, options: ScheduleOptions) -> list[Fault]:
 def _draw(rng: random.Random, kind: str, at_s: float, duration_s: float, members: list[int]) -> Fault:
     fault = Fault(at_s=at_s, kind=kind, duration_s=duration_s)
     n = len(members)
-    if kind in ("kill", "pause", "full-disk"):
+    if kind in ("kill", "pause", "full-disk", "remove-rejoin"):
         return _with(fault, members=(rng.choice(members),))
     if kind == "torn-tail":
         return _with(fault, members=(rng.choice(members),), params=(("cut_bytes", rng.randint(1, 300)),))
