@@ -58,7 +58,7 @@ def run_audit(data_dirs: list[Path], out: Path, timeout_s: float = AUDIT_TIMEOUT
 
 def verdict(report: dict[str, Any]) -> str:
     """One line: PASS or FAIL, the seed, and the figures that decide it."""
-    failed = [p for p in report["problems"]]
+    failed = list(report["problems"])
     word = "FAIL" if failed else "PASS"
     audit = report["audit"]
     audit_text = "not run" if not audit["ran"] else ("clean" if audit["exit_code"] == 0 else f"exit {audit['exit_code']}")

@@ -142,6 +142,9 @@ def run(options: RunOptions, out: TextIO | None = None) -> dict[str, Any]:
     report["problems"] = problems_of(checks, converge_s=converge_s, divergent=divergent, faults=faults, audit=audit,
                                      stuck_workers=stuck) + [n for n in heal_notes if "did not restart" in n]
     report["problems"] += [f"member {n} did not answer after healing" for n in silent]
+    report["problems"] += [f"member {n} exited with {code} when stopped at the end"
+                           for n, code in enumerate(report["exit_codes"], start=1) if code not in (0, None)
+                           and n not in silent]
     if not checks:
         report["problems"].append("no member answered after healing: nothing could be checked")
     report["verdict"] = verdict(report)
