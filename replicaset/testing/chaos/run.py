@@ -141,6 +141,10 @@ def run(options: RunOptions, out: TextIO | None = None) -> dict[str, Any]:
     report["audit"] = audit.describe()
     report["problems"] = problems_of(checks, converge_s=converge_s, divergent=divergent, faults=faults, audit=audit,
                                      stuck_workers=stuck) + [n for n in heal_notes if "did not restart" in n]
+    # Even on a full disk: a member that must stop says why and stops cleanly; one that
+    # exited on its own is reported, with its log, for someone to read.
+    report["problems"] += [f"{n}; see {cluster.member(int(n.split()[1])).log_path}" for n in heal_notes
+                           if "stopped on its own" in n]
     report["problems"] += [f"member {n} did not answer after healing" for n in silent]
     report["problems"] += [f"member {n} exited with {code} when stopped at the end"
                            for n, code in enumerate(report["exit_codes"], start=1) if code not in (0, None)
@@ -211,15 +215,17 @@ def _mount_for_full_disk(cluster: Cluster, schedule: list[Any]) -> tuple[list[An
 
 
 def _heal(cluster: Cluster) -> list[str]:
-    """Every link open, every member continued, every member that is down started again."""
+    """Every link open, every member continued, every member that is down started again.
+    Every fault has healed by now, so a member that is down stopped on its own."""
     notes = []
     cluster.network.heal()
     for member in cluster.members:
         cluster.resume(member)
         if not member.running:
+            code = member.proc.returncode if member.proc is not None else None
             try:
                 cluster.restart(member)
-                notes.append(f"member {member.n} restarted at the heal")
+                notes.append(f"member {member.n} had stopped on its own (exit code {code}); started again at the heal")
             except RuntimeError as exc:
                 notes.append(f"member {member.n} did not restart: {exc}")
     return notes
