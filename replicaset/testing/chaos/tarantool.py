@@ -86,7 +86,6 @@ class TarantoolMember:
     init_path: Path
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
-    on_tmpfs: bool = False
 
     @property
     def running(self) -> bool:
@@ -122,11 +121,6 @@ class TarantoolCluster:
             for dst in self.members:
                 if src is not dst:
                     self.network.add(src.n, dst.n, dst.port)
-
-    @property
-    def leader_only(self) -> bool:
-        """Synchronous spaces take writes from one instance at a time in 2.6."""
-        return self.synchro_quorum is not None
 
     def member(self, n: int) -> TarantoolMember:
         return self.members[n - 1]

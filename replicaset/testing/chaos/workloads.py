@@ -31,7 +31,7 @@ from tarantool.error import DatabaseError, NetworkError
 from replicaset.iproto.client import Client
 from replicaset.iproto.errors import RemoteProtocolError, ServerError
 from replicaset.testing.chaos.cluster import HOST, Cluster, Member
-from replicaset.testing.chaos.history import (FAILED, OK, UNKNOWN, Check, History, Op, check_bank, check_registers,
+from replicaset.testing.chaos.history import (OK, UNKNOWN, Check, History, Op, check_bank, check_registers,
                                               check_set, outcome_of_error)
 
 PAUSE_S = 0.01  # between one worker's requests: two cores carry the members too
@@ -234,7 +234,6 @@ def _merge(checks: dict[int, Check]) -> Check:
 
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {"bank": Bank, "set": AppendSet, "registers": Registers}
-KNOWN_OUTCOMES = (OK, FAILED, UNKNOWN)
 
 
 def start_workers(ctx: Context, workloads: list[Workload], workers_each: int, seed: int) -> list[threading.Thread]:
