@@ -174,8 +174,7 @@ def _rejoin(data_dir: Path, cfg: configuration.Config, identity: Identity, peer:
     if (backup / CONFIG_FILE).exists():
         shutil.copyfile(backup / CONFIG_FILE, data_dir / CONFIG_FILE)
     again = join(data_dir, replicaset_uuid=identity.replicaset_uuid, peers=[configuration.dial_address(cfg, peer)],
-                 listen=cfg.listen,
-                 instance_uuid=identity.instance_uuid, anonymous=identity.anonymous)
+                 listen=cfg.listen, instance_uuid=identity.instance_uuid, anonymous=identity.anonymous)
     if again is None:
         return 1
     return _serve(data_dir, cfg, again)
