@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-deep specs specs-deep bench bench-audit bench-repair clean
+.PHONY: demo test test-deep specs specs-deep bench bench-audit bench-repair chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ bench-audit: $(STAMP)
 
 bench-repair: $(STAMP)
 	$(PY) bench/bench_repair.py
+
+chaos: $(STAMP)
+	$(PY) tools/chaos.py --seconds 90
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

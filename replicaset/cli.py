@@ -205,9 +205,9 @@ def _rejoin(data_dir: Path, cfg: configuration.Config, identity: Identity, peer:
     data_dir.mkdir()
     if (backup / CONFIG_FILE).exists():
         shutil.copyfile(backup / CONFIG_FILE, data_dir / CONFIG_FILE)
-    again = join(data_dir, replicaset_uuid=identity.replicaset_uuid, peers=[peer], listen=cfg.listen,
-                 instance_uuid=identity.instance_uuid, anonymous=identity.anonymous, secret=load_secret(cfg),
-                 tls=client_context(cfg))
+    again = join(data_dir, replicaset_uuid=identity.replicaset_uuid, peers=[configuration.dial_address(cfg, peer)],
+                 listen=cfg.listen, instance_uuid=identity.instance_uuid, anonymous=identity.anonymous,
+                 secret=load_secret(cfg), tls=client_context(cfg))
     if again is None:
         return 1
     return _serve(data_dir, cfg, again)

@@ -44,6 +44,10 @@ def _addresses(value: Any) -> bool:
     return all(isinstance(v, str) and _address(v) for v in value)
 
 
+def _dial_map(value: Any) -> bool:
+    return all(isinstance(k, str) and _address(k) and isinstance(v, str) and _address(v) for k, v in value.items())
+
+
 def _names(value: Any) -> bool:
     return all(isinstance(v, str) and v for v in value)
 
@@ -99,6 +103,7 @@ OPTIONS: dict[str, Option] = {
     "tls.cert_file": Option("", str),
     "tls.key_file": Option("", str),
     "tls.ca_file": Option("", str),
+    "cluster.dial": Option({}, dict, _dial_map, 'a table of "HOST:PORT" = "HOST:PORT"'),
     "ddl.lock_lease_seconds": Option(30.0, (int, float), _positive, "> 0 seconds"),
     "gc.interval_s": Option(60.0, (int, float), _positive, "> 0 seconds"),
     "gc.min_retention_s": Option(7200.0, (int, float), lambda v: v >= 0, ">= 0 seconds"),
@@ -111,6 +116,7 @@ OPTIONS: dict[str, Option] = {
     "auth.guest": Option(True, bool),
     "debug.check_invariants": Option(False, bool),
     "debug.trace_file": Option("", str),
+    "debug.clock_skew_ms": Option(0, int, lambda v: abs(v) <= 86_400_000, "-86400000..86400000 ms"),
 }
 
 
@@ -134,6 +140,13 @@ class Config:
         client that may EVAL reads it."""
         return {name: HIDDEN if value and name in OPTIONS and OPTIONS[name].secret else value
                 for name, value in self._values.items()}
+
+
+def dial_address(config: Config | Mapping[str, Any], address: str) -> str:
+    """Where this member dials a peer registered at `address`: `[cluster] dial` maps it
+    when the peer is reached through a NAT, a port forward or a proxy (the fault harness's);
+    SWIM datagrams go the same way."""
+    return config["cluster.dial"].get(address, address)
 
 
 def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:

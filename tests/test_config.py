@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from replicaset.access import guest_rights, parse_users
-from replicaset.config import ConfigError, load
+from replicaset.config import ConfigError, dial_address, load
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -36,6 +36,14 @@ def test_the_replication_section_beside_the_replication_option(tmp_path):
     assert load(write(tmp_path, 'replication = ["127.0.0.1:3301"]\n')).replication == ["127.0.0.1:3301"]
 
 
+def test_dial_maps_a_peers_registered_address_to_the_one_dialed(tmp_path):
+    """A peer behind a port forward: dialed at the mapped address, every other as registered."""
+    cfg = load(write(tmp_path, '[cluster]\ndial = { "127.0.0.1:4001" = "127.0.0.1:5001" }\n'))
+    assert dial_address(cfg, "127.0.0.1:4001") == "127.0.0.1:5001"
+    assert dial_address(cfg, "127.0.0.1:4002") == "127.0.0.1:4002"
+    assert dial_address(load(), "127.0.0.1:4001") == "127.0.0.1:4001"
+
+
 @pytest.mark.parametrize(
     "text, option",
     [
@@ -47,6 +55,8 @@ def test_the_replication_section_beside_the_replication_option(tmp_path):
         ("no_such_option = 1", "no_such_option"),
         ("[sql]\nauto_id_mode = 53", "sql.auto_id_mode"),
         ("[sql]\nbogus = 1", "sql.bogus"),
+        ('[cluster]\ndial = { "127.0.0.1:4001" = "nowhere" }', "cluster.dial"),
+        ('[cluster]\ndial = { "4001" = "127.0.0.1:5001" }', "cluster.dial"),
     ],
 )
 def test_invalid_options_are_refused_by_name(tmp_path, text, option):

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import trio
 
-from replicaset.config import Config
+from replicaset.config import Config, dial_address
 from replicaset.core import replication as repl
 from replicaset.identity import Identity
 from replicaset.iproto import peer_messages
@@ -122,7 +122,7 @@ async def run_applier(node: ApplierHost, upstream: Upstream) -> None:
 
 async def _follow(node: ApplierHost, upstream: Upstream) -> None:
     driver, key, address = node.driver, upstream.key, upstream.address
-    link = await PeerLink.open(address, node.config.max_frame_bytes, node.peer_credentials)
+    link = await PeerLink.open(dial_address(node.config, address), node.config.max_frame_bytes, node.peer_credentials)
     try:
         if upstream.uuid is None and _is_known(node, key, link.greeting_uuid, address):
             return

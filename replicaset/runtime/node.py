@@ -164,9 +164,15 @@ class Node:
                 ddl_lock=True,
                 statement_timeout_s=float(cfg["sql.statement_timeout_s"]),
             ),
-            clock_ms=wall_clock_ms,
+            clock_ms=self.clock_ms,
             log=event_sink(self.log),
         )
+
+    def clock_ms(self) -> int:
+        """The wall clock the HLC reads, `[debug] clock_skew_ms` off the true one: the fault
+        harness skews one member's clock to show that last-writer-wins and the HLC's
+        monotony hold when members' clocks disagree."""
+        return wall_clock_ms() + self.config["debug.clock_skew_ms"]
 
     def open_member(self) -> MemberDriver:
         """The member's driver over the open engine. Its replica-set core waits for `run`

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from replicaset.config import dial_address
 from replicaset.core import quorum as q
 from replicaset.iproto import peer_messages
 from replicaset.iproto.codec import Frame, FrameDecoder, encode_request
@@ -178,7 +179,7 @@ class QuorumHost:
     async def _decide(self, captured: Captured, level: q.Level, timeout_s: float) -> _Client:
         node, driver = self._node, self._node.driver
         start = trio.current_time()
-        txn_id = node.engine.hlc.now(time.time_ns() // 1_000_000)
+        txn_id = node.engine.hlc.now(node.clock_ms())
         members = self._members()
         reads = {key: q.Version(hlc=v[0], origin=v[1]) if v else q.NO_VERSION for key, v in captured.reads.items()}
         client = self._clients[txn_id] = _Client()
@@ -616,8 +617,8 @@ class _Link:
     async def _open(self) -> PeerLink:
         async with self._open_lock:
             if self._link is None:
-                self._link = await PeerLink.open(self._address, self._node.config.max_frame_bytes,
-                                                 self._node.peer_credentials)
+                self._link = await PeerLink.open(dial_address(self._node.config, self._address),
+                                                 self._node.config.max_frame_bytes, self._node.peer_credentials)
                 self._node._nursery.start_soon(self._read, self._link)
             return self._link
 

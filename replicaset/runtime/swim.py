@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import trio
 
+from replicaset.config import dial_address
 from replicaset.core import swim
 from replicaset.core.swim import MemberState, SwimProtocolError
 from replicaset.iproto.peer_auth import SWIM_SEAL_BYTES, SealError, swim_open, swim_seal
@@ -242,7 +243,7 @@ class SwimHost:
     def _send(self, data: bytes, address: str) -> None:
         """Fire and forget, as UDP is: a send that fails is a lost datagram, which SWIM
         tolerates by design."""
-        where = _address(address)
+        where = _address(dial_address(self._node.config, address))
         if where is None:
             return
         if self._secret is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -18,6 +19,7 @@ from replicaset.testing.processes import free_port
 from replicaset.identity import Identity
 from replicaset.iproto.codec import Frame, FrameDecoder, encode_error, encode_greeting, encode_ok
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
+from replicaset.core.hlc import unpack_stamp
 from replicaset.core.replicaset import BOOTSTRAP_ID, MEMBERS_MAX, PendingRegistration
 from replicaset.core.replication import SILENCE_TIMEOUTS
 from replicaset.runtime.applier import Upstream
@@ -262,3 +264,19 @@ def test_a_failing_read_of_the_members_propagates_and_keeps_a_pending_registrati
 
     trio.run(check)
     assert (tmp_path / PENDING_REGISTRATION_FILE).exists()
+
+
+def test_a_member_with_a_skewed_clock_stamps_its_writes_that_far_ahead(tmp_path: Path) -> None:
+    """`[debug] clock_skew_ms` (the fault harness's clock skew): the HLC of the member reads
+    a wall clock an hour ahead, so the bootstrap's own `_cluster` row carries a stamp an
+    hour ahead of the true time."""
+    skew_ms = 3_600_000
+    node = make_node(tmp_path / "data", **{"debug.clock_skew_ms": skew_ms})
+
+    async def main() -> None:
+        before_ms = time.time_ns() // 1_000_000
+        async with opened(node):
+            [(hlc, _origin, *_)] = node.engine.stored_versions([("_cluster", "_cluster:1")]).values()
+            assert 0 <= unpack_stamp(hlc)[0] - before_ms - skew_ms < 60_000
+
+    trio.run(main)

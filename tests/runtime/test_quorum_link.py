@@ -48,7 +48,7 @@ def test_a_request_waiting_to_send_when_the_peer_leaves_fails_as_a_lost_message(
             async with trio.open_nursery() as nursery:
                 listeners = await nursery.start(trio.serve_tcp, peer, 0)
                 port = listeners[0].socket.getsockname()[1]
-                node = SimpleNamespace(config=SimpleNamespace(max_frame_bytes=1 << 20), _nursery=nursery,
+                node = SimpleNamespace(config=_Config({"cluster.dial": {}}), _nursery=nursery,
                                        identity=SimpleNamespace(instance_id=1), peer_credentials=None)
                 link = _Link(node, 2, f"127.0.0.1:{port}")  # type: ignore[arg-type]
                 async with link._send_lock:  # another request is sending
@@ -94,7 +94,7 @@ async def answering_peer(replies: dict[PeerRequest, dict], stream: trio.SocketSt
 
 def host_node(nursery: trio.Nursery, **fields: object) -> SimpleNamespace:
     """What of a Node the quorum host's requests use."""
-    return SimpleNamespace(config=_Config({"replication.synchro_timeout_s": WAIT_S}), _nursery=nursery,
+    return SimpleNamespace(config=_Config({"replication.synchro_timeout_s": WAIT_S, "cluster.dial": {}}), _nursery=nursery,
                            identity=SimpleNamespace(instance_id=1, replicaset_uuid=str(uuid.uuid4()),
                                                     instance_uuid=str(uuid.uuid4())),
                            log=_Log(), peer_credentials=None, **fields)
