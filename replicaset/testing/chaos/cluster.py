@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,77 @@ STOP_TIMEOUT_S = 10.0
 POLL_S = 0.1
 
 
+class Process:
+    """A member's process as the harness sees it: ours or Tarantool's, on `port`."""
+
+    proc: subprocess.Popen[bytes] | None
+    port: int
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
+class Signalled(ABC):
+    """What the harness does to any member's process (ours or Tarantool's) and how it waits
+    for the set to agree; a subclass keeps `members` (each with `proc`, `paused`, `running`)
+    and reads a member's `vclock` and `rows`, raising one of `UNANSWERED` when it cannot."""
+
+    members: list[Any]
+    UNANSWERED: tuple[type[Exception], ...] = (OSError, ConnectionError)
+
+    @abstractmethod
+    def vclock(self, member: Any) -> dict[int, int]: ...
+
+    @abstractmethod
+    def rows(self, member: Any, table: str) -> list[list[Any]]: ...
+
+    def kill(self, member: Any) -> None:
+        """kill -9: the process ends now, whatever it was doing."""
+        assert member.proc is not None
+        member.proc.send_signal(signal.SIGKILL)
+        member.proc.wait(STOP_TIMEOUT_S)
+        member.paused = False
+
+    def pause(self, member: Any) -> None:
+        assert member.proc is not None
+        member.proc.send_signal(signal.SIGSTOP)
+        member.paused = True
+
+    def resume(self, member: Any) -> None:
+        if member.running and member.paused:
+            member.proc.send_signal(signal.SIGCONT)
+        member.paused = False
+
+    def snapshot(self, tables: list[str]) -> list[tuple[dict[int, int], dict[str, list[list[Any]]]] | None]:
+        """Each member's vclock and tables, read together (None for a member not answering)."""
+        views: list[tuple[dict[int, int], dict[str, list[list[Any]]]] | None] = []
+        for member in self.members:
+            try:
+                views.append((self.vclock(member), {t: self.rows(member, t) for t in tables}))
+            except self.UNANSWERED:
+                views.append(None)
+        return views
+
+    def wait_converged(self, tables: list[str], timeout_s: float) -> tuple[float | None, list[Any]]:
+        """Seconds until every member holds the same vclock and the same `tables` (None if
+        not within `timeout_s`), and the last views read."""
+        started = time.monotonic()
+        while True:
+            views = self.snapshot(tables)
+            if all(v is not None for v in views) and all(v == views[0] for v in views):
+                return time.monotonic() - started, views
+            if time.monotonic() - started > timeout_s:
+                return None, views
+            time.sleep(POLL_S)
+
+
 @dataclass
-class Member:
+class Member(Process):
     n: int
     port: int
     data_dir: Path
@@ -38,20 +108,12 @@ class Member:
     extra_config: str = ""  # lines added for its next start (a clock skew)
     on_tmpfs: bool = False  # its data directory is a small file system of its own (the full-disk fault)
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    @property
-    def address(self) -> str:
-        return f"{HOST}:{self.port}"
-
     def client(self, timeout_s: float = CLIENT_TIMEOUT_S) -> Client:
         return Client.connect(HOST, self.port, timeout_s=timeout_s)
 
 
 @dataclass
-class Cluster:
+class Cluster(Signalled):
     """`size` members under `root`, with `config` (TOML lines, no `[cluster]` section) for
     every member; `start` brings them up, `stop` ends every process it started."""
 
@@ -110,27 +172,10 @@ class Cluster:
 
     # ------------------------------------------------------------ processes
 
-    def kill(self, member: Member) -> None:
-        """kill -9: the process ends now, whatever it was doing."""
-        assert member.proc is not None
-        member.proc.send_signal(signal.SIGKILL)
-        member.proc.wait(STOP_TIMEOUT_S)
-        member.paused = False
-
     def restart(self, member: Member) -> None:
         """`serve` again on the same port with its (possibly new) config."""
         member.proc, _ = start_instance(["serve", "--data-dir", str(member.data_dir),
                                          "--config", str(self.write_config(member))], member.log_path, port=member.port)
-
-    def pause(self, member: Member) -> None:
-        assert member.proc is not None
-        member.proc.send_signal(signal.SIGSTOP)
-        member.paused = True
-
-    def resume(self, member: Member) -> None:
-        if member.running and member.paused:
-            member.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
-        member.paused = False
 
     def stop(self) -> list[int | None]:
         """Every member stopped (SIGTERM, then SIGKILL), then the proxies; the exit codes."""
@@ -160,28 +205,6 @@ class Cluster:
         with member.client() as client:
             found = client.execute("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name").rows
         return [name for (name,) in found if not is_internal(name)]
-
-    def snapshot(self, tables: list[str]) -> list[tuple[dict[int, int], dict[str, list[list[Any]]]] | None]:
-        """Each member's vclock and tables, read together (None for a member not answering)."""
-        views: list[tuple[dict[int, int], dict[str, list[list[Any]]]] | None] = []
-        for member in self.members:
-            try:
-                views.append((self.vclock(member), {t: self.rows(member, t) for t in tables}))
-            except (OSError, ConnectionError):
-                views.append(None)
-        return views
-
-    def wait_converged(self, tables: list[str], timeout_s: float) -> tuple[float | None, list[Any]]:
-        """Seconds until every member holds the same vclock and the same `tables` (None if
-        not within `timeout_s`), and the last views read."""
-        started = time.monotonic()
-        while True:
-            views = self.snapshot(tables)
-            if all(v is not None for v in views) and all(v == views[0] for v in views):
-                return time.monotonic() - started, views
-            if time.monotonic() - started > timeout_s:
-                return None, views
-            time.sleep(POLL_S)
 
 
 CLUSTER_CONFIG = "gossip_interval_ms = 200\nsuspect_timeout_ms = 1000\ndead_timeout_ms = 2000\n"

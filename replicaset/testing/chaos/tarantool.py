@@ -16,7 +16,6 @@ run need: `member`, `kill`, `restart`, `pause`, `resume`, `network`, `stop`, `ta
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from typing import Any
 
 import tarantool
 
-from replicaset.testing.chaos.cluster import POLL_S, STOP_TIMEOUT_S
+from replicaset.testing.chaos.cluster import POLL_S, STOP_TIMEOUT_S, Process, Signalled
 from replicaset.testing.chaos.proxy import HOST, Network, free_port_pair
 
 START_TIMEOUT_S = 60.0
@@ -78,7 +77,7 @@ def find_tarantool() -> str | None:
 
 
 @dataclass
-class TarantoolMember:
+class TarantoolMember(Process):
     n: int
     port: int
     data_dir: Path
@@ -87,21 +86,13 @@ class TarantoolMember:
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    @property
-    def address(self) -> str:
-        return f"{HOST}:{self.port}"
-
     def connect(self, timeout_s: float = 5.0) -> tarantool.Connection:
         return tarantool.Connection(HOST, self.port, socket_timeout=timeout_s, reconnect_max_attempts=0,
                                     connect_now=True, fetch_schema=False)
 
 
 @dataclass
-class TarantoolCluster:
+class TarantoolCluster(Signalled):
     root: Path
     size: int
     seed: int
@@ -110,6 +101,7 @@ class TarantoolCluster:
     accounts: int = 8
     opening: int = 100
     members: list[TarantoolMember] = field(default_factory=list)
+    UNANSWERED = (OSError, tarantool.error.Error)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -167,25 +159,9 @@ class TarantoolCluster:
                 time.sleep(POLL_S)
         raise RuntimeError(f"tarantool t{member.n} was not ready within {START_TIMEOUT_S} s; see {member.log_path}")
 
-    def kill(self, member: TarantoolMember) -> None:
-        assert member.proc is not None
-        member.proc.send_signal(signal.SIGKILL)
-        member.proc.wait(STOP_TIMEOUT_S)
-        member.paused = False
-
     def restart(self, member: TarantoolMember) -> None:
         self._spawn(member)
         self._wait_ready(member)
-
-    def pause(self, member: TarantoolMember) -> None:
-        assert member.proc is not None
-        member.proc.send_signal(signal.SIGSTOP)
-        member.paused = True
-
-    def resume(self, member: TarantoolMember) -> None:
-        if member.running and member.paused:
-            member.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
-        member.paused = False
 
     def stop(self) -> list[int | None]:
         codes: list[int | None] = []
@@ -222,22 +198,3 @@ class TarantoolCluster:
 
     def rows(self, member: TarantoolMember, table: str) -> list[list[Any]]:
         return self._query(member, lambda c: [list(r) for r in c.execute(f"SELECT * FROM {table} ORDER BY 1").data])
-
-    def snapshot(self, tables: list[str]) -> list[tuple[dict[int, int], dict[str, list[list[Any]]]] | None]:
-        views: list[tuple[dict[int, int], dict[str, list[list[Any]]]] | None] = []
-        for member in self.members:
-            try:
-                views.append((self.vclock(member), {t: self.rows(member, t) for t in tables}))
-            except (OSError, tarantool.error.Error):
-                views.append(None)
-        return views
-
-    def wait_converged(self, tables: list[str], timeout_s: float) -> tuple[float | None, list[Any]]:
-        started = time.monotonic()
-        while True:
-            views = self.snapshot(tables)
-            if all(v is not None for v in views) and all(v == views[0] for v in views):
-                return time.monotonic() - started, views
-            if time.monotonic() - started > timeout_s:
-                return None, views
-            time.sleep(POLL_S)
