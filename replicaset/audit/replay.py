@@ -3,8 +3,8 @@ last-writer-wins code (`Engine.apply`), must give the member's final tables.
 
 For each member with `db.sqlite`: the base is its newest checkpoint that its WAL continues
 (WAL start <= checkpoint vclock <= WAL end), else an empty database. The rows are the member's
-WAL rows above the base, preceded, when its WAL starts above the base (a joined member: its log
-starts at the checkpoint it was sent, which is not kept in `snap/`), by the rows between the base
+WAL rows above the base, preceded, when its WAL starts above the base (a joined member whose
+join checkpoint, kept in `snap/`, was replaced by `checkpoint_count` newer ones), by the rows between the base
 and its WAL start taken from another member's WAL in that member's order (check 3 vouches that
 every copy of an (origin, lsn) is the same): the first of these donors that can be read and holds
 every one of those rows. Replay stops at the member's final vclock (the `_rs_vclock` of

@@ -45,7 +45,9 @@ async def serve(node: Node, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> N
 
 async def _handshake(node: Node, stream: trio.SSLStream[trio.SocketStream]) -> bool:
     """False, the connection closed and the reason logged, when the client does not speak
-    TLS (a plain iproto client waits for a greeting, and sends nothing) or fails it."""
+    TLS (a plain iproto client waits for a greeting, and sends nothing) or fails it. The
+    remote address is read first: a client that gave up has reset the socket by the end."""
+    remote = remote_address(stream)
     try:
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             await stream.do_handshake()
@@ -53,7 +55,7 @@ async def _handshake(node: Node, stream: trio.SSLStream[trio.SocketStream]) -> b
     except (trio.TooSlowError, trio.BrokenResourceError) as exc:
         error = f"no handshake within {HANDSHAKE_TIMEOUT_S} s" if isinstance(exc, trio.TooSlowError) else str(
             exc.__cause__ or exc)
-        node.log.info("tls_handshake_failed", remote=remote_address(stream), error=error)
+        node.log.info("tls_handshake_failed", remote=remote, error=error)
         await trio.aclose_forcefully(stream)
         return False
 

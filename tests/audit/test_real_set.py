@@ -75,6 +75,9 @@ def test_real_set_passes_then_a_changed_table_is_found(spark, stopped_set: list[
     assert convergence["ok"] and not convergence["skipped"]
     assert all(r["ok"] and r["rows_applied"] > 0 for r in report["replays"])
     assert {r["origin"] for r in report["rows_per_member_origin"]} >= {1, 2, 3}
+    replays = {r["member"]: r for r in report["replays"]}
+    assert Path(replays["m3"]["base"]).parent == stopped_set[2] / "snap", "a joiner replays from its join's checkpoint"
+    assert "donors_passed_over" not in replays["m3"]
 
     conn = apsw.Connection(str(stopped_set[1] / "db.sqlite"))
     conn.execute("UPDATE kv SET v = 'changed' WHERE k = (SELECT min(k) FROM kv)")
@@ -97,9 +100,18 @@ def _last_record_bytes(segment: Path) -> bytes:
     return data[scan_segment(segment).records[-1][0] :]
 
 
+def forget_join_checkpoints(*members: Path) -> None:
+    """As once `checkpoint_count` newer checkpoints replaced a joiner's join checkpoint: its
+    WAL starts above every checkpoint it keeps, and its replay needs another member's rows."""
+    for member in members:
+        for snap in (member / "snap").glob("*.snap"):
+            snap.unlink()
+
+
 def test_torn_tail_is_a_warning_and_convergence_passes(spark, stopped_set: list[Path]) -> None:
     """m1 crashed mid-write: half a record after its last one. Recovery cuts it; so does the
     replay of m1, and of m3, whose rows from before its join come from m1's WAL."""
+    forget_join_checkpoints(*stopped_set[1:])
     last = list_segments(stopped_set[0] / "wal")[-1]
     record = _last_record_bytes(last)
     with open(last, "ab") as f:
@@ -128,6 +140,7 @@ def test_replay_passes_over_donors_it_cannot_use(spark, stopped_set: list[Path],
     data[offset + 40] ^= 0xFF
     segment.write_bytes(bytes(data))
     m1, m2, m3 = stopped_set
+    forget_join_checkpoints(m2, m3)
     out = io.StringIO()
     code, report = run_audit([damaged, m2, m1, m3], spark=spark, stream=out, progress=False)
     assert code == EXIT_ERROR, out.getvalue()  # the damaged copy is a read error

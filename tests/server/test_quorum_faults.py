@@ -249,7 +249,8 @@ def test_a_six_member_set_split_three_three_commits_on_neither_side(replicaset_f
                 elapsed = time.monotonic() - started
                 client.execute("INSERT INTO kv(k, v) VALUES (?, 'one')", [10 + k])
             assert refused.value.code == ErrorCode.SYNC_QUORUM_TIMEOUT, refused.value
-            assert "3 of 6 members prepared, 4 needed" in refused.value.message, refused.value
+            # 3 of 6 at most (a loaded machine may see one of the side's votes come late): never 4
+            assert re.search(r"\b[0-3] of 6 members prepared, 4 needed", refused.value.message), refused.value
             assert elapsed < SYNCHRO_TIMEOUT_S + ANSWER_MARGIN_S
             assert not [row for member in side for row in rows(member) if row[1] == "quorum"]
     assert _same_everywhere(rs, members) == [[11, "one", 0], [12, "one", 0]]

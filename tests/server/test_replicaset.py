@@ -219,6 +219,7 @@ def test_local_tables_stay_local_and_a_stopped_upstream_shows_its_error(replicas
     first = replicaset.bootstrap()
     second = replicaset.join(first, config=replicaset.config_with("local", 'local_tables = ["scratch"]\n'))
     replicaset.wait_converged()
+    replicaset.wait_status(second, "running")
     with second.client() as client:
         client.execute("CREATE TABLE scratch(id INTEGER PRIMARY KEY, note TEXT)")
         client.execute("INSERT INTO scratch VALUES (1, 'only here')")
