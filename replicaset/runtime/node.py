@@ -40,6 +40,7 @@ from replicaset.member import Action, MemberDriver, Membership, SetAction
 from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
+from replicaset.runtime.disk import DiskFull, DiskGuard
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.metrics import serve_metrics
 from replicaset.runtime.quorum import QuorumHost
@@ -50,7 +51,7 @@ from replicaset.runtime.swim import SwimHost
 from replicaset.runtime.trace_file import TraceFile
 from replicaset.runtime.transfer import Registration
 from replicaset.runtime.wal_gc import WalGcHost, wal_gc
-from replicaset.runtime.writer import Writer
+from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import Engine, EngineConfig, SqlError
 from replicaset.storage.schema import is_internal, load_table, quote
 from replicaset.iproto.constants import ErrorCode
@@ -232,6 +233,8 @@ class Node:
         self.driver = self.open_member()
         self.wal_gc = WalGcHost(self)
         self.anti_entropy = AntiEntropyHost(self)
+        self.disk = DiskGuard(self.data_dir, self.log)
+        self.disk.open()
         self.writer = Writer(
             self.engine,
             group_commit=GroupCommitPolicy(
@@ -243,6 +246,7 @@ class Node:
             on_commit=self._on_commit,
             on_flush=self._on_flush,
             on_synced=self._on_synced,
+            space_check=self.disk.check,
         )
         host, port = parse_address(self.config.listen)
         try:
@@ -261,6 +265,7 @@ class Node:
                 if not self.isolated and not self.identity.anonymous:  # a follower is in no one's view
                     self.swim = self._start_swim(sockname[0], sockname[1])
                 nursery.start_soon(self.writer.run_flusher)
+                nursery.start_soon(self.disk.run)
                 if self.config.checkpoint_interval:
                     nursery.start_soon(self._checkpoint_daemon)
                 self._nursery = nursery
@@ -565,7 +570,12 @@ class Node:
     async def _checkpoint_daemon(self) -> None:
         while True:
             await trio.sleep(self.config.checkpoint_interval)
-            await self.writer.checkpoint()
+            try:
+                await self.writer.checkpoint()
+            except DiskFull:  # the guard logged the condition; the next interval tries again
+                continue
+            except WriteFailed as exc:
+                self.log.warning("checkpoint_failed", error=str(exc))
 
     def _on_commit(self, records: Sequence[Any]) -> None:
         if self.driver.tracing:

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import apsw
 import trio
 
 from replicaset.storage import (
@@ -71,17 +72,20 @@ class Writer:
         on_commit: Callable[[Sequence[Record]], None] = lambda records: None,
         on_flush: Callable[[list[Record]], None] = lambda records: None,
         on_synced: Callable[[bool], None] = lambda advanced: None,
+        space_check: Callable[[str], None] = lambda what: None,
     ) -> None:
         """`on_commit` sees the rows of every local commit, before the flush that makes
         them durable; `on_flush` every batch, in log order, as it is flushed; `on_synced`
         every fsync of the WAL (the relays' durable cut moved), `advanced` when it made
-        rows durable that were not."""
+        rows durable that were not; `space_check(what)` raises a `WriteFailed` to refuse a
+        WAL append or a checkpoint while the disk is full (`runtime/disk.py`)."""
         self.engine = engine
         self._policy = group_commit
         self._fsync = fsync
         self._on_commit = on_commit
         self._on_flush = on_flush
         self._on_synced = on_synced
+        self._space_check = space_check
         self.token = trio.Semaphore(1)
         self.checkpoint_lock = trio.Lock()
         self._tickets: list[Ticket] = []
@@ -320,11 +324,12 @@ class Writer:
         if not tickets and not self.engine.batch_records:
             self.engine.flush()
             return
+        before_append = partial(self._space_check, "WAL write")
         try:
             if self._fsync:
-                records = await self._in_thread(self.engine.flush)
+                records = await self._in_thread(self.engine.flush, before_append)
             else:
-                records = self.engine.flush()
+                records = self.engine.flush(before_append)
         except EngineFatal as exc:
             self.fatal = exc
             for ticket in tickets:
@@ -332,7 +337,8 @@ class Writer:
                 ticket.done.set()
             raise
         except Exception as exc:
-            failure = WriteFailed(f"WAL write failed, transaction rolled back: {exc}")
+            failure = exc if isinstance(exc, WriteFailed) else WriteFailed(
+                f"WAL write failed, transaction rolled back: {exc}")
             for ticket in tickets:
                 ticket.error = failure
                 ticket.done.set()
@@ -350,9 +356,13 @@ class Writer:
             return str(await self._checkpoint_now())
 
     async def _checkpoint_now(self) -> Path:
+        self._space_check("checkpoint")
         async with self.token:
             await self._flush_now()
-        return await self._in_thread(self.engine.checkpoint, partial(trio.from_thread.run, self.sync_wal))
+        try:
+            return await self._in_thread(self.engine.checkpoint, partial(trio.from_thread.run, self.sync_wal))
+        except apsw.FullError as exc:  # larger than the room left: the partial copy is gone, the data untouched
+            raise WriteFailed(f"no space left on device: checkpoint failed, nothing changed: {exc}") from exc
 
     async def purge_tombstones(self, bound: Mapping[int, int]) -> Purged:
         """Between batches (what is pending is flushed first), in a thread: a purge of many

@@ -1,0 +1,114 @@
+"""A full disk: writes are refused with a clear error, everything else goes on.
+
+Theory of operation. Tarantool answers ENOSPC on its WAL by rolling the transaction back
+(ER_WAL_IO) and keeps serving. Here three stores share the data directory, and two of them
+cannot simply be told "no": a SQLite COMMIT that fails after our WAL append leaves the WAL
+ahead of SQLite (only a restart reconciles them), and RocksDB refuses every write after one
+failed write until it is reopened (rocksdict has no `DB::Resume`), while decisions and
+intent releases of transactions already under way must still be written. So the guard
+refuses new work *before* the disk is full, and keeps room for the work under way:
+
+- a reserve file (`disk.reserve`, CockroachDB's "ballast") is made at start where there is
+  room for it;
+- the free space of the data directory's file system is read (statvfs, microseconds)
+  before each WAL append, each quorum transaction begun or prepared, each checkpoint, and
+  every `POLL_S`; below `low_water_bytes` the member is FULL: the reserve is deleted, one
+  error line is logged, and new writes are refused (`DiskFull`, ER_WAL_IO, naming "no space
+  left on device"), so what is under way finishes in the room the reserve leaves;
+- once free space reaches `reserve_bytes + low_water_bytes` the reserve is made again, one
+  line says so, and writes are taken again; the gap between the two marks keeps the state
+  from flapping at the edge.
+
+What the reserve cannot cover (a disk filled past it while a write is in flight) still
+fails in the store that meets it, with that store's own answer (docs/decisions.md, "Full
+disk").
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from replicaset.runtime.writer import WriteFailed
+
+RESERVE_FILE = "disk.reserve"
+RESERVE_BYTES = 4 * 1024 * 1024
+LOW_WATER_BYTES = 1024 * 1024
+POLL_S = 0.5
+
+
+class DiskFull(WriteFailed):
+    """The data directory's file system is (nearly) full: the write was refused before it
+    reached any store, nothing of it remains, and it may be sent again once space is freed."""
+
+
+def statvfs_free_bytes(path: Path) -> int:
+    """Bytes an unprivileged writer may still use on the file system holding `path`."""
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+class DiskGuard:
+    def __init__(self, data_dir: Path, log: Any, *, reserve_bytes: int = RESERVE_BYTES,
+                 low_water_bytes: int = LOW_WATER_BYTES,
+                 free_bytes: Callable[[Path], int] = statvfs_free_bytes) -> None:
+        self.data_dir = data_dir
+        self.reserve_path = data_dir / RESERVE_FILE
+        self.reserve_bytes = reserve_bytes
+        self.low_water_bytes = low_water_bytes
+        self.full = False
+        self._log = log
+        self._free_bytes = free_bytes
+
+    def open(self) -> None:
+        """Make the reserve if there is room for it and its margin, and take the state."""
+        if not self.reserve_path.exists() and self._free_bytes(self.data_dir) >= self.reserve_bytes + self.low_water_bytes:
+            self._make_reserve()
+        self.poll()
+
+    def poll(self) -> bool:
+        """Read the free space and move between the states; True while FULL."""
+        free = self._free_bytes(self.data_dir)
+        if not self.full and free < self.low_water_bytes:
+            released = self.reserve_path.exists()
+            self.reserve_path.unlink(missing_ok=True)
+            self.full = True
+            self._log.error("disk_full", data_dir=str(self.data_dir), free_bytes=free, reserve_released=released,
+                            resumes_at_free_bytes=self.reserve_bytes + self.low_water_bytes)
+        elif self.full and free >= self.reserve_bytes + self.low_water_bytes and self._make_reserve():
+            self.full = False
+            self._log.info("disk_space_back", data_dir=str(self.data_dir), free_bytes=free)
+        return self.full
+
+    def check(self, what: str) -> None:
+        """Raise `DiskFull` naming `what` while the disk is full."""
+        if self.poll():
+            raise DiskFull(f"no space left on device: {what} refused, the file system of {self.data_dir} is full; "
+                           f"nothing was written, retry once space is freed")
+
+    async def run(self) -> None:
+        """Notice space coming back (and going) with no write to ask."""
+        while True:
+            await trio.sleep(POLL_S)
+            self.poll()
+
+    def _make_reserve(self) -> bool:
+        """The reserve file at its full size; False, with nothing left behind, when the
+        space went meanwhile."""
+        try:
+            fd = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, self.reserve_bytes)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self.reserve_path.unlink(missing_ok=True)
+            return False
+        return True
