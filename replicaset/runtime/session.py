@@ -649,6 +649,8 @@ class Session:
             value = await self._node.console(expr)
         except ConsoleError as exc:
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
+        except WriteFailed as exc:  # box.snapshot() on a full disk: refused, the connection stays
+            raise RequestError(exc.code, str(exc)) from exc
         self._reply_ok(frame, {Key.DATA: [value]})
 
     def _begin(self, frame: Frame, stream: _Stream) -> None:
