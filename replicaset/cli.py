@@ -167,6 +167,7 @@ def _serve(
 ) -> int:
     from replicaset.runtime.logging import configure
     from replicaset.meta.store import MetaWriteFailed
+    from replicaset.runtime.disk import DiskFull
     from replicaset.runtime.node import Node
     from replicaset.runtime.server import serve
     from replicaset.storage import EngineFatal
@@ -192,7 +193,7 @@ def _serve(
     try:
         trio.run(main)
     except BaseException as exc:
-        failure = _store_failure(exc, (MetaWriteFailed, EngineFatal))
+        failure = _store_failure(exc, (MetaWriteFailed, EngineFatal, DiskFull))
         if failure is None:
             raise
         # A store that cannot go on in this process (docs/decisions.md, "Full disk"): one

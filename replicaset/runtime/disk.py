@@ -66,9 +66,17 @@ class DiskGuard:
         self._free_bytes = free_bytes
 
     def open(self) -> None:
-        """Make the reserve if there is room for it and its margin, and take the state."""
-        if not self.reserve_path.exists() and self._free_bytes(self.data_dir) >= self.reserve_bytes + self.low_water_bytes:
-            self._make_reserve()
+        """At start, before any store opens: make the reserve where there is room for it.
+        A member stopped on a full disk finds its reserve and starts FULL in the room it
+        leaves (reads served, writes refused); one that finds no reserve and not even
+        `low_water_bytes` free raises `DiskFull`, since opening the stores writes."""
+        free = self._free_bytes(self.data_dir)
+        if not self.reserve_path.exists():
+            if free < self.low_water_bytes:
+                raise DiskFull(f"no space left on device: cannot start, {free} bytes free on the file system of "
+                               f"{self.data_dir}; free at least {self.low_water_bytes} bytes and start again")
+            if free >= self.reserve_bytes + self.low_water_bytes:
+                self._make_reserve()
         self.poll()
 
     def poll(self) -> bool:

@@ -108,6 +108,7 @@ class Node:
         self.driver: MemberDriver  # once the engine is open (`open_member`)
         self._register_lock = trio.Lock()
         self.log = get_logger(identity.instance_id)
+        self.disk = DiskGuard(data_dir, self.log)  # opened (its reserve made) by `run`
         self.started_monotonic = time.monotonic()
         self.schema_version = 1
         self._system_views: dict[SystemView, list[list[Any]]] | None = None
@@ -226,6 +227,7 @@ class Node:
         self, serve_connection: Callable[[trio.abc.Stream], Awaitable[None]], *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve until cancelled; `serve_connection` speaks iproto on each accepted one."""
+        self.disk.open()
         clean_marker = self.data_dir / CLEAN_STOP_FILE
         unclean = not clean_marker.exists() and (self.data_dir / "db.sqlite").exists()
         clean_marker.unlink(missing_ok=True)
@@ -233,8 +235,6 @@ class Node:
         self.driver = self.open_member()
         self.wal_gc = WalGcHost(self)
         self.anti_entropy = AntiEntropyHost(self)
-        self.disk = DiskGuard(self.data_dir, self.log)
-        self.disk.open()
         self.writer = Writer(
             self.engine,
             group_commit=GroupCommitPolicy(

@@ -44,10 +44,10 @@ def tmpfs(path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
-def fill(directory: Path) -> Path:
-    """Write a file in `directory` until its file system has no byte left; the file, whose
-    removal frees the space."""
-    filler = directory / "filler"
+def fill(directory: Path, name: str = "filler") -> Path:
+    """Write file `name` in `directory` until its file system has no byte left; the file,
+    whose removal frees the space."""
+    filler = directory / name
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         for chunk_bytes in (FILL_CHUNK_BYTES, 512, 1):
@@ -160,3 +160,41 @@ def test_a_member_with_a_full_disk_refuses_to_prepare_and_catches_up_once_freed(
         finally:
             if third is not None:  # before its tmpfs goes; the others are the fixture's to stop
                 stop_at_end(third)
+
+
+def test_a_member_restarted_on_a_full_disk_starts_full_in_its_reserve_or_refuses_in_one_line(tmp_path: Path) -> None:
+    """Stopped (or killed) on a full disk, a member finds its reserve: it starts in the
+    room that leaves, serving reads and refusing writes. With no reserve and no room it
+    cannot open its stores: it says so in one line and exits 74, with no traceback."""
+    server = Server(tmp_path / "data", tmp_path / "server.log")
+    with tmpfs(server.data_dir):
+        try:
+            server.start()
+            with server.client() as client:
+                client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
+                client.execute("INSERT INTO kv(k, v) VALUES (1, 'kept')")
+            server.kill()
+            server.port = 0  # a new address, which the member records in the reserve's room
+            filler = fill(server.data_dir)
+            server.start()
+            with server.client() as client:
+                assert client.execute("SELECT k, v FROM kv").rows == [[1, "kept"]]
+                refused_for_space(lambda: client.execute("INSERT INTO kv(k, v) VALUES (2, 'no')"))
+            assert server.stop() == 0
+
+            assert not (server.data_dir / RESERVE_FILE).exists()
+            more = fill(server.data_dir, "more")  # what the reserve held is taken too
+            with pytest.raises(RuntimeError, match="exited with 74"):
+                server.start()
+            last = server.log_path.read_text().splitlines()[-1]
+            assert '"stopped_on_store_failure"' in last and "cannot start" in last and "no space left" in last
+            assert "Traceback" not in server.log_path.read_text()
+
+            filler.unlink()
+            more.unlink()
+            server.start()
+            with server.client() as client:
+                client.execute("INSERT INTO kv(k, v) VALUES (2, 'yes')")
+                assert client.execute("SELECT k, v FROM kv ORDER BY k").rows == [[1, "kept"], [2, "yes"]]
+        finally:
+            stop_at_end(server)
