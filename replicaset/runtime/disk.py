@@ -15,6 +15,9 @@ refuses new work *before* the disk is full, and keeps room for the work under wa
   every `POLL_S`; below `low_water_bytes` the member is FULL: the reserve is deleted, one
   error line is logged, and new writes are refused (`DiskFull`, ER_WAL_IO, naming "no space
   left on device"), so what is under way finishes in the room the reserve leaves;
+- a WAL append is also refused alone, with no change of state, when what it and SQLite's
+  copy of it would take (`BATCH_SPACE_FACTOR` times its payload) does not fit above the
+  low-water mark: a big group commit must not find the disk full at its SQLite commit;
 - once free space reaches `reserve_bytes + low_water_bytes` the reserve is made again, one
   line says so, and writes are taken again; the gap between the two marks keeps the state
   from flapping at the edge.
@@ -40,6 +43,10 @@ RESERVE_FILE = "disk.reserve"
 RESERVE_BYTES = 4 * 1024 * 1024
 LOW_WATER_BYTES = 1024 * 1024
 POLL_S = 0.5
+# Room a WAL append of N payload bytes needs before it is made: the WAL's copy, SQLite's
+# (its own WAL, then the database at its checkpoint), and the row versions and indexes;
+# an estimate, which the reserve backs.
+BATCH_SPACE_FACTOR = 4
 
 
 class DiskFull(WriteFailed):
@@ -93,11 +100,19 @@ class DiskGuard:
             self._log.info("disk_space_back", data_dir=str(self.data_dir), free_bytes=free)
         return self.full
 
-    def check(self, what: str) -> None:
-        """Raise `DiskFull` naming `what` while the disk is full."""
+    def check(self, what: str, payload_bytes: int = 0) -> None:
+        """Raise `DiskFull` naming `what` while the disk is full, or when a WAL append of
+        `payload_bytes` (a group commit, up to `wal.group_commit_bytes_max`) would leave
+        less than the low-water mark once SQLite holds it too: that batch alone is refused,
+        since the SQLite commit after its append must not be the write that meets ENOSPC."""
         if self.poll():
             raise DiskFull(f"no space left on device: {what} refused, the file system of {self.data_dir} is full; "
                            f"nothing was written, retry once space is freed")
+        needed = BATCH_SPACE_FACTOR * payload_bytes
+        if payload_bytes and self._free_bytes(self.data_dir) < self.low_water_bytes + needed:
+            raise DiskFull(f"no space left on device: {what} of {payload_bytes} bytes refused, the file system of "
+                           f"{self.data_dir} has too little room for it; nothing was written, retry once space is "
+                           f"freed, or in smaller transactions")
 
     async def run(self) -> None:
         """Notice space coming back (and going) with no write to ask."""

@@ -72,13 +72,14 @@ class Writer:
         on_commit: Callable[[Sequence[Record]], None] = lambda records: None,
         on_flush: Callable[[list[Record]], None] = lambda records: None,
         on_synced: Callable[[bool], None] = lambda advanced: None,
-        space_check: Callable[[str], None] = lambda what: None,
+        space_check: Callable[[str, int], None] = lambda what, payload_bytes: None,
     ) -> None:
         """`on_commit` sees the rows of every local commit, before the flush that makes
         them durable; `on_flush` every batch, in log order, as it is flushed; `on_synced`
         every fsync of the WAL (the relays' durable cut moved), `advanced` when it made
-        rows durable that were not; `space_check(what)` raises a `WriteFailed` to refuse a
-        WAL append or a checkpoint while the disk is full (`runtime/disk.py`)."""
+        rows durable that were not; `space_check(what, payload_bytes)` raises a
+        `WriteFailed` to refuse a WAL append of that many bytes, or a checkpoint, while the
+        disk is full (`runtime/disk.py`)."""
         self.engine = engine
         self._policy = group_commit
         self._fsync = fsync
@@ -358,7 +359,7 @@ class Writer:
             return str(await self._checkpoint_now())
 
     async def _checkpoint_now(self) -> Path:
-        self._space_check("checkpoint")
+        self._space_check("checkpoint", 0)
         async with self.token:
             await self._flush_now()
         try:

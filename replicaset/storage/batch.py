@@ -75,10 +75,11 @@ class Batches:
             batch = self.current = Batch(kind=kind, conn=conn, log_records=log_records)
         return batch
 
-    def flush(self, before_append: Callable[[], None] | None = None) -> list[Record]:
+    def flush(self, before_append: Callable[[int], None] | None = None) -> list[Record]:
         """Make the open batch durable: the WAL first, then one SQLite commit.
-        `before_append` may refuse the batch (a full disk) by raising: it is then rolled
-        back as after a failed append, before the WAL holds anything SQLite cannot commit."""
+        `before_append(payload_bytes)` may refuse the batch (a full disk) by raising: it is
+        then rolled back as after a failed append, before the WAL holds anything SQLite
+        cannot commit."""
         batch, self.current = self.current, None
         if batch is None:
             return []
@@ -92,7 +93,7 @@ class Batches:
             if batch.log_records:
                 try:
                     if before_append is not None:
-                        before_append()
+                        before_append(sum(len(record.payload) for record in records))
                     self._wal.append(records)
                 except Exception:
                     batch.conn.execute("ROLLBACK")

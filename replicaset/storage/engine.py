@@ -245,7 +245,7 @@ class Engine:
 
     # ------------------------------------------------------------------ durability
 
-    def flush(self, before_append: Callable[[], None] | None = None) -> list[Record]:
+    def flush(self, before_append: Callable[[int], None] | None = None) -> list[Record]:
         """Make the batch durable: the WAL first, then one SQLite commit; `before_append`
         may refuse it (`Batches.flush`)."""
         batch = self._batches.current

@@ -63,3 +63,13 @@ def test_at_start_a_reserve_found_is_room_to_start_full_in_and_none_with_no_room
     fresh, _ = _guard(tmp_path, free)
     fresh.open()
     assert not fresh.full and not (tmp_path / RESERVE_FILE).exists()
+
+
+def test_an_append_too_big_for_the_room_left_is_refused_alone(tmp_path: Path) -> None:
+    free = [LOW_WATER_BYTES + 10_000]
+    guard, log = _guard(tmp_path, free)
+    guard.open()
+    guard.check("WAL write", 2_000)
+    with pytest.raises(DiskFull, match="WAL write of 5000 bytes refused"):
+        guard.check("WAL write", 5_000)
+    assert not guard.full and log.lines == [], "the member is not full: smaller writes go on"
