@@ -198,3 +198,40 @@ def test_a_member_restarted_on_a_full_disk_starts_full_in_its_reserve_or_refuses
                 assert client.execute("SELECT k, v FROM kv ORDER BY k").rows == [[1, "kept"], [2, "yes"]]
         finally:
             stop_at_end(server)
+
+
+def test_a_metastore_that_meets_enospc_stops_the_member_in_one_line_and_the_restart_loses_nothing(
+        tmp_path: Path) -> None:
+    """The metastore alone on a full tmpfs: the guard, reading the data directory's file
+    system, sees room, so RocksDB meets ENOSPC (on a decision record, the fault harness's
+    case). RocksDB takes no write after that: the member stops with one line and exit code
+    74, no traceback; the write in flight has an unknown outcome, and the restart holds it
+    committed or not at all, never half."""
+    server = Server(tmp_path / "data", tmp_path / "server.log")
+    with tmpfs(server.data_dir / "meta"):
+        try:
+            server.start()
+            acknowledged = []
+            with server.client() as client:
+                client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
+                fill(server.data_dir / "meta")
+                in_flight = None
+                for k in range(1, 1000):
+                    try:
+                        client.execute("INSERT INTO kv(k, v) VALUES (?, 'q')", [k])
+                    except (ConnectionError, ServerError):  # closed mid-way, or refused: unknown, or not done
+                        in_flight = k
+                        break
+                    acknowledged.append([k, "q"])
+            assert in_flight is not None and server.proc.wait(10) == 74
+            log = server.log_path.read_text()
+            assert "Traceback" not in log
+            assert [e["event"] for e in server.log_events() if e["level"] == "critical"] == ["stopped_on_store_failure"]
+            assert "No space left on device" in log
+
+            (server.data_dir / "meta" / "filler").unlink()
+            server.start()
+            held = rows(server, "SELECT k, v FROM kv ORDER BY k")
+            assert held in (acknowledged, acknowledged + [[in_flight, "q"]])
+        finally:
+            stop_at_end(server)
