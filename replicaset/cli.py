@@ -172,7 +172,7 @@ def _serve(
     from replicaset.runtime.server import serve
     from replicaset.storage import EngineFatal
 
-    configure(cfg.log_level)
+    configure(cfg.log_level, identity.instance_id)
     node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery, rejoin=rejoin,
                 isolated=isolated)
 

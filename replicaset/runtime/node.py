@@ -204,7 +204,8 @@ class Node:
         name = self.config["debug.trace_file"]
         if not name or self.trace_file is not None:
             return self.trace_file
-        self.trace_file = TraceFile(self.data_dir / name)
+        self.trace_file = TraceFile(self.data_dir / name, on_failure=lambda error: self.log.error(
+            "trace_file_stopped", path=str(self.data_dir / name), error=str(error)))
         self.log.info("tracing", path=str(self.trace_file.path))
         return self.trace_file
 
