@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,10 +21,12 @@ from replicaset.iproto.errors import ServerError
 from replicaset.runtime.disk import RESERVE_FILE
 from tests.server.conftest import QUORUM, ReplicaSet, Server, wait_for
 from tests.server.test_replicaset import rows
+from tests.server.test_swim import SWIM_FAST, all_alive
 
 TMPFS_SIZE = "16m"
 FILL_CHUNK_BYTES = 1 << 16
 ONE = {"consistency": "one"}
+SWIM_DEAD_S = 1.0  # above SWIM_FAST's dead_timeout_ms
 
 
 @contextmanager
@@ -127,7 +130,7 @@ def test_a_full_disk_refuses_writes_serves_reads_and_takes_writes_again_once_fre
 
 def test_a_member_with_a_full_disk_refuses_to_prepare_and_catches_up_once_freed(
         replicaset_factory: Callable[..., ReplicaSet]) -> None:
-    rs = replicaset_factory("replication.synchro_timeout_s = 2.0\n")
+    rs = replicaset_factory(f"replication.synchro_timeout_s = 2.0\n{SWIM_FAST}")
     first = rs.bootstrap()
     with first.client() as client:
         client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
@@ -148,6 +151,8 @@ def test_a_member_with_a_full_disk_refuses_to_prepare_and_catches_up_once_freed(
                 assert client.execute("SELECT k FROM kv").rows == [], "the rows wait until space is freed"
             assert third.proc.poll() is None
             assert rows(first) == rows(second) == [[1, "q"], [2, "q"], [3, "q"]]
+            time.sleep(SWIM_DEAD_S)  # past SWIM's dead timeout: the full member still answers its pings
+            assert all_alive(rs, [first, second, third])
             assert "disk_full" in errors_logged(third) and errors_logged(third).count("disk_full") == 1
 
             filler.unlink()
