@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,9 @@ def statvfs_free_bytes(path: Path) -> int:
 
 
 class DiskGuard:
+    """One per member, over its data directory (the WAL, SQLite, the metastore and the
+    checkpoints share its file system; a store moved elsewhere by a link is not watched)."""
+
     def __init__(self, data_dir: Path, log: Any, *, reserve_bytes: int = RESERVE_BYTES,
                  low_water_bytes: int = LOW_WATER_BYTES,
                  free_bytes: Callable[[Path], int] = statvfs_free_bytes) -> None:
@@ -69,6 +73,7 @@ class DiskGuard:
         self.reserve_bytes = reserve_bytes
         self.low_water_bytes = low_water_bytes
         self.full = False
+        self._lock = threading.Lock()
         self._log = log
         self._free_bytes = free_bytes
 
@@ -87,7 +92,13 @@ class DiskGuard:
         self.poll()
 
     def poll(self) -> bool:
-        """Read the free space and move between the states; True while FULL."""
+        """Read the free space and move between the states; True while FULL. Under
+        `wal_mode = fsync` the writer's check runs in a worker thread, beside the event
+        loop's: the lock keeps a change of state, and its line, to one of them."""
+        with self._lock:
+            return self._poll()
+
+    def _poll(self) -> bool:
         free = self._free_bytes(self.data_dir)
         if not self.full and free < self.low_water_bytes:
             released = self.reserve_path.exists()

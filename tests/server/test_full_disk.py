@@ -83,11 +83,15 @@ def errors_logged(server: Server) -> list[str]:
     return [e["event"] for e in server.log_events() if e.get("level") in ("error", "critical")]
 
 
-def test_a_full_disk_refuses_writes_serves_reads_and_takes_writes_again_once_freed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("wal_mode", ["write", "fsync"])  # under fsync the flush, and its check, run in a thread
+def test_a_full_disk_refuses_writes_serves_reads_and_takes_writes_again_once_freed(tmp_path: Path,
+                                                                                   wal_mode: str) -> None:
     server = Server(tmp_path / "data", tmp_path / "server.log")
+    config = tmp_path / "config.toml"
+    config.write_text(f'wal_mode = "{wal_mode}"\n')
     with tmpfs(server.data_dir):
         try:
-            server.start()  # the built-in level: QUORUM, of one member
+            server.start("--config", str(config))  # the built-in level: QUORUM, of one member
             assert (server.data_dir / RESERVE_FILE).exists()
             acknowledged = []
             with server.client() as client:
@@ -122,7 +126,7 @@ def test_a_full_disk_refuses_writes_serves_reads_and_takes_writes_again_once_fre
             assert (server.data_dir / RESERVE_FILE).exists()
             assert "disk_space_back" in [e["event"] for e in server.log_events()]
             assert server.stop() == 0
-            server.start()  # nothing half-written comes back either
+            server.start("--config", str(config))  # nothing half-written comes back either
             assert rows(server, "SELECT k, v FROM kv ORDER BY k") == acknowledged
         finally:
             stop_at_end(server)
