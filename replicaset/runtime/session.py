@@ -262,6 +262,8 @@ class Session:
             raise _ConnectionClosed from exc
         except (RequestError, RemoteProtocolError) as exc:
             self._reply_error(frame.sync, exc.code, exc.message)
+        except WriteFailed as exc:  # a full disk refused what it needed written (box.snapshot(), a JOIN's checkpoint)
+            self._reply_error(frame.sync, exc.code, str(exc))
 
     def _release_stream(self, stream: _Stream) -> None:
         if stream.txn is not None:
@@ -649,8 +651,6 @@ class Session:
             value = await self._node.console(expr)
         except ConsoleError as exc:
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
-        except WriteFailed as exc:  # box.snapshot() on a full disk: refused, the connection stays
-            raise RequestError(exc.code, str(exc)) from exc
         self._reply_ok(frame, {Key.DATA: [value]})
 
     def _begin(self, frame: Frame, stream: _Stream) -> None:
