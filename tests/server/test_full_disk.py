@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from replicaset.iproto.constants import ErrorCode
+from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import ServerError
 from replicaset.runtime.disk import RESERVE_FILE
 from tests.server.conftest import QUORUM, ReplicaSet, Server, wait_for
@@ -103,6 +103,11 @@ def test_a_full_disk_refuses_writes_serves_reads_and_takes_writes_again_once_fre
                 for k, options in ((3, QUORUM), (4, ONE), (5, QUORUM), (6, ONE)):
                     refused_for_space(lambda: client.execute("INSERT INTO kv(k, v) VALUES (?, 'full')", [k],
                                                              options=options))
+                for stream_id, options in ((11, ONE), (12, QUORUM)):  # a stream transaction fails at its COMMIT
+                    client.call(RequestType.BEGIN, {Key.OPTIONS: options}, stream_id=stream_id)
+                    client.call(RequestType.EXECUTE, {Key.SQL_TEXT: f"INSERT INTO kv(k, v) VALUES ({stream_id}, 's')"},
+                                stream_id=stream_id)
+                    refused_for_space(lambda: client.call(RequestType.COMMIT, {}, stream_id=stream_id))
                 refused_for_space(lambda: client.eval("box.snapshot()"))
                 client.ping()
                 assert client.execute("SELECT k, v FROM kv ORDER BY k").rows == acknowledged
