@@ -80,15 +80,18 @@ class DiskGuard:
     def open(self) -> None:
         """At start, before any store opens: make the reserve where there is room for it.
         A member stopped on a full disk finds its reserve and starts FULL in the room it
-        leaves (reads served, writes refused); one that finds no reserve and not even
-        `low_water_bytes` free raises `DiskFull`, since opening the stores writes."""
+        leaves (reads served, writes refused); one that finds no reserve and no room to
+        make it starts FULL too (it was FULL when it stopped, or the disk is as good as
+        full), unless not even `low_water_bytes` are free: then it raises `DiskFull`, since
+        opening the stores writes."""
         free = self._free_bytes(self.data_dir)
         if not self.reserve_path.exists():
             if free < self.low_water_bytes:
                 raise DiskFull(f"no space left on device: cannot start, {free} bytes free on the file system of "
                                f"{self.data_dir}; free at least {self.low_water_bytes} bytes and start again")
-            if free >= self.reserve_bytes + self.low_water_bytes:
-                self._make_reserve()
+            if free < self.reserve_bytes + self.low_water_bytes or not self._make_reserve():
+                with self._lock:  # between the marks with no reserve: FULL, as before the stop
+                    self._trip(free, released=False)
         self.poll()
 
     def poll(self) -> bool:
@@ -103,13 +106,16 @@ class DiskGuard:
         if not self.full and free < self.low_water_bytes:
             released = self.reserve_path.exists()
             self.reserve_path.unlink(missing_ok=True)
-            self.full = True
-            self._log.error("disk_full", data_dir=str(self.data_dir), free_bytes=free, reserve_released=released,
-                            resumes_at_free_bytes=self.reserve_bytes + self.low_water_bytes)
+            self._trip(free, released=released)
         elif self.full and free >= self.reserve_bytes + self.low_water_bytes and self._make_reserve():
             self.full = False
             self._log.info("disk_space_back", data_dir=str(self.data_dir), free_bytes=free)
         return self.full
+
+    def _trip(self, free: int, *, released: bool) -> None:
+        self.full = True
+        self._log.error("disk_full", data_dir=str(self.data_dir), free_bytes=free, reserve_released=released,
+                        resumes_at_free_bytes=self.reserve_bytes + self.low_water_bytes)
 
     def check(self, what: str, payload_bytes: int = 0) -> None:
         """Raise `DiskFull` naming `what` while the disk is full, or when a WAL append of
@@ -137,7 +143,7 @@ class DiskGuard:
         try:
             fd = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                os.posix_fallocate(fd, 0, self.reserve_bytes)
+                _allocate(fd, self.reserve_bytes)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -146,3 +152,18 @@ class DiskGuard:
             self.reserve_path.unlink(missing_ok=True)
             return False
         return True
+
+
+def _allocate(fd: int, size_bytes: int) -> None:
+    """Blocks of the file system for `size_bytes`, taken now. Where fallocate is not offered
+    (ZFS before 2.2, some FUSE), the bytes are written, random ones, which a compressing
+    file system cannot shrink; on a copy-on-write file system the reserve is a best effort."""
+    try:
+        os.posix_fallocate(fd, 0, size_bytes)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    written = 0
+    while written < size_bytes:
+        written += os.write(fd, os.urandom(min(1 << 20, size_bytes - written)))

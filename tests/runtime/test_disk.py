@@ -59,10 +59,12 @@ def test_at_start_a_reserve_found_is_room_to_start_full_in_and_none_with_no_room
     assert guard.full and not (tmp_path / RESERVE_FILE).exists() and log.lines == [("error", "disk_full")]
     with pytest.raises(DiskFull, match="cannot start, 0 bytes free"):
         _guard(tmp_path, free)[0].open()
-    free[0] = LOW_WATER_BYTES  # enough to open the stores, not to make a reserve: started, not full
-    fresh, _ = _guard(tmp_path, free)
+    free[0] = LOW_WATER_BYTES  # enough to open the stores, not to make a reserve: started, FULL
+    fresh, fresh_log = _guard(tmp_path, free)
     fresh.open()
-    assert not fresh.full and not (tmp_path / RESERVE_FILE).exists()
+    assert fresh.full and not (tmp_path / RESERVE_FILE).exists() and fresh_log.lines == [("error", "disk_full")]
+    free[0] = RESERVE_BYTES + LOW_WATER_BYTES
+    assert not fresh.poll() and (tmp_path / RESERVE_FILE).exists()
 
 
 def test_an_append_too_big_for_the_room_left_is_refused_alone(tmp_path: Path) -> None:
