@@ -19,6 +19,7 @@ from replicaset import config as configuration
 from replicaset.identity import Identity, IdentityError, Joining, parse_uuid
 
 CONFIG_FILE = "config.toml"
+EXIT_STORE_FAILED = 74  # sysexits' EX_IOERR: a store failed a write this process cannot take back
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -165,10 +166,13 @@ def _serve(
     isolated: bool = False,
 ) -> int:
     from replicaset.runtime.logging import configure
+    from replicaset.meta.store import MetaWriteFailed
+    from replicaset.runtime.disk import DiskFull
     from replicaset.runtime.node import Node
     from replicaset.runtime.server import serve
+    from replicaset.storage import EngineFatal
 
-    configure(cfg.log_level)
+    configure(cfg.log_level, identity.instance_id)
     node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery, rejoin=rejoin,
                 isolated=isolated)
 
@@ -186,10 +190,31 @@ def _serve(
                     nursery.cancel_scope.cancel()
                     return
 
-    trio.run(main)
+    try:
+        trio.run(main)
+    except BaseException as exc:
+        failure = _store_failure(exc, (MetaWriteFailed, EngineFatal, DiskFull))
+        if failure is None:
+            raise
+        # A store that cannot go on in this process (docs/decisions.md, "Full disk"): one
+        # line and an exit code for the supervisor; the restart recovers what it left.
+        node.log.critical("stopped_on_store_failure", error=str(failure), exit_code=EXIT_STORE_FAILED)
+        return EXIT_STORE_FAILED
     if node.rejoin_through:
         return _rejoin(data_dir, cfg, identity, node.rejoin_through)
     return 0
+
+
+def _store_failure(error: BaseException, kinds: tuple[type[Exception], ...]) -> BaseException | None:
+    """The first of `kinds` in `error`, alone or inside (nested) nursery groups."""
+    if isinstance(error, kinds):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _store_failure(inner, kinds)
+            if found is not None:
+                return found
+    return None
 
 
 def _rejoin(data_dir: Path, cfg: configuration.Config, identity: Identity, peer: str) -> int:

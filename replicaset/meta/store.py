@@ -29,6 +29,13 @@ class MetaError(Exception):
     not go on as if the record were absent."""
 
 
+class MetaWriteFailed(MetaError):
+    """RocksDB failed a write (a full disk): it refuses every write after that until it is
+    reopened, and rocksdict offers no `DB::Resume`. The member cannot record decisions any
+    more and must stop; what the failed write and the unsynced ones before it held is what
+    recovery redoes (docs/design/metastore.md), so a restart once space is freed is safe."""
+
+
 def _describe(key: bytes) -> str:
     return key.decode("utf-8", errors="backslashreplace")
 
@@ -69,6 +76,7 @@ class MetaStore:
     def __init__(self, path: Path, db: rocksdict.Rdict) -> None:
         self.path = path
         self._db: rocksdict.Rdict | None = db
+        self.failed: MetaWriteFailed | None = None
 
     def __repr__(self) -> str:
         return f"MetaStore({str(self.path)!r})"
@@ -89,9 +97,16 @@ class MetaStore:
         return cls(path, db)
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        """Close; after a failed write RocksDB's close fails the same way (its last flush)
+        and still lets the directory go, so that second report of one condition is dropped."""
+        db, self._db = self._db, None
+        if db is None:
+            return
+        try:
+            db.close()
+        except Exception as error:
+            if self.failed is None:
+                raise self._write_failed("close", error) from error
 
     def __enter__(self) -> MetaStore:
         return self
@@ -126,7 +141,19 @@ class MetaStore:
 
     def sync(self) -> None:
         """Every write so far durable: RocksDB's one log, fsynced."""
-        self._open_db().flush_wal(sync=True)
+        db = self._open_db()
+        try:
+            db.flush_wal(sync=True)
+        except Exception as error:
+            raise self._write_failed("sync", error) from error
+
+    def _write_failed(self, what: str, error: Exception) -> MetaWriteFailed:
+        """The first failure is kept: RocksDB answers every later write with "Writer has
+        previous error", which says less than the first one."""
+        if self.failed is None:
+            self.failed = MetaWriteFailed(f"metastore {str(self.path)!r}: {what} failed: {error}; RocksDB takes no "
+                                          f"write after this until reopened: restart the member once space is freed")
+        return self.failed
 
     @contextmanager
     def batch(self, *, sync: bool) -> Iterator[Batch]:
@@ -135,7 +162,10 @@ class MetaStore:
         db = self._open_db()
         batch = Batch()
         yield batch
-        db.write(batch._batch)
+        try:
+            db.write(batch._batch)
+        except Exception as error:
+            raise self._write_failed("write", error) from error
         if sync:
             # Not `WriteOptions.sync`: rocksdict holds the GIL through that fsync, so a sync in
             # a worker thread would stop the event loop all the same; `flush_wal` lets it go.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -11,7 +13,55 @@ import structlog
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-def configure(level: str = "info") -> None:
+class DroppingStderr:
+    """stderr for the log lines, written a whole line per write(2). A line the file behind
+    stderr cannot take (a full disk under the log file) is dropped and counted rather than
+    raised into the task that logged it: a member keeps serving when its log cannot grow,
+    and the first line written after that says how many went (as a syslog daemon does)."""
+
+    def __init__(self, fd: int = 2, instance_id: int | None = None) -> None:
+        self._fd = fd
+        self._instance_id = instance_id
+        self._partial = ""
+        self.dropped = 0
+        self._torn = False  # a line cut short by the error: the next one starts on a line of its own
+
+    def write(self, text: str) -> int:
+        self._partial += text
+        while "\n" in self._partial:
+            line, self._partial = self._partial.split("\n", 1)
+            self._write_line(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        """Lines go out whole as they end; nothing is held back."""
+
+    def _write_line(self, line: str) -> None:
+        try:
+            if self._torn:
+                self._write_all(b"\n")
+                self._torn = False
+            if self.dropped:
+                note = json.dumps({"instance_id": self._instance_id, "event": "log_lines_dropped",
+                                   "count": self.dropped, "level": "error",
+                                   "reason": "the log file could not be written (no space left on device?)"})
+                self._write_all((note + "\n").encode())
+                self.dropped = 0
+            self._write_all(line.encode())
+        except OSError:
+            self.dropped += 1
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._fd, view):]
+            except OSError:
+                self._torn = len(view) < len(data)
+                raise
+
+
+def configure(level: str = "info", instance_id: int | None = None) -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -21,7 +71,7 @@ def configure(level: str = "info") -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=DroppingStderr(sys.stderr.fileno(), instance_id)),
         cache_logger_on_first_use=False,
     )
 

@@ -40,6 +40,7 @@ from replicaset.member import Action, MemberDriver, Membership, SetAction
 from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
+from replicaset.runtime.disk import DiskFull, DiskGuard
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.metrics import serve_metrics
 from replicaset.runtime.quorum import QuorumHost
@@ -50,7 +51,7 @@ from replicaset.runtime.swim import SwimHost
 from replicaset.runtime.trace_file import TraceFile
 from replicaset.runtime.transfer import Registration
 from replicaset.runtime.wal_gc import WalGcHost, wal_gc
-from replicaset.runtime.writer import Writer
+from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import Engine, EngineConfig, SqlError
 from replicaset.storage.schema import is_internal, load_table, quote
 from replicaset.iproto.constants import ErrorCode
@@ -107,6 +108,7 @@ class Node:
         self.driver: MemberDriver  # once the engine is open (`open_member`)
         self._register_lock = trio.Lock()
         self.log = get_logger(identity.instance_id)
+        self.disk = DiskGuard(data_dir, self.log)  # opened (its reserve made) by `run`
         self.started_monotonic = time.monotonic()
         self.schema_version = 1
         self._system_views: dict[SystemView, list[list[Any]]] | None = None
@@ -208,7 +210,8 @@ class Node:
         name = self.config["debug.trace_file"]
         if not name or self.trace_file is not None:
             return self.trace_file
-        self.trace_file = TraceFile(self.data_dir / name)
+        self.trace_file = TraceFile(self.data_dir / name, on_failure=lambda error: self.log.error(
+            "trace_file_stopped", path=str(self.data_dir / name), error=str(error)))
         self.log.info("tracing", path=str(self.trace_file.path))
         return self.trace_file
 
@@ -231,6 +234,7 @@ class Node:
         self, serve_connection: Callable[[trio.abc.Stream], Awaitable[None]], *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve until cancelled; `serve_connection` speaks iproto on each accepted one."""
+        self.disk.open()
         clean_marker = self.data_dir / CLEAN_STOP_FILE
         unclean = not clean_marker.exists() and (self.data_dir / "db.sqlite").exists()
         clean_marker.unlink(missing_ok=True)
@@ -249,6 +253,7 @@ class Node:
             on_commit=self._on_commit,
             on_flush=self._on_flush,
             on_synced=self._on_synced,
+            space_check=self.disk.check,
         )
         host, port = parse_address(self.config.listen)
         try:
@@ -267,6 +272,7 @@ class Node:
                 if not self.isolated and not self.identity.anonymous:  # a follower is in no one's view
                     self.swim = self._start_swim(sockname[0], sockname[1])
                 nursery.start_soon(self.writer.run_flusher)
+                nursery.start_soon(self.disk.run)
                 if self.config.checkpoint_interval:
                     nursery.start_soon(self._checkpoint_daemon)
                 self._nursery = nursery
@@ -572,7 +578,12 @@ class Node:
     async def _checkpoint_daemon(self) -> None:
         while True:
             await trio.sleep(self.config.checkpoint_interval)
-            await self.writer.checkpoint()
+            try:
+                await self.writer.checkpoint()
+            except DiskFull:  # the guard logged the condition; the next interval tries again
+                continue
+            except WriteFailed as exc:
+                self.log.warning("checkpoint_failed", error=str(exc))
 
     def _on_commit(self, records: Sequence[Any]) -> None:
         if self.driver.tracing:

@@ -46,6 +46,7 @@ from replicaset.runtime.links import RECEIVE_BYTES, PeerError, PeerLink
 from replicaset.runtime.relay import record_bytes
 from replicaset.storage import ApplyError, Captured, SqlError
 from replicaset.storage.keys import SCHEMA_KEY
+from replicaset.runtime.disk import DiskFull
 from replicaset.runtime.writer import WriteFailed
 from wal import Record, WalError
 
@@ -130,6 +131,8 @@ class QuorumHost:
         next_heartbeat, next_gc = trio.current_time() + interval, trio.current_time() + gc_interval
         while True:
             await trio.sleep(TICK_S)
+            if self.meta.failed is not None:  # met where an error costs one request only: the member stops all the same
+                raise self.meta.failed
             now = trio.current_time()
             self.carry_out(driver.txn_tick(now))
             if now >= next_heartbeat:
@@ -143,6 +146,8 @@ class QuorumHost:
         """Delete the decided transaction records every member has applied, once older than
         `[gc] min_retention_s`, or older than `max_retention_s` whatever the members say."""
         config = self._node.config
+        if self._node.disk.poll():  # deletions take room in RocksDB's log too; the next pass makes them
+            return 0
         gone = self.records.collect(self._node.driver, trio.current_time(), now_ms=time.time_ns() // 1_000_000,
                                     members=self._members(),
                                     min_retention_ms=int(float(config["gc.min_retention_s"]) * 1000),
@@ -178,6 +183,7 @@ class QuorumHost:
 
     async def _decide(self, captured: Captured, level: q.Level, timeout_s: float) -> _Client:
         node, driver = self._node, self._node.driver
+        self._refuse_if_disk_full("quorum transaction")
         start = trio.current_time()
         txn_id = node.engine.hlc.now(node.clock_ms())
         members = self._members()
@@ -459,6 +465,15 @@ class QuorumHost:
 
     # ---------------------------------------------------------------- requests a member serves
 
+    def _refuse_if_disk_full(self, what: str) -> None:
+        """New quorum work writes a PENDING record (and intents) to the metastore, which
+        stops taking writes at its first failed one: refused while the disk is full, so
+        that the room left goes to the decisions and releases already under way."""
+        try:
+            self._node.disk.check(what)
+        except DiskFull as exc:
+            raise RequestError(exc.code, str(exc)) from exc
+
     def _check_sender(self, request: peer_messages.TxnRequest) -> None:
         node = self._node
         node.check_replicaset(request.replicaset_uuid)
@@ -481,6 +496,9 @@ class QuorumHost:
         if kind == PeerRequest.TXN_PREPARE:
             prepare = peer_messages.txn_prepare(frame)
             self._check_sender(prepare.request)
+            # Before the core places intents: a refusal is no vote, and the coordinator
+            # counts its quorum without this member.
+            self._refuse_if_disk_full("PREPARE")
             reads = {key: q.Version(hlc=hlc, origin=origin) for key, (hlc, origin) in prepare.reads.items()}
             answer = driver.txn_prepare(now, prepare.request.txn_id, coordinator=prepare.coordinator,
                                         members=prepare.members, reads=reads, view=self._members())

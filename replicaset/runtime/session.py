@@ -262,6 +262,8 @@ class Session:
             raise _ConnectionClosed from exc
         except (RequestError, RemoteProtocolError) as exc:
             self._reply_error(frame.sync, exc.code, exc.message)
+        except WriteFailed as exc:  # a full disk refused what it needed written (box.snapshot(), a JOIN's checkpoint)
+            self._reply_error(frame.sync, exc.code, str(exc))
 
     def _release_stream(self, stream: _Stream) -> None:
         if stream.txn is not None:

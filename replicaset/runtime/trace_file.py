@@ -11,20 +11,41 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 
 class TraceFile:
     """Appends; each line is written whole (line buffered), so a killed server leaves
     every line it traced before the kill."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_failure: Callable[[OSError], None] = lambda error: None) -> None:
+        """`on_failure` hears of the first write that failed (a full disk): tracing stops
+        there, so the file holds a prefix of the trace, never one with a hole in it, and
+        the member goes on."""
         self.path = path
-        self._file = open(path, "a", buffering=1, encoding="utf-8")
+        self._file: TextIO | None = open(path, "a", buffering=1, encoding="utf-8")
+        self._on_failure = on_failure
 
     def __call__(self, event: dict[str, Any]) -> None:
-        self._file.write(json.dumps({**event, "clock_ns": time.monotonic_ns()}, separators=(",", ":")) + "\n")
+        if self._file is None:
+            return
+        try:
+            self._file.write(json.dumps({**event, "clock_ns": time.monotonic_ns()}, separators=(",", ":")) + "\n")
+        except OSError as error:
+            self._stop()
+            self._on_failure(error)
+
+    def _stop(self) -> None:
+        file, self._file = self._file, None
+        try:
+            if file is not None:
+                file.close()
+        except OSError:
+            pass  # the line that failed is still buffered: dropped with the rest
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -72,9 +72,12 @@ class WalGcHost:
         engine, writer = node.engine, node.writer
         peers = self._peers()
         meta = node.quorum.meta
+        # A full disk keeps its room for what cannot wait: an older stored vclock only keeps
+        # more WAL after a restart, and a purge put off runs at a later pass.
+        disk_full = node.disk.poll()
         for peer, uuid in peers.items():
             acked = node.driver.gc.peers.get(peer)
-            if acked:
+            if acked and not disk_full:
                 put_repl(meta, uuid, acked)
         async with writer.checkpoint_lock, writer.token:
             wal = engine.wal
@@ -90,7 +93,7 @@ class WalGcHost:
                 self.removed_segments += len(removed)
                 node.log.info("wal_gc", removed=[p.name for p in removed], log_start=engine.log_start().to_dict(),
                               kept=len(wal.segments()))
-            purging = node.driver.purge_pass(trio.current_time(), frozenset(self._peers()))
+            purging = () if disk_full else node.driver.purge_pass(trio.current_time(), frozenset(self._peers()))
         for tagged in purging:
             assert isinstance(tagged, PurgeAction)
             await self._purge(tagged.action)

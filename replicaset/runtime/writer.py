@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import apsw
 import trio
 
 from replicaset.storage import (
@@ -71,17 +72,21 @@ class Writer:
         on_commit: Callable[[Sequence[Record]], None] = lambda records: None,
         on_flush: Callable[[list[Record]], None] = lambda records: None,
         on_synced: Callable[[bool], None] = lambda advanced: None,
+        space_check: Callable[[str, int], None] = lambda what, payload_bytes: None,
     ) -> None:
         """`on_commit` sees the rows of every local commit, before the flush that makes
         them durable; `on_flush` every batch, in log order, as it is flushed; `on_synced`
         every fsync of the WAL (the relays' durable cut moved), `advanced` when it made
-        rows durable that were not."""
+        rows durable that were not; `space_check(what, payload_bytes)` raises a
+        `WriteFailed` to refuse a WAL append of that many bytes, or a checkpoint, while the
+        disk is full (`runtime/disk.py`)."""
         self.engine = engine
         self._policy = group_commit
         self._fsync = fsync
         self._on_commit = on_commit
         self._on_flush = on_flush
         self._on_synced = on_synced
+        self._space_check = space_check
         self.token = trio.Semaphore(1)
         self.checkpoint_lock = trio.Lock()
         self._tickets: list[Ticket] = []
@@ -102,7 +107,9 @@ class Writer:
             return result, await self._commit(txn)
 
     async def execute_trusted(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult:
-        """A statement of the node itself (system tables), durable on return."""
+        """A statement of the node itself (system tables), durable on return. It passes a
+        full disk's guard, into the room the reserve leaves: a member restarted on a full
+        disk must still tell its peers its new address, once, in a few bytes."""
         async with self.token:
             txn = await self._begin()
             try:
@@ -110,8 +117,8 @@ class Writer:
             except SqlError:
                 self.engine.rollback(txn)
                 raise
-            ticket = await self._commit(txn)
-            await self._flush_now()
+            ticket = await self._commit(txn, space_checked=False)
+            await self._flush_now(space_checked=False)
         await ticket.wait()
         return result
 
@@ -218,7 +225,7 @@ class Writer:
         if self.engine.batch_kind not in (None, kind):
             await self._flush_now()
 
-    async def _commit(self, txn: LocalTxn) -> Ticket:
+    async def _commit(self, txn: LocalTxn, *, space_checked: bool = True) -> Ticket:
         committed = self.engine.commit(txn)
         if committed is not None:
             self._on_commit(committed.records)
@@ -227,7 +234,7 @@ class Writer:
         bound_reached = self._policy.add(sum(len(r.payload) for r in committed.records) if committed else 0)
         nobody_to_wait_for = not self._policy.max_delay_ms and self.token.statistics().tasks_waiting == 0
         if bound_reached or nobody_to_wait_for:
-            await self._flush_now()
+            await self._flush_now(space_checked=space_checked)
         else:
             self._wakeup.set()
         return ticket
@@ -314,17 +321,18 @@ class Writer:
             wal.synced(point)
         self._on_synced(point is not None)
 
-    async def _flush_now(self) -> None:
+    async def _flush_now(self, *, space_checked: bool = True) -> None:
         tickets, self._tickets = self._tickets, []
         self._policy.reset()
         if not tickets and not self.engine.batch_records:
             self.engine.flush()
             return
+        before_append = partial(self._space_check, "WAL write") if space_checked else None
         try:
             if self._fsync:
-                records = await self._in_thread(self.engine.flush)
+                records = await self._in_thread(self.engine.flush, before_append)
             else:
-                records = self.engine.flush()
+                records = self.engine.flush(before_append)
         except EngineFatal as exc:
             self.fatal = exc
             for ticket in tickets:
@@ -332,7 +340,8 @@ class Writer:
                 ticket.done.set()
             raise
         except Exception as exc:
-            failure = WriteFailed(f"WAL write failed, transaction rolled back: {exc}")
+            failure = exc if isinstance(exc, WriteFailed) else WriteFailed(
+                f"WAL write failed, transaction rolled back: {exc}")
             for ticket in tickets:
                 ticket.error = failure
                 ticket.done.set()
@@ -350,9 +359,13 @@ class Writer:
             return str(await self._checkpoint_now())
 
     async def _checkpoint_now(self) -> Path:
+        self._space_check("checkpoint", 0)
         async with self.token:
             await self._flush_now()
-        return await self._in_thread(self.engine.checkpoint, partial(trio.from_thread.run, self.sync_wal))
+        try:
+            return await self._in_thread(self.engine.checkpoint, partial(trio.from_thread.run, self.sync_wal))
+        except apsw.FullError as exc:  # larger than the room left: the partial copy is gone, the data untouched
+            raise WriteFailed(f"no space left on device: checkpoint failed, nothing changed: {exc}") from exc
 
     async def purge_tombstones(self, bound: Mapping[int, int]) -> Purged:
         """Between batches (what is pending is flushed first), in a thread: a purge of many

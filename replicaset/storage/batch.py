@@ -75,8 +75,11 @@ class Batches:
             batch = self.current = Batch(kind=kind, conn=conn, log_records=log_records)
         return batch
 
-    def flush(self) -> list[Record]:
-        """Make the open batch durable: the WAL first, then one SQLite commit."""
+    def flush(self, before_append: Callable[[int], None] | None = None) -> list[Record]:
+        """Make the open batch durable: the WAL first, then one SQLite commit.
+        `before_append(payload_bytes)` may refuse the batch (a full disk) by raising: it is
+        then rolled back as after a failed append, before the WAL holds anything SQLite
+        cannot commit."""
         batch, self.current = self.current, None
         if batch is None:
             return []
@@ -89,6 +92,8 @@ class Batches:
                 )
             if batch.log_records:
                 try:
+                    if before_append is not None:
+                        before_append(sum(len(record.payload) for record in records))
                     self._wal.append(records)
                 except Exception:
                     batch.conn.execute("ROLLBACK")

@@ -87,6 +87,9 @@ def make(
     partial.unlink(missing_ok=True)
     try:
         conn.execute("VACUUM INTO ?", (str(partial),))
+    except BaseException:
+        partial.unlink(missing_ok=True)  # a copy cut short (a full disk) must not hold the space it took
+        raise
     finally:
         conn.close()
     vclock = vclock_of(partial)

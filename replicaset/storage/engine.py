@@ -245,12 +245,13 @@ class Engine:
 
     # ------------------------------------------------------------------ durability
 
-    def flush(self) -> list[Record]:
-        """Make the batch durable: the WAL first, then one SQLite commit."""
+    def flush(self, before_append: Callable[[int], None] | None = None) -> list[Record]:
+        """Make the batch durable: the WAL first, then one SQLite commit; `before_append`
+        may refuse it (`Batches.flush`)."""
         batch = self._batches.current
         if batch is None:
             return []
-        records = self._batches.flush()
+        records = self._batches.flush(before_append)
         self.flushed_quorum_rows = batch.quorum_rows
         if self._schema.ddl_count != self._access_ddl_count:
             self._access_ddl_count = self._schema.ddl_count

@@ -104,3 +104,37 @@ def test_a_path_that_cannot_hold_a_database_names_itself(tmp_path):
     path.write_text("not a directory")
     with pytest.raises(MetaError, match=f"cannot open metastore '{path}'"):
         MetaStore.open(path)
+
+
+class _FailingDb:
+    """RocksDB after a write met a full disk: every write and the close's flush refused."""
+
+    def write(self, batch: object) -> None:
+        raise Exception("IO error: No space left on device: While appending to file: 000004.log")
+
+    def flush_wal(self, sync: bool) -> None:
+        raise Exception("IO error: Writer has previous error.")
+
+    def close(self) -> None:
+        raise Exception("IO error: Writer has previous error.")
+
+
+def test_a_failed_write_is_named_once_and_the_close_after_it_does_not_raise_again(tmp_path):
+    from replicaset.meta.store import MetaWriteFailed
+
+    store = MetaStore(tmp_path, _FailingDb())  # type: ignore[arg-type]
+    with pytest.raises(MetaWriteFailed, match="write failed: IO error: No space left on device") as first:
+        with store.batch(sync=False) as batch:
+            batch.put(b"/a", 1)
+    with pytest.raises(MetaWriteFailed) as later:
+        store.sync()
+    assert later.value is first.value is store.failed, "the first cause is what the member reports"
+    assert "restart the member once space is freed" in str(first.value)
+    store.close()  # the same condition, not a second failure
+
+
+def test_a_close_that_fails_on_its_own_raises_naming_the_store(tmp_path):
+    from replicaset.meta.store import MetaWriteFailed
+
+    with pytest.raises(MetaWriteFailed, match="close failed"):
+        MetaStore(tmp_path, _FailingDb()).close()  # type: ignore[arg-type]
