@@ -19,10 +19,12 @@
 (* coordinated by a remaining member, which applies it at once); every     *)
 (* other remaining member applies the change later, in its own time       *)
 (* (ApplyRemoval).  A member's view is the set before or after the change *)
-(* as it has applied it, and so is the set it follows: until it applies   *)
-(* the removal, a member still takes rows from Removed (COMMIT messages or *)
-(* its relay, including rows already in flight when Removed died); from   *)
-(* then on it refuses them (Receive: the upstream must be in its view).    *)
+(* as it has applied it.  It stops following Removed in a later step      *)
+(* (StopFollowing: the code stops the appliers of a removed member at its *)
+(* next look at _cluster, and a row already taken from Removed may still  *)
+(* wait for the writer): until then it still takes rows from Removed      *)
+(* (COMMIT messages or its relay, including rows in flight when Removed   *)
+(* died); from then on it refuses them (Receive).                         *)
 (* Rows of origin Removed that a remaining member holds still flow between *)
 (* remaining members (their relays ship every origin).                    *)
 (*                                                                         *)
@@ -35,20 +37,22 @@
 (* The rule (ResolveRemoved): a participant p that has applied the removal *)
 (* and holds the intent of a transaction t whose coordinator it no longer *)
 (* has in its view asks every member of its view.  Each member q answers  *)
-(* "no row" (AnswerNoRow) only once q itself has applied the removal and  *)
-(* only while q holds no row of t; a member that holds the row sends it    *)
+(* "no row" (AnswerNoRow) only once q itself has stopped following Removed *)
+(* and only while q holds no row of t; a member that holds the row sends it*)
 (* (Receive: it relays it), and p commits by applying it.  When every      *)
 (* member of p's view, p included, answered "no row", p aborts t.         *)
 (* Why it holds: a remaining member can get Removed's row directly only   *)
-(* before it applies the removal, so every answer given after applying it  *)
-(* is final for direct delivery; a row held by any remaining member came  *)
+(* before it stops following Removed, so every answer given after that is *)
+(* final for direct delivery; a row held by any remaining member came     *)
 (* from a first one that got it directly, and that member never answers   *)
 (* "no row".                                                              *)
 (*                                                                         *)
 (* Wrong variants: QuorumRemoval_AbortOnRemoval (abort once the removal is *)
 (* applied, asking nobody), QuorumRemoval_AnswerBeforeApplied (a member  *)
 (* answers "no row" before it has applied the removal, while it still      *)
-(* follows Removed); QuorumRemoval_QuorumAnswers (a quorum of the view    *)
+(* follows Removed), QuorumRemoval_AnswerBeforeStopped (a member answers  *)
+(* once it applied the removal, before it stopped following Removed: the  *)
+(* code's poll), QuorumRemoval_QuorumAnswers (a quorum of the view        *)
 (* answering "no row" is enough); QuorumRemoval_NoRule is the code today   *)
 (* (no rule: RemovedTxnsResolved fails, finding 4).                        *)
 (*                                                                         *)
@@ -78,6 +82,7 @@ Quorum(S) == Cardinality(S) \div 2 + 1
 VARIABLES
     removedUp,    \* Removed's process runs (FALSE once killed: it never comes back)
     applier,      \* applier: the remaining members that applied the removal
+    stopped,      \* stopped: the remaining members that stopped following Removed
     intent,       \* intent[m]: the transaction whose intent holds the key on m, or NoTxn
     applied,      \* applied[m]: the transactions whose row m holds (its vclock)
     aborted,      \* aborted[m]: the transactions m aborted
@@ -86,7 +91,7 @@ VARIABLES
     decision,     \* decision[t]: "none" | "commit" | "abort", at the coordinator
     noRow         \* noRow[p][t]: members that answered p "no row of t" (after applying the removal)
 
-vars == <<removedUp, applier, intent, applied, aborted, txn, votes, decision, noRow>>
+vars == <<removedUp, applier, stopped, intent, applied, aborted, txn, votes, decision, noRow>>
 
 -----------------------------------------------------------------------------
 RemovalCommitted == applier # {}
@@ -107,7 +112,7 @@ CoordRemovedFor(m, t) == Coord(t) \notin View(m)
 (* Rules the implementation chooses; each wrong variant replaces one.      *)
 
 (* May q answer p's question "do you hold t's row?" with "no row"? *)
-MayAnswerNoRow(q, p, t) == q \in applier
+MayAnswerNoRow(q, p, t) == q \in stopped
 (* May p abort t, whose coordinator was removed? *)
 MayResolveAbort(p, t) == View(p) \subseteq noRow[p][t]
 
@@ -115,6 +120,7 @@ MayResolveAbort(p, t) == View(p) \subseteq noRow[p][t]
 Init ==
     /\ removedUp = TRUE
     /\ applier = {}
+    /\ stopped = {}
     /\ intent = [m \in Members |-> NoTxn]
     /\ applied = [m \in Members |-> {}]
     /\ aborted = [m \in Members |-> {}]
@@ -133,7 +139,7 @@ ApplyRow(m, t) ==
 Begin(t, c) ==
     /\ c \in Coordinators /\ ~Begun(t) /\ Active(c)
     /\ txn' = [txn EXCEPT ![t] = [coord |-> c, members |-> View(c)]]
-    /\ UNCHANGED <<removedUp, applier, intent, applied, aborted, votes, decision, noRow>>
+    /\ UNCHANGED <<removedUp, applier, stopped, intent, applied, aborted, votes, decision, noRow>>
 
 (* Member p handles PREPARE(t): the member set is its view (R1), no intent *)
 (* holds the key; it places the intent.  The answer reaches the           *)
@@ -146,7 +152,7 @@ Prepare(p, t) ==
     /\ t \notin applied[p] /\ t \notin aborted[p]
     /\ intent' = [intent EXCEPT ![p] = t]
     /\ votes' = IF CoordUp(t) THEN [votes EXCEPT ![t] = @ \cup {p}] ELSE votes
-    /\ UNCHANGED <<removedUp, applier, applied, aborted, txn, decision, noRow>>
+    /\ UNCHANGED <<removedUp, applier, stopped, applied, aborted, txn, decision, noRow>>
 
 (* The coordinator decides COMMIT with a quorum of the member set: the row *)
 (* is in its WAL and applied there.                                        *)
@@ -155,7 +161,7 @@ DecideCommit(t) ==
     /\ Cardinality(votes[t] \cap txn[t].members) >= Quorum(txn[t].members)
     /\ decision' = [decision EXCEPT ![t] = "commit"]
     /\ ApplyRow(Coord(t), t)
-    /\ UNCHANGED <<removedUp, applier, aborted, txn, votes, noRow>>
+    /\ UNCHANGED <<removedUp, applier, stopped, aborted, txn, votes, noRow>>
 
 (* The coordinator decides ABORT (a timeout, CONFLICT answers, or a        *)
 (* participant's question): no row.                                       *)
@@ -164,7 +170,7 @@ DecideAbort(t) ==
     /\ decision' = [decision EXCEPT ![t] = "abort"]
     /\ aborted' = [aborted EXCEPT ![Coord(t)] = @ \cup {t}]
     /\ intent' = [intent EXCEPT ![Coord(t)] = IF @ = t THEN NoTxn ELSE @]
-    /\ UNCHANGED <<removedUp, applier, applied, txn, votes, noRow>>
+    /\ UNCHANGED <<removedUp, applier, stopped, applied, txn, votes, noRow>>
 
 (* A participant asks its coordinator, which decides ABORT if undecided. *)
 QueryDecision(p, t) ==
@@ -180,25 +186,24 @@ ParticipantAbort(p, t) ==
     /\ CoordUp(t) \/ \E q \in Remaining : t \in aborted[q]
     /\ aborted' = [aborted EXCEPT ![p] = @ \cup {t}]
     /\ intent' = [intent EXCEPT ![p] = NoTxn]
-    /\ UNCHANGED <<removedUp, applier, applied, txn, votes, decision, noRow>>
+    /\ UNCHANGED <<removedUp, applier, stopped, applied, txn, votes, decision, noRow>>
 
 (* t's row reaches remaining member m from member q that holds it: the     *)
 (* coordinator's COMMIT or relay (rows in flight from Removed arrive even  *)
-(* after it died), or another member's relay.  m takes rows only from an   *)
-(* upstream in its view: once it applied the removal, none from Removed.  *)
-(* The check is made when the row is applied, against the view the        *)
-(* removal changes.                                                        *)
+(* after it died), or another member's relay.  Once m stopped following   *)
+(* Removed it takes no row from it (one taken before and still queued for *)
+(* the writer counts as not stopped yet).                                 *)
 Receive(m, q, t) ==
-    /\ m \in Remaining /\ q # m /\ q \in View(m)
+    /\ m \in Remaining /\ q # m /\ (q \in Remaining \/ m \notin stopped)
     /\ t \in applied[q] /\ t \notin applied[m]
     /\ ApplyRow(m, t)
-    /\ UNCHANGED <<removedUp, applier, aborted, txn, votes, decision, noRow>>
+    /\ UNCHANGED <<removedUp, applier, stopped, aborted, txn, votes, decision, noRow>>
 
 (* Removed is killed: it never comes back, its data is gone. *)
 Kill ==
     /\ removedUp
     /\ removedUp' = FALSE
-    /\ UNCHANGED <<applier, intent, applied, aborted, txn, votes, decision, noRow>>
+    /\ UNCHANGED <<applier, stopped, intent, applied, aborted, txn, votes, decision, noRow>>
 
 (* The removal commits, coordinated by remaining member c, which applies   *)
 (* it.  R2 lets the members vote for it: every pending transaction is of  *)
@@ -206,14 +211,20 @@ Kill ==
 CommitRemoval(c) ==
     /\ c \in Remaining /\ ~RemovalCommitted
     /\ applier' = {c}
-    /\ UNCHANGED <<removedUp, intent, applied, aborted, txn, votes, decision, noRow>>
+    /\ UNCHANGED <<removedUp, stopped, intent, applied, aborted, txn, votes, decision, noRow>>
 
-(* Remaining member m applies the removal: its view shrinks, it stops      *)
-(* following Removed.                                                      *)
+(* Remaining member m applies the removal: its view shrinks.               *)
 ApplyRemoval(m) ==
     /\ RemovalCommitted /\ m \in Remaining \ applier
     /\ applier' = applier \cup {m}
-    /\ UNCHANGED <<removedUp, intent, applied, aborted, txn, votes, decision, noRow>>
+    /\ UNCHANGED <<removedUp, stopped, intent, applied, aborted, txn, votes, decision, noRow>>
+
+(* Then it stops following Removed: its appliers of Removed stop, and      *)
+(* nothing they took is left waiting for the writer.                       *)
+StopFollowing(m) ==
+    /\ m \in applier \ stopped
+    /\ stopped' = stopped \cup {m}
+    /\ UNCHANGED <<removedUp, applier, intent, applied, aborted, txn, votes, decision, noRow>>
 
 (* p asks about t (it applied the removal, holds t's intent, t's          *)
 (* coordinator is out of its view); q answers "no row": it holds none.    *)
@@ -223,7 +234,7 @@ AnswerNoRow(q, p, t) ==
     /\ t \notin applied[q]
     /\ MayAnswerNoRow(q, p, t)
     /\ noRow' = [noRow EXCEPT ![p][t] = @ \cup {q}]
-    /\ UNCHANGED <<removedUp, applier, intent, applied, aborted, txn, votes, decision>>
+    /\ UNCHANGED <<removedUp, applier, stopped, intent, applied, aborted, txn, votes, decision>>
 
 (* Every member of p's view answered "no row": p aborts t. *)
 ResolveRemoved(p, t) ==
@@ -231,13 +242,14 @@ ResolveRemoved(p, t) ==
     /\ MayResolveAbort(p, t)
     /\ aborted' = [aborted EXCEPT ![p] = @ \cup {t}]
     /\ intent' = [intent EXCEPT ![p] = NoTxn]
-    /\ UNCHANGED <<removedUp, applier, applied, txn, votes, decision, noRow>>
+    /\ UNCHANGED <<removedUp, applier, stopped, applied, txn, votes, decision, noRow>>
 
-(* The end of a run: the removal applied everywhere, no remaining member   *)
-(* holds an intent, the remaining members hold the same rows.  Any other  *)
-(* state without a successor is a deadlock.                               *)
+(* The end of a run: the removal applied everywhere and Removed followed  *)
+(* by none, no remaining member holds an intent, the remaining members    *)
+(* hold the same rows.  Any other state without a successor is a         *)
+(* deadlock.                                                              *)
 Terminated ==
-    /\ applier = Remaining
+    /\ stopped = Remaining
     /\ \A m \in Remaining : intent[m] = NoTxn
     /\ \A m, q \in Remaining : applied[m] = applied[q]
     /\ UNCHANGED vars
@@ -250,14 +262,14 @@ Next ==
     \/ \E m, q \in Members, t \in Txns : Receive(m, q, t) \/ AnswerNoRow(q, m, t)
     \/ Kill
     \/ \E c \in Members : CommitRemoval(c)
-    \/ \E m \in Members : ApplyRemoval(m)
+    \/ \E m \in Members : ApplyRemoval(m) \/ StopFollowing(m)
     \/ Terminated
 
 (* Fairness for what remaining members do; none for Removed (it may hang   *)
 (* or die) and none for the removal to commit (the properties start from *)
 (* it).                                                                   *)
 Fairness ==
-    /\ \A m \in Remaining : WF_vars(ApplyRemoval(m))
+    /\ \A m \in Remaining : WF_vars(ApplyRemoval(m)) /\ WF_vars(StopFollowing(m))
     /\ \A m \in Remaining, q \in Remaining, t \in Txns : WF_vars(Receive(m, q, t))
     /\ \A t \in Txns : WF_vars(Coord(t) \in Remaining /\ (DecideCommit(t) \/ DecideAbort(t)))
     /\ \A p, q \in Remaining, t \in Txns :
@@ -275,6 +287,7 @@ FairSpec == Spec /\ Fairness
 TypeOK ==
     /\ removedUp \in BOOLEAN
     /\ applier \subseteq Remaining
+    /\ stopped \subseteq applier
     /\ intent \in [Members -> Txns \cup {NoTxn}]
     /\ applied \in [Members -> SUBSET Txns]
     /\ aborted \in [Members -> SUBSET Txns]
@@ -297,11 +310,11 @@ Acked(t) == Begun(t) /\ Cardinality({m \in txn[t].members : t \in applied[m]}) >
 NoAckedAborted ==
     \A t \in Txns : Acked(t) => \A m \in Members : t \notin aborted[m]
 
-(* The remaining members converge: once the removal is applied everywhere *)
-(* and no remaining member holds an intent or can take a row from another, *)
+(* The remaining members converge: once every one stopped following       *)
+(* Removed, none holds an intent and none can take a row from another,    *)
 (* they hold the same rows.                                               *)
 Quiet ==
-    /\ applier = Remaining
+    /\ stopped = Remaining
     /\ \A m \in Remaining : intent[m] = NoTxn
     /\ ~\E m, q \in Remaining, t \in Txns : ENABLED Receive(m, q, t)
 ConvergedWhenQuiet ==

@@ -128,6 +128,7 @@ CONFIGS: tuple[Config, ...] = (
     _correct("QuorumRemoval", "_live"),
     _wrong("QuorumRemoval", "AbortOnRemoval", "NoSplitDecision"),
     _wrong("QuorumRemoval", "AnswerBeforeApplied", "NoSplitDecision"),
+    _wrong("QuorumRemoval", "AnswerBeforeStopped", "NoSplitDecision"),
     _wrong("QuorumRemoval", "QuorumAnswers", "NoSplitDecision"),
     # The code today (finding 4): a property, not an invariant, fails; outside CI, since
     # tests/specs judges small wrong variants by an invariant (about 2 s).
