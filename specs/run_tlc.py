@@ -76,12 +76,13 @@ def _correct(spec: str, suffix: str = "", *, deep: bool = False) -> Config:
     return Config(name=spec + suffix, module=spec, spec=spec, deep=deep)
 
 
-def _wrong(spec: str, variant: str, violation: str, *, module: str | None = None) -> Config:
+def _wrong(spec: str, variant: str, violation: str, *, module: str | None = None, deep: bool = False) -> Config:
     return Config(
         name=f"{spec}_{variant}",
         module=module or f"{spec}_{variant}",
         spec=spec,
         violation=violation,
+        deep=deep,
     )
 
 
@@ -124,12 +125,14 @@ CONFIGS: tuple[Config, ...] = (
     _correct("QuorumCommit", "_deep", deep=True),
     _correct("QuorumCommit", "_deep_live", deep=True),
     # Removing a member under QUORUM writes: a removed coordinator's pending transactions.
+    # Until the code follows it, CI checks the rule and its subtlest wrong variant; the rest
+    # (about 10 s more) runs with `make specs-deep`.
     _correct("QuorumRemoval"),
-    _correct("QuorumRemoval", "_live"),
-    _wrong("QuorumRemoval", "AbortOnRemoval", "NoSplitDecision"),
-    _wrong("QuorumRemoval", "AnswerBeforeApplied", "NoSplitDecision"),
+    _correct("QuorumRemoval", "_live", deep=True),
+    _wrong("QuorumRemoval", "AbortOnRemoval", "NoSplitDecision", deep=True),
+    _wrong("QuorumRemoval", "AnswerBeforeApplied", "NoSplitDecision", deep=True),
     _wrong("QuorumRemoval", "AnswerBeforeStopped", "NoSplitDecision"),
-    _wrong("QuorumRemoval", "QuorumAnswers", "NoSplitDecision"),
+    _wrong("QuorumRemoval", "QuorumAnswers", "NoSplitDecision", deep=True),
     # The code today (finding 4): a property, not an invariant, fails; outside CI, since
     # tests/specs judges small wrong variants by an invariant (about 2 s).
     Config(name="QuorumRemoval_NoRule", module="QuorumRemoval_NoRule", spec="QuorumRemoval",
