@@ -209,14 +209,3 @@ def guest_rights(users: Mapping[str, User], guest_enabled: bool) -> Rights | Non
         return None
     configured = users.get(GUEST)
     return configured.rights if configured is not None else no_rights(GUEST)
-
-
-def redacted(users: Mapping[str, Any]) -> dict[str, Any]:
-    """`[auth] users` as `box.cfg` shows it: everything but passwords."""
-    shown: dict[str, Any] = {}
-    for name, entry in users.items():
-        if isinstance(entry, Mapping):
-            shown[name] = {k: ("<hidden>" if k in ("password", "password_hash") else v) for k, v in entry.items()}
-        else:
-            shown[name] = "<hidden>"
-    return shown

@@ -28,7 +28,21 @@ class Option:
     kind: type | tuple[type, ...]
     check: Callable[[Any], bool] = lambda _: True
     rule: str = ""
-    secret: bool = False  # `box.cfg` shows that it is set, never its value
+    # What `box.cfg` shows instead of the value, for options holding secrets: any client
+    # that may EVAL reads `box.cfg`.
+    shown: Callable[[Any], Any] | None = None
+
+
+def _hidden(value: Any) -> Any:
+    """A secret says only whether it is set."""
+    return HIDDEN if value else value
+
+
+def _users_shown(users: Mapping[str, Any]) -> dict[str, Any]:
+    """`[auth] users` with every password hidden, grants and privileges shown."""
+    return {name: {k: HIDDEN if k in ("password", "password_hash") else v for k, v in entry.items()}
+            if isinstance(entry, Mapping) else HIDDEN
+            for name, entry in users.items()}
 
 
 def _positive(value: Any) -> bool:
@@ -98,7 +112,7 @@ OPTIONS: dict[str, Option] = {
     "cluster.gossip_fanout": Option(3, int, lambda v: v >= 0, ">= 0"),
     "cluster.suspect_timeout_ms": Option(5000, int, _positive, "> 0 ms"),
     "cluster.dead_timeout_ms": Option(10000, int, _positive, "> 0 ms"),
-    "cluster.cluster_secret": Option("", str, secret=True),
+    "cluster.cluster_secret": Option("", str, shown=_hidden),
     "cluster.cluster_secret_file": Option("", str),
     "tls.cert_file": Option("", str),
     "tls.key_file": Option("", str),
@@ -112,7 +126,7 @@ OPTIONS: dict[str, Option] = {
     "sql.statement_timeout_s": Option(10.0, (int, float), lambda v: v >= 0, ">= 0 seconds (0: no limit)"),
     "sql.auto_id_mode": Option("compact", str, lambda v: v in ("compact", "extended"), "compact or extended"),
     "auth.users": Option({}, dict, _users, "a table of user = password or user = { password, grants, "
-                         "privileges } (docs/access-control.md)"),
+                         "privileges } (docs/access-control.md)", shown=_users_shown),
     "auth.guest": Option(True, bool),
     "debug.check_invariants": Option(False, bool),
     "debug.trace_file": Option("", str),
@@ -136,9 +150,8 @@ class Config:
             raise AttributeError(name) from None
 
     def as_dict(self) -> dict[str, Any]:
-        """What `box.cfg` shows: a secret option says only whether it is set, since any
-        client that may EVAL reads it."""
-        return {name: HIDDEN if value and name in OPTIONS and OPTIONS[name].secret else value
+        """What `box.cfg` shows: the values, secrets hidden (`Option.shown`)."""
+        return {name: shown(value) if (shown := OPTIONS[name].shown if name in OPTIONS else None) else value
                 for name, value in self._values.items()}
 
 

@@ -716,17 +716,11 @@ class Node:
     async def console(self, expr: str) -> Any:
         values: dict[str, Callable[[], Any]] = {
             "box.info": self.info,
-            "box.cfg": self._shown_config,
+            "box.cfg": self.config.as_dict,
         }
         actions: dict[str, Callable[..., Awaitable[Any]]] = {"box.snapshot": self._snapshot,
                                                              "box.remove": self.remove_member}
         return await console.evaluate(expr, values, actions)
-
-    def _shown_config(self) -> dict[str, Any]:
-        """`box.cfg` without the passwords in `[auth] users`."""
-        shown = self.config.as_dict()
-        shown["auth.users"] = access.redacted(shown["auth.users"])
-        return shown
 
     async def _snapshot(self) -> str:
         await self.writer.checkpoint()

@@ -62,6 +62,13 @@ class Ticket:
             raise self.error
 
 
+def _settle(tickets: list[Ticket], error: Exception | None = None) -> None:
+    """Wake every waiter of a flushed batch, or of one that failed with `error`."""
+    for ticket in tickets:
+        ticket.error = error
+        ticket.done.set()
+
+
 class Writer:
     def __init__(
         self,
@@ -210,11 +217,9 @@ class Writer:
         run them again."""
         tickets, self._tickets = self._tickets, []
         self._policy.reset()
-        failure = CascadeRollback("transaction rolled back before it was durable: it shared a group commit with another "
-                              "client's statement stopped at sql.statement_timeout_s; run it again")
-        for ticket in tickets:
-            ticket.error = failure
-            ticket.done.set()
+        _settle(tickets, CascadeRollback("transaction rolled back before it was durable: it shared a group commit "
+                                         "with another client's statement stopped at sql.statement_timeout_s; run it "
+                                         "again"))
 
     async def _begin(self, *, quorum: bool = False) -> LocalTxn:
         """A transaction in the local batch, after flushing a batch of applied rows."""
@@ -335,19 +340,13 @@ class Writer:
                 records = self.engine.flush(before_append)
         except EngineFatal as exc:
             self.fatal = exc
-            for ticket in tickets:
-                ticket.error = exc
-                ticket.done.set()
+            _settle(tickets, exc)
             raise
         except Exception as exc:
-            failure = exc if isinstance(exc, WriteFailed) else WriteFailed(
-                f"WAL write failed, transaction rolled back: {exc}")
-            for ticket in tickets:
-                ticket.error = failure
-                ticket.done.set()
+            _settle(tickets, exc if isinstance(exc, WriteFailed) else WriteFailed(
+                f"WAL write failed, transaction rolled back: {exc}"))
             return
-        for ticket in tickets:
-            ticket.done.set()
+        _settle(tickets)
         if records:
             self._on_flush(records)
 
