@@ -14,6 +14,10 @@ from wal import fsync_path
 FILE_NAME = "instance.toml"
 # Kept from the join until a majority of members hold the joiner's `_cluster` row (DESIGN 4.7).
 PENDING_REGISTRATION_FILE = "registration.toml"
+# The member a join went through, followed by its UUID until `_cluster` names it: the
+# checkpoint the joiner got may be old enough that every member its `_cluster` names has
+# been replaced since (`JoinUpstream`).
+JOIN_UPSTREAM_FILE = "join_upstream.toml"
 # Kept while a join is under way (`Joining`): a join started again after a crash registers
 # the same instance UUID, and so gets the same id, instead of leaving behind an id no
 # instance will ever use, which would count in every majority from then on.
@@ -110,6 +114,35 @@ def load_pending_registration(data_dir: Path) -> PendingRegistration | None:
 
 def clear_pending_registration(data_dir: Path) -> None:
     (data_dir / PENDING_REGISTRATION_FILE).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JoinUpstream:
+    """The member a join took its checkpoint from. A checkpoint may predate every member
+    registered now (members removed and replaced since: `tools/chaos.py --seed 4 --faults
+    remove-rejoin`), and its `_cluster` would then name only addresses where other
+    instances answer: the joiner follows this member until its own `_cluster` names it."""
+
+    uuid: str
+    address: str
+
+    def save(self, data_dir: Path) -> None:
+        write_durably(data_dir / JOIN_UPSTREAM_FILE, f'uuid = "{self.uuid}"\naddress = "{self.address}"\n')
+
+    @classmethod
+    def load(cls, data_dir: Path) -> JoinUpstream | None:
+        path = data_dir / JOIN_UPSTREAM_FILE
+        try:
+            doc = tomllib.loads(path.read_text())
+            return cls(uuid=str(uuid.UUID(doc["uuid"])), address=str(doc["address"]))
+        except FileNotFoundError:
+            return None
+        except (OSError, KeyError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
+            raise IdentityError(f"{path} is unreadable: {exc}") from exc
+
+    @staticmethod
+    def clear(data_dir: Path) -> None:
+        (data_dir / JOIN_UPSTREAM_FILE).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -593,7 +593,8 @@ class Simulation:
                     "table": self._traced_table(member), **swim_view, "t": self.now_s})
         if member.records is not None:  # as the server's QuorumHost.run: settle what the crash left
             assert member.driver is not None and member.engine is not None
-            await self._do(member, member.records.restart(member.driver, member.engine, self.now_s))
+            view = frozenset(self.members)
+            await self._do(member, member.records.restart(member.driver, member.engine, self.now_s, view))
             self._at(SYNC_AFTER_S, "sync", member.id, member.incarnation)
 
     async def _crash(self, member: Member, *, os_crash: bool) -> None:

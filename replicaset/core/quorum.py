@@ -26,6 +26,10 @@ Theory of operation (`specs/QuorumCommit.tla`; methods and actions carry its nam
   coordinator it asks the coordinator and the other members (spec OnTimeout), once per
   `timeout_s`; members that learned the decision pass it on. It releases its intents when
   it learns ABORT (spec ParticipantAbort) or applies the row.
+- A coordinator removed from the set answers no more (`specs/QuorumRemoval.tla`). Once a
+  participant stopped following it, it asks every member of its view for the row
+  (`QueryRow`); a holder sends COMMIT, a member that stopped following it too and holds
+  none says NoRow, and the participant aborts when every member said NoRow.
 - The client hears COMMIT once `needed(level, total)` members, the coordinator included,
   hold the row durably (`acked`), and a typed error as soon as its transaction aborts.
 
@@ -238,8 +242,39 @@ class QueryDecision:
     ask: frozenset[int]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryRow:
+    """Ask `ask` whether they hold the row of `txn_id`, whose `coordinator` was removed
+    from the set (`specs/QuorumRemoval.tla`): a holder sends COMMIT, a member that stopped
+    following the coordinator and holds no row says so (`NoRow`)."""
+
+    txn_id: int
+    coordinator: int
+    ask: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoRow:
+    """The answer to a QueryRow (spec AnswerNoRow): this member stopped following the
+    removed coordinator and holds no row of `txn_id`; none will reach it from now on but
+    through a member that holds it."""
+
+    txn_id: int
+    to: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolveRemoved:
+    """Every member of the view said NoRow (spec ResolveRemoved): the participant aborted
+    the removed coordinator's transaction and released its intents; the host records the
+    ABORT."""
+
+    txn_id: int
+    coordinator: int
+
+
 Action = (SendPrepare | DecideCommit | SendCommit | DecideAbort | SendAbort | ReleaseIntents | SendDecision
-          | AckClient | FailClient | QueryDecision)
+          | AckClient | FailClient | QueryDecision | QueryRow | NoRow | ResolveRemoved)
 
 
 # ---------------------------------------------------------------- coordinator
@@ -718,25 +753,39 @@ class Intents:
 
 @dataclass
 class PendingTxn:
-    """A transaction prepared here and not finished. The times are memory only."""
+    """A transaction prepared here and not finished. The times are memory only, and so is
+    what a removed coordinator's transaction was told: `orphaned` is the view to ask once
+    this member stopped following the coordinator, `no_row` who answered NoRow (a crash
+    loses them, and the members are asked again)."""
 
     coordinator: int
     members: frozenset[int]
     heard_s: float
     asked_s: float | None = None
+    orphaned: frozenset[int] | None = None
+    no_row: set[int] = field(default_factory=set)
 
 
 @dataclass
 class Participant:
     """One member's side of every transaction that sent it PREPARE. `outcomes` is what it
     knows of each transaction's decision: learned, or seen in the row it applied (durable
-    with the intents, in the metastore)."""
+    with the intents, in the metastore).
+
+    A removed coordinator (`specs/QuorumRemoval.tla`, docs/design/quorum-removal.md) can
+    no longer answer for its transactions. `following` is whom this member may still take
+    rows from directly: every member of a view it was shown since it started (None until
+    `restart` says which), less those it stopped following (`stop_following`). Once it
+    stopped following a removed coordinator it asks every member of its view whether it
+    holds the row (`QueryRow`); a member answers NoRow only once it stopped following that
+    coordinator too, and the transaction aborts when every member of the view said so."""
 
     member: int
     timeout_s: float
     intents: IntentTable = field(default_factory=Intents)
     pending: dict[int, PendingTxn] = field(default_factory=dict)
     outcomes: dict[int, Decision] = field(default_factory=dict)
+    following: set[int] | None = None
 
     def __str__(self) -> str:
         return f"participant {self.member}"
@@ -757,6 +806,7 @@ class Participant:
         pending (R2: the joiners of later changes then catch up to that transaction's row);
         and, `active` false, not at all until it has caught up after its own join (R3).
         Its vote for a membership change carries `held`, what it holds durably (R3)."""
+        self._shown(view)
         if txn_id in self.outcomes or row_applied:
             return None
         change = is_membership_change(reads)
@@ -790,17 +840,93 @@ class Participant:
 
     def tick(self, now_s: float) -> list[Action]:
         """Spec OnTimeout: ask, never abort. A transaction known committed waits for its row;
-        one this member coordinates is its own Coordinator's to settle."""
+        one this member coordinates is its own Coordinator's to settle. A removed
+        coordinator's transaction is asked about at once, of every member of the view that
+        has not said NoRow, then once per `timeout_s`."""
         actions: list[Action] = []
         for txn_id, txn in self.pending.items():
-            if txn_id in self.outcomes or txn.coordinator == self.member or now_s - txn.heard_s < self.timeout_s:
+            if txn.coordinator == self.member or (txn.orphaned is None and txn_id in self.outcomes):
+                continue
+            if txn.orphaned is None and now_s - txn.heard_s < self.timeout_s:
                 continue
             if txn.asked_s is not None and now_s - txn.asked_s < self.timeout_s:
                 continue
             txn.asked_s = now_s
-            ask = (txn.members | {txn.coordinator}) - {self.member}
-            actions.append(QueryDecision(txn_id=txn_id, ask=ask))
+            if txn.orphaned is None:
+                actions.append(QueryDecision(txn_id=txn_id, ask=(txn.members | {txn.coordinator}) - {self.member}))
+            elif ask := txn.orphaned - txn.no_row - {self.member}:
+                actions.append(QueryRow(txn_id=txn_id, coordinator=txn.coordinator, ask=frozenset(ask)))
         return actions
+
+    def view_changed(self, view: frozenset[int]) -> None:
+        """The registered members as the host sees them now: a member that joined is one
+        whose rows this member may take from now on."""
+        self._shown(view)
+
+    def stop_following(self, now_s: float, member: int, view: frozenset[int]) -> None:
+        """Spec StopFollowing: `member` was removed (`view` no longer holds it) and this
+        member takes no more rows from it: its relay and COMMITs are refused, and what they
+        brought before is applied. Only now may it answer NoRow about `member`'s
+        transactions, and ask about its own pending ones (asking at the removal alone is
+        `QuorumRemoval_AnswerBeforeStopped`); the next `tick` asks."""
+        if member in view:
+            raise LocalProtocolError(f"{self}: member {member} stopped being followed while in {sorted(view)}")
+        self._shown(view)
+        assert self.following is not None
+        self.following.discard(member)
+        for txn in self.pending.values():
+            if txn.coordinator == member and txn.orphaned is None:
+                txn.orphaned, txn.asked_s = view, None
+
+    def row_query(self, now_s: float, txn_id: int, coordinator: int, asker: int, view: frozenset[int],
+                  row: RowHere) -> list[Action]:
+        """`asker` wants to know whether this member holds the row of `txn_id`, whose
+        `coordinator` it no longer has in its view. The row, durable here, is a COMMIT (the
+        relay brings the row itself); an ABORT known is passed on; NoRow (spec AnswerNoRow)
+        only once this member stopped following `coordinator` itself and holds no row,
+        written or durable. A COMMIT learned without the row is no row: the removed
+        coordinator may have decided it and died before its row reached anyone. Otherwise
+        no answer: the asker asks again."""
+        self._shown(view)
+        if row is RowHere.DURABLE:
+            return [SendDecision(txn_id=txn_id, to=asker, decision=Decision.COMMIT)]
+        if self.outcomes.get(txn_id) is Decision.ABORT:
+            return [SendDecision(txn_id=txn_id, to=asker, decision=Decision.ABORT)]
+        if row is RowHere.WRITTEN or not self._stopped(coordinator, view):
+            return []
+        return [NoRow(txn_id=txn_id, to=asker)]
+
+    def no_row(self, now_s: float, txn_id: int, member: int, view: frozenset[int]) -> list[Action]:
+        """Spec ResolveRemoved: `member` holds no row of `txn_id`, and never will but through
+        a member that holds it. Once every member of the view, this one included, said so,
+        nobody holds the row and nobody will: the transaction aborts here. A quorum of the
+        view is not enough (`QuorumRemoval_QuorumAnswers`): the one holder may be the
+        member that has not answered.
+
+        A COMMIT this member learned without the row (`decision_learned`) does not stop
+        it: the spec's participants learn a commit only from the row. Its coordinator
+        decided it and was removed before the row reached any remaining member, so no
+        client was acknowledged (a quorum of its members, one of them remaining, would hold
+        the row) and the row is gone with the removed member's data."""
+        self._shown(view)
+        txn = self.pending.get(txn_id)
+        if txn is None or txn.orphaned is None or self.outcomes.get(txn_id) is Decision.ABORT:
+            return []
+        txn.no_row.add(member)
+        txn.orphaned = view
+        if not self._stopped(txn.coordinator, view) or not view - {self.member} <= txn.no_row:
+            return []
+        self.outcomes.pop(txn_id, None)
+        self.abort(txn_id)
+        return [ResolveRemoved(txn_id=txn_id, coordinator=txn.coordinator)]
+
+    def _stopped(self, member: int, view: frozenset[int]) -> bool:
+        """Spec MayAnswerNoRow: this member will take no row from `member` directly any more."""
+        return self.following is not None and member not in self.following and member not in view
+
+    def _shown(self, view: frozenset[int]) -> None:
+        if self.following is not None:
+            self.following |= view
 
     def query_decision(self, now_s: float, txn_id: int, asker: int) -> list[Action]:
         """Another member asks: pass on a decision learned, never make one."""
@@ -833,11 +959,15 @@ class Participant:
             if txn_id not in self.pending:
                 self.outcomes.pop(txn_id, None)
 
-    def restart(self, now_s: float) -> None:
+    def restart(self, now_s: float, view: frozenset[int]) -> None:
         """A crash loses the times; the intents and outcomes are durable. Every pending
-        transaction gets a full `timeout_s` before this member asks about it."""
+        transaction gets a full `timeout_s` before this member asks about it, but one whose
+        coordinator is not in `view`: a member removed before the restart is followed no
+        more from the start, so its transactions are asked about at once."""
+        self.following = set(view)
         for txn in self.pending.values():
-            txn.heard_s, txn.asked_s = now_s, None
+            txn.heard_s, txn.asked_s, txn.no_row = now_s, None, set()
+            txn.orphaned = view if txn.coordinator not in view else None
 
     def _learn(self, txn_id: int, decision: Decision) -> None:
         known = self.outcomes.setdefault(txn_id, decision)
@@ -851,5 +981,7 @@ class Participant:
     def check_invariants(self) -> None:
         self.intents.check_invariants()
         assert set(self.intents.keys) <= set(self.pending), "an intent belongs to a pending transaction"
-        for txn_id in self.pending:
+        for txn_id, txn in self.pending.items():
             assert self.outcomes.get(txn_id) is not Decision.ABORT, "an intent's transaction is live"
+            assert txn.orphaned is None or (self.following is not None and txn.coordinator not in self.following), (
+                "a transaction is asked about by its row only once its coordinator is followed no more")

@@ -34,6 +34,9 @@ class PeerRequest(IntEnum):
     # The dialer's proof that it holds the cluster secret, sent right after the greeting
     # (`peer_auth.py`); the answer carries the server's proof.
     PEER_AUTH = PRIVATE_REQUEST_TYPE_MIN + 11
+    # "Do you hold this transaction's row?", about a removed coordinator's transaction
+    # (`specs/QuorumRemoval.tla`): DECISION "commit", "abort", "no_row", or nil.
+    TXN_QUERY_ROW = PRIVATE_REQUEST_TYPE_MIN + 12
 
 
 class PeerKey(IntEnum):
@@ -53,7 +56,7 @@ class PeerKey(IntEnum):
     READS = 0x7D  # [[table, key, hlc, origin], ...]: each key's version as read
     VOTE = 0x7E  # PREPARE's answer: "prepared", "conflict", or nil (the outcome is known)
     CONFLICT = 0x7F  # [table, key, holder txn id or nil]
-    DECISION = 0x80  # "commit", "abort", or nil (none known)
+    DECISION = 0x80  # "commit", "abort", or nil (none known); "no_row" answers TXN_QUERY_ROW
     TXN_IDS = 0x81  # [txn id, ...]
     BARRIER = 0x82  # {origin: lsn}: what a joiner holds before it votes (MembershipQuorum R3)
     HELD = 0x83  # {origin: lsn}: what a member voting for a membership change holds durably

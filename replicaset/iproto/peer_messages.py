@@ -233,10 +233,10 @@ def txn_commit(frame: Frame) -> tuple[TxnRequest, Record]:
     return request, records[0]
 
 
-def txn_query(frame: Frame) -> tuple[TxnRequest, int]:
-    """QUERY: the transaction and its coordinator."""
-    coordinator = _Body(frame, "QUERY").integer(PeerKey.COORDINATOR, "COORDINATOR", INSTANCE_ID_MIN, INSTANCE_ID_MAX)
-    return txn_request(frame, "QUERY"), coordinator
+def txn_query(frame: Frame, name: str = "QUERY") -> tuple[TxnRequest, int]:
+    """QUERY and QUERY_ROW: the transaction and its coordinator."""
+    coordinator = _Body(frame, name).integer(PeerKey.COORDINATOR, "COORDINATOR", INSTANCE_ID_MIN, INSTANCE_ID_MAX)
+    return txn_request(frame, name), coordinator
 
 
 # ---------------------------------------------------------------- replies and streams a member receives
@@ -296,6 +296,15 @@ def txn_decision(frame: Frame) -> str | None:
     if decision not in ("commit", "abort", None):
         raise _Body(frame, "QUERY reply").error("DECISION", f"must be 'commit', 'abort' or nil, got {_short(decision)}")
     return decision
+
+
+def txn_row_answer(frame: Frame) -> str | None:
+    """QUERY_ROW's answer: a decision, "no_row", or nil (not yet)."""
+    answer = frame.body.get(PeerKey.DECISION)
+    if answer not in ("commit", "abort", "no_row", None):
+        raise _Body(frame, "QUERY_ROW reply").error("DECISION", "must be 'commit', 'abort', 'no_row' or nil, "
+                                                                f"got {_short(answer)}")
+    return answer
 
 
 def heartbeat(frame: Frame) -> VClock:

@@ -34,7 +34,11 @@ stream: `Begin` (with the version read), `Prepare` (a first PREPARED, the coordi
 included), `DecideCommit` once the row is written (its LSN and stamp), `DecideAbort` when
 the coordinator decides on its own, `QueryDecision` when a question made it decide,
 `ParticipantAbort` when an ABORT releases another member's transaction here. A LocalWrite
-is the spec's WriteOne; the aborts of a restart are the host's `Restart` line.
+is the spec's WriteOne; the aborts of a restart are the host's `Restart` line. A removed
+coordinator's transactions trace the actions of `specs/QuorumRemoval.tla`:
+`StopFollowing` when this member follows the removed member no more, `AnswerNoRow` when it
+tells an asker it holds no row, `ResolveRemoved` when every member of its view did and it
+aborts.
 
 SWIM traces the actions of `specs/Swim.tla` (docs/design/swim.md): a datagram received is
 `PingReceived` of the updates it carries, whatever its kind (the spec's datagrams carry one
@@ -680,6 +684,39 @@ class MemberDriver:
         return self._of_quorum(actions)
 
     @_event
+    def txn_members(self, now_s: float, view: frozenset[int]) -> None:
+        """The registered members changed (a join, a removal applied here)."""
+        self.participant.view_changed(view)
+
+    @_event
+    def txn_stop_following(self, now_s: float, member: int, *, view: frozenset[int]) -> None:
+        """Removed `member` is followed no more (spec StopFollowing): its appliers ended
+        with every row they took applied, its COMMITs are refused, and the removal is
+        durable here."""
+        self.participant.stop_following(now_s, member, view)
+        if self._trace is not None:
+            self._trace({"event": "StopFollowing", "member": self.instance_id, "peer": member, "t": now_s})
+
+    @_event
+    def txn_row_query(self, now_s: float, txn_id: int, *, coordinator: int, asker: int,
+                      view: frozenset[int]) -> list[Action]:
+        """`asker` asks whether this member holds the row of removed `coordinator`'s
+        `txn_id`: answered from the rows applied here, never from the records that
+        collection may drop."""
+        actions = self.participant.row_query(now_s, txn_id, coordinator, asker, view, self._row_here(txn_id))
+        if any(isinstance(action, quorum.NoRow) for action in actions):
+            self._trace_txn("AnswerNoRow", txn_id, now_s, peer=asker)
+        return self._of_quorum(actions)
+
+    @_event
+    def txn_no_row(self, now_s: float, txn_id: int, *, member: int, view: frozenset[int]) -> list[Action]:
+        """`member` answered our QueryRow: it holds no row of `txn_id`."""
+        actions = self.participant.no_row(now_s, txn_id, member, view)
+        if actions:
+            self._trace_txn("ResolveRemoved", txn_id, now_s)
+        return self._of_quorum(actions)
+
+    @_event
     def txn_decision(self, now_s: float, txn_id: int, decision: quorum.Decision) -> None:
         """An answer to a QueryDecision of ours."""
         if decision is quorum.Decision.ABORT:
@@ -706,10 +743,11 @@ class MemberDriver:
         return quorum.RowHere.DURABLE if self._store.durable_vclock.get(origin) >= lsn else quorum.RowHere.WRITTEN
 
     @_event
-    def txn_restart(self, now_s: float) -> None:
+    def txn_restart(self, now_s: float, *, view: frozenset[int]) -> None:
         """The host starts ticking: the participant's pending transactions, recovered from
-        the metastore, get a full timeout from now before it asks about them."""
-        self.participant.restart(now_s)
+        the metastore, get a full timeout from now before it asks about them, but those of
+        a coordinator no longer in `view`, the registered members."""
+        self.participant.restart(now_s, view)
 
     @_event
     def txn_recover(self, now_s: float, txn_id: int, *, members: frozenset[int], level: quorum.Level,

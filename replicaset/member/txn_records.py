@@ -118,12 +118,12 @@ class TxnRecords:
             driver.txn_rows_applied(now_s, [txn_id for txn_id, _, _ in ready])
         return bool(self._undurable)
 
-    def restart(self, driver: MemberDriver, store: MemberStore, now_s: float) -> list[Action]:
+    def restart(self, driver: MemberDriver, store: MemberStore, now_s: float, view: frozenset[int]) -> list[Action]:
         """What a restart left, settled: the participant's pending transactions get a full
         timeout from now, this member's own transactions are rebuilt into its coordinator,
         and pending ones whose row is here are applied (they count at the host's next sync:
         the WAL an unclean stop left may not be durable)."""
-        driver.txn_restart(now_s)
+        driver.txn_restart(now_s, view=view)
         actions: list[Action] = []
         for record in list(txns.records(self.meta)):
             if record.coordinator == self._member:

@@ -52,6 +52,7 @@ class ApplierHost(Protocol):
     upstream_uuids: dict[str, str]
     ignored_addresses: set[str]
     peer_credentials: PeerCredentials
+    links_open: dict[str, trio.Event]
 
     def upstreams(self) -> Mapping[str, Upstream]: ...
 
@@ -89,6 +90,7 @@ async def run_applier(node: ApplierHost, upstream: Upstream) -> None:
         if applier.state is repl.ApplierState.CONNECT:
             upstream = node.upstreams().get(key, upstream)
             driver.applier_moved(key, upstream.address)
+            closed = node.links_open[key] = trio.Event()
             try:
                 await _follow(node, upstream)
             except _LINK_ERRORS as exc:
@@ -112,6 +114,10 @@ async def run_applier(node: ApplierHost, upstream: Upstream) -> None:
             except Exception as exc:  # a bug must cost this link, not the node
                 node.log.error("applier_failed", peer=upstream.address, error=repr(exc), exc_info=exc)
                 node.carry_out(driver.applier_link_lost(key, trio.current_time(), repr(exc)))
+            finally:  # every row the link brought is applied: a removal waits for this (`Node._stop_following`)
+                if node.links_open.get(key) is closed:
+                    del node.links_open[key]
+                closed.set()
             if applier.state is repl.ApplierState.STOPPED and upstream.address in node.ignored_addresses:
                 return
         if applier.state is repl.ApplierState.STOPPED and key not in node.upstreams():
@@ -179,6 +185,8 @@ async def _receive(link: PeerLink, driver: MemberDriver, key: str) -> Frame:
     while True:
         with trio.move_on_after(timeout_s / 2):
             return await link.receive()
+        if driver.appliers[key].state is repl.ApplierState.STOPPED:  # removed while its upstream is quiet
+            raise PeerError(ErrorCode.NO_CONNECTION, driver.appliers[key].message or "stopped")
         for tagged in driver.applier_tick(key, trio.current_time()):
             if isinstance(tagged, ApplierAction) and isinstance(tagged.action, repl.Disconnect):
                 raise PeerError(ErrorCode.TIMEOUT, tagged.action.reason)

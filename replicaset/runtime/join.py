@@ -18,7 +18,7 @@ import trio
 from structlog.typing import FilteringBoundLogger
 from tqdm import tqdm
 
-from replicaset.identity import Identity, Joining, save_pending_registration
+from replicaset.identity import Identity, Joining, JoinUpstream, save_pending_registration
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.runtime.logging import configure, get_logger
 from replicaset.runtime.node import CLEAN_STOP_FILE
@@ -79,6 +79,7 @@ def join(
         # Before the identity, which marks the join done: a joiner that stopped in between
         # must not take writes before a majority holds its row (DESIGN 4.7).
         save_pending_registration(data_dir, registration.pending)
+    JoinUpstream(uuid=joined.peer_uuid, address=peer).save(data_dir)
     identity = Identity(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid,
                         instance_id=registration.instance_id, anonymous=anonymous)
     identity.save(data_dir)

@@ -33,7 +33,7 @@ from replicaset.core.replicaset import (
     allocate_id,
     must_recover,
 )
-from replicaset.identity import Identity, clear_pending_registration, load_pending_registration
+from replicaset.identity import Identity, JoinUpstream, clear_pending_registration, load_pending_registration
 from replicaset.iproto.sql_wire import sql_type_name
 from replicaset.iproto.system_views import Field, Space, SystemView, build_system_views
 from replicaset.member import Action, MemberDriver, Membership, SetAction
@@ -117,6 +117,8 @@ class Node:
         self.swim: SwimHost | None = None  # once listening, unless isolated
         self._registered: dict[str, int] = {}  # `_cluster` as last seen: uuid -> id, to notice removals
         self.removed = False  # this member's own row is gone: it takes no writes
+        self.links_open: dict[str, trio.Event] = {}  # upstream key -> set when its applier's link closes
+        self.join_upstream = JoinUpstream.load(data_dir)  # followed until `_cluster` names it
         self.anonymous_followers: dict[int, str] = {}  # relay connection -> the follower's uuid
         # Users and guest's rights, read once (docs/access-control.md); passwords only hashed.
         self.users = access.parse_users(config["auth.users"])
@@ -371,7 +373,8 @@ class Node:
         return next((i for i, u, _ in self.members() if u == uuid), None)
 
     def upstreams(self) -> dict[str, Upstream]:
-        """Every member but us, by UUID, and the configured addresses of no member."""
+        """Every member but us, by UUID, the member our join went through until `_cluster`
+        names it (`JoinUpstream`), and the configured addresses of no member."""
         if self.isolated:
             return {}
         mine = {self.listen_address, self.config.listen} | self.ignored_addresses
@@ -380,6 +383,9 @@ class Node:
             for _, uuid, address in self.members()
             if uuid != self.identity.instance_uuid and address
         }
+        joined = self.join_upstream
+        if joined is not None and joined.uuid not in found:
+            found[joined.uuid] = Upstream(key=joined.uuid, address=joined.address, uuid=joined.uuid)
         taken = {u.address for u in found.values()} | mine
         configured = {a: Upstream(key=a, address=a, uuid=None) for a in self.config.replication if a not in taken}
         return found | configured
@@ -416,10 +422,14 @@ class Node:
         writes (they would fork from the set)."""
         current = {uuid: instance_id for instance_id, uuid, _ in self.members()}
         gone = {uuid: instance_id for uuid, instance_id in self._registered.items() if uuid not in current}
-        self._registered = current
-        if not gone:
-            return
+        changed, self._registered = current != self._registered, current
         now = trio.current_time()
+        if self.join_upstream is not None and self.join_upstream.uuid in current:
+            self.log.info("join_upstream_registered", uuid=self.join_upstream.uuid)
+            JoinUpstream.clear(self.data_dir)
+            self.join_upstream = None
+        if changed:
+            self.driver.txn_members(now, self.quorum.view())
         for uuid, instance_id in gone.items():
             if uuid == self.identity.instance_uuid:
                 self.removed = True
@@ -428,8 +438,26 @@ class Node:
             self.log.warning("member_removed", member=instance_id, uuid=uuid)
             if self.swim is not None:
                 self.swim.removed(instance_id)
-            for key in [k for k in self.driver.appliers if self.upstream_uuids.get(k, k) == uuid]:
+            keys = [k for k in self.driver.appliers if self.upstream_uuids.get(k, k) == uuid]
+            for key in keys:
                 self.carry_out(self.driver.applier_removed(key, now))
+            self._nursery.start_soon(self._stop_following, instance_id, keys)
+
+    async def _stop_following(self, member: int, keys: list[str]) -> None:
+        """Spec StopFollowing (`specs/QuorumRemoval.tla`): removed `member` is followed no
+        more once its appliers' links are closed with every row they took applied, no
+        COMMIT of its is on its way to the writer (those arriving now are refused: it is
+        not registered), and the removal is durable here (an OS crash that lost it would
+        have this member follow `member` again). Only then may this member tell an asker it
+        holds no row of `member`'s transactions, and ask about its own."""
+        for key in keys:
+            closed = self.links_open.get(key)
+            if closed is not None:
+                await closed.wait()
+        await self.quorum.commits_settled(member)
+        await self.writer.sync_wal()
+        self.driver.txn_stop_following(trio.current_time(), member, view=self.quorum.view())
+        self.log.info("member_unfollowed", member=member)
 
     async def remove_member(self, instance_id: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """`box.remove(ID)`: delete the member's `_cluster` row by a QUORUM transaction

@@ -110,6 +110,8 @@ class QuorumHost:
         self._begun: dict[int, trio.Event] = {}  # our PENDING records on their way to disk, for the row
         self._collected = 0  # decided records deleted by the collection since start, for the console
         self._synced = trio.Event()  # set at each sync of our WAL, then replaced
+        self._committing: dict[int, int] = {}  # COMMITs whose row is on its way to our writer, by sender
+        self._commit_applied = trio.Event()  # set when one of those is done, then replaced
 
     def participant(self) -> q.Participant:
         """This member's participant as its metastore left it; it asks about a silent
@@ -125,7 +127,7 @@ class QuorumHost:
     async def run(self) -> None:
         """Settle what a restart left, then tick the cores and send heartbeats."""
         driver = self._node.driver
-        self.carry_out(self.records.restart(driver, self._node.engine, trio.current_time()))
+        self.carry_out(self.records.restart(driver, self._node.engine, trio.current_time(), self.view()))
         self._node.writer.request_sync()  # rows and decisions the restart found count once durable
         interval, gc_interval = self._node.config.replication_timeout, float(self._node.config["gc.interval_s"])
         next_heartbeat, next_gc = trio.current_time() + interval, trio.current_time() + gc_interval
@@ -149,7 +151,7 @@ class QuorumHost:
         if self._node.disk.poll():  # deletions take room in RocksDB's log too; the next pass makes them
             return 0
         gone = self.records.collect(self._node.driver, trio.current_time(), now_ms=time.time_ns() // 1_000_000,
-                                    members=self._members(),
+                                    members=self.view(),
                                     min_retention_ms=int(float(config["gc.min_retention_s"]) * 1000),
                                     max_retention_ms=int(float(config["gc.max_retention_s"]) * 1000))
         if gone:
@@ -186,7 +188,7 @@ class QuorumHost:
         self._refuse_if_disk_full("quorum transaction")
         start = trio.current_time()
         txn_id = node.engine.hlc.now(node.clock_ms())
-        members = self._members()
+        members = self.view()
         reads = {key: q.Version(hlc=v[0], origin=v[1]) if v else q.NO_VERSION for key, v in captured.reads.items()}
         client = self._clients[txn_id] = _Client()
         self._captured[txn_id] = captured
@@ -226,7 +228,7 @@ class QuorumHost:
         """`box.info.synchro`: the quorum on the total membership, the transactions this
         member coordinates and has not decided, those prepared here, the intents held (the
         DDL lock among them), and how clients' transactions ended, per level."""
-        driver, total = self._node.driver, len(self._members())
+        driver, total = self._node.driver, len(self.view())
         participant = driver.participant
         now = trio.current_time()
         undecided = driver.coordinator.undecided()
@@ -267,7 +269,8 @@ class QuorumHost:
         heard = self._last_answer_s.get(member)
         return {**counts, "idle": None if heard is None else round(trio.current_time() - heard, 3)}
 
-    def _members(self) -> frozenset[int]:
+    def view(self) -> frozenset[int]:
+        """The registered members as this member knows them now, itself included."""
         return frozenset(i for i, _, _ in self._node.members()) | {self._id}
 
     # ---------------------------------------------------------------- actions
@@ -305,6 +308,13 @@ class QuorumHost:
             coordinator = self._node.driver.txn_coordinator(action.txn_id)
             for member in action.ask:
                 self._spawn(self._query, member, action.txn_id, coordinator)
+        elif isinstance(action, q.QueryRow):
+            for member in action.ask:
+                self._spawn(self._query_row, member, action.txn_id, action.coordinator)
+        elif isinstance(action, q.ResolveRemoved):
+            self.records.decided(action.txn_id, TxnStatus.ABORTED)
+            self._node.log.warning("txn_resolved_removed", txn_id=action.txn_id, coordinator=action.coordinator,
+                                   decision="abort", why="no member of the set holds its row")
         elif isinstance(action, q.AckClient):
             client = self._clients.get(action.txn_id)
             if client is not None:
@@ -316,6 +326,12 @@ class QuorumHost:
             if client is not None:
                 client.error = action.error
                 client.done.set()
+
+    async def commits_settled(self, member: int) -> None:
+        """Until no COMMIT of `member` is on its way to our writer: a removed member's
+        COMMITs are refused from its removal on, and those taken before are applied."""
+        while self._committing.get(member, 0):
+            await self._commit_applied.wait()
 
     def rows_flushed(self) -> None:
         """The writer flushed rows: those of quorum transactions are applied here now, and
@@ -422,6 +438,20 @@ class QuorumHost:
         if decision == "abort":
             self.records.decided(txn_id, TxnStatus.ABORTED)
 
+    async def _query_row(self, member: int, txn_id: int, coordinator: int) -> None:
+        answer = await self._answer(member, PeerRequest.TXN_QUERY_ROW,
+                                    {PeerKey.TXN_ID: txn_id, PeerKey.COORDINATOR: coordinator},
+                                    peer_messages.txn_row_answer)
+        now, driver = trio.current_time(), self._node.driver
+        if answer == "no_row":
+            self.carry_out(driver.txn_no_row(now, txn_id, member=member, view=self.view()))
+        elif answer is not None:
+            driver.txn_decision(now, txn_id, q.Decision(answer))
+            if answer == "abort":
+                self.records.decided(txn_id, TxnStatus.ABORTED)
+            self._node.log.info("txn_decision_learned", txn_id=txn_id, coordinator=coordinator, decision=answer,
+                                member=member)
+
     async def _answer(self, member: int, request_type: int, body: dict[int, Any],
                       decode: Callable[[Frame], _Answer]) -> _Answer | None:
         """The decoded reply of `member`; None when there is none in time, or when it is
@@ -501,14 +531,14 @@ class QuorumHost:
             self._refuse_if_disk_full("PREPARE")
             reads = {key: q.Version(hlc=hlc, origin=origin) for key, (hlc, origin) in prepare.reads.items()}
             answer = driver.txn_prepare(now, prepare.request.txn_id, coordinator=prepare.coordinator,
-                                        members=prepare.members, reads=reads, view=self._members())
+                                        members=prepare.members, reads=reads, view=self.view())
             if isinstance(answer, q.Conflicted) and answer.holder is not None and self.records.awaits_sync(answer.holder):
                 # The holder's row is applied here and its intent goes at our next sync: a
                 # client that saw the holder committed must not be refused for it.
                 await self._until_synced(answer.holder)
                 answer = driver.txn_prepare(trio.current_time(), prepare.request.txn_id,
                                             coordinator=prepare.coordinator, members=prepare.members, reads=reads,
-                                            view=self._members())
+                                            view=self.view())
             if isinstance(answer, q.Prepared):
                 await self._record_prepared(answer.txn_id, coordinator=prepare.coordinator, members=prepare.members,
                                             keys=reads)
@@ -526,11 +556,16 @@ class QuorumHost:
                 raise RequestError(ErrorCode.PROTOCOL, f"COMMIT from {request.sender} carries a row of {record.origin}")
             driver.txn_heartbeat(now, request.txn_id)
             if node.engine.pending_vclock.get(record.origin) == record.lsn - 1:
+                self._committing[request.sender] = self._committing.get(request.sender, 0) + 1
                 try:
                     await node.writer.apply([record], took=partial(driver.txn_commit_took, now) if driver.tracing
                                             else None)
                 except (ApplyError, WriteFailed, WalError) as exc:  # the relay brings the row again
                     node.log.info("txn_commit_row_deferred", txn_id=request.txn_id, error=str(exc))
+                finally:
+                    self._committing[request.sender] -= 1
+                    self._commit_applied.set()
+                    self._commit_applied = trio.Event()
             return {Key.VCLOCK: node.engine.vclock.to_dict()}
         request = peer_messages.txn_request(frame, PeerRequest(kind).name)
         self._check_sender(request)
@@ -542,6 +577,14 @@ class QuorumHost:
             for txn_id in request.txn_ids:
                 driver.txn_heartbeat(now, txn_id)
             return {}
+        if kind == PeerRequest.TXN_QUERY_ROW:
+            _, coordinator = peer_messages.txn_query(frame, "QUERY_ROW")
+            actions = driver.txn_row_query(now, request.txn_id, coordinator=coordinator, asker=request.sender,
+                                           view=self.view())
+            answer = next((a.action for a in actions if isinstance(a, QuorumAction)), None)
+            if isinstance(answer, q.NoRow):
+                return {PeerKey.DECISION: "no_row"}
+            return {PeerKey.DECISION: answer.decision.value if isinstance(answer, q.SendDecision) else None}
         assert kind == PeerRequest.TXN_QUERY
         _, coordinator = peer_messages.txn_query(frame)
         actions = driver.txn_query(now, request.txn_id, coordinator=coordinator, asker=request.sender)

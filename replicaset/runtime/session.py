@@ -78,7 +78,7 @@ class _Stream:
 
 
 TXN_REQUESTS = frozenset({PeerRequest.TXN_PREPARE, PeerRequest.TXN_COMMIT, PeerRequest.TXN_ABORT,
-                          PeerRequest.TXN_QUERY, PeerRequest.TXN_HEARTBEAT})
+                          PeerRequest.TXN_QUERY, PeerRequest.TXN_HEARTBEAT, PeerRequest.TXN_QUERY_ROW})
 # Governed by the cluster secret (`PeerGate`), not by user logins; by name, for the log.
 PEER_REQUESTS: dict[int, str] = {kind: kind.name for kind in (RequestType.JOIN, RequestType.SUBSCRIBE, PeerRequest.ACK,
                                                                *sorted(TXN_REQUESTS))}

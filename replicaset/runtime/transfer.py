@@ -60,6 +60,7 @@ class Joined:
     registration: Registration
     vclock: VClock
     size_bytes: int
+    peer_uuid: str  # the member that served it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -266,7 +267,8 @@ async def fetch_checkpoint(
             kept.install(target)
             pending = PendingRegistration(origin=end.origin, lsn=end.lsn, barrier=end.barrier.to_dict())
             registration = Registration(instance_id=end.instance_id, pending=pending)
-            return Joined(registration=registration, vclock=end.vclock, size_bytes=end.size)
+            return Joined(registration=registration, vclock=end.vclock, size_bytes=end.size,
+                          peer_uuid=link.greeting_uuid)
     finally:
         kept.close()
         await link.aclose()

@@ -438,7 +438,7 @@ def test_a_restarted_participant_waits_a_full_timeout_before_asking():
     p = participant()
     prepare(p)
     p.tick(5.0)
-    p.restart(6.0)
+    p.restart(6.0, THREE)
     assert p.tick(10.9) == [] and p.tick(11.0) != []
     assert p.intents.holder("k") == TXN, "intents are durable"
 
@@ -607,7 +607,7 @@ class Cluster:
         self.up[m] = True
         written = {row.txn: (m, row.lsn) for row in self.rows[m] if row.txn is not None}
         self.carry(m, self.coordinators[m].restart(written))
-        self.participants[m].restart(self.now)
+        self.participants[m].restart(self.now, self.members)
 
     def step(self, *, faults: bool) -> None:
         rng = self.rng

@@ -110,7 +110,7 @@ def test_rows_a_restart_finds_count_at_the_first_sync(meta: CountingMeta) -> Non
     prepare(driver, records)
     store.log.append(row(COORDINATOR, 1, txn=TXN))
     restarted = driver_for(meta, store)
-    assert records.restart(restarted, store, 5.0) == []
+    assert records.restart(restarted, store, 5.0, frozenset({OWN, COORDINATOR})) == []
     assert restarted.participant.intents.holder(KEY) == TXN, "the WAL an unclean stop left may not be durable"
     store.sync()
     records.synced(restarted, 5.5, store.durable_vclock.to_dict())

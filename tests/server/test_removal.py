@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from replicaset.iproto.client import Client
+from replicaset.iproto.constants import Key
 from replicaset.iproto.errors import ServerError
-from tests.server.conftest import QUORUM, ReplicaSet, Server, quorum_set_of, wait_for
+from replicaset.iproto.peer import PeerKey, PeerRequest
+from tests.server.conftest import QUORUM, REPLICASET_UUID, ReplicaSet, Server, quorum_set_of, wait_for
 from tests.server.test_swim import SWIM_FAST
 
 
@@ -59,3 +62,67 @@ def test_a_live_member_removed_by_force_stops_taking_writes(replicaset_factory):
     with first.client() as client:
         client.execute("INSERT INTO kv(k, v) VALUES (1, 'two of two')", options=QUORUM)
     rs.wait_converged([first, third])
+
+
+def test_a_removed_coordinators_prepared_transaction_is_aborted_and_the_next_join_goes_through(replicaset_factory):
+    """Finding 4 (docs/reliability.md, `specs/QuorumRemoval.tla`): members 1 and 3 hold a
+    transaction of member 2's (a PREPARE made by hand in its name), member 2 dies and is
+    removed before anyone hears its decision. Nobody holds its row, so both abort it once
+    each stopped following member 2 and heard the other say so; until then the
+    transaction held every later membership change back (R2), the replacement's join
+    included."""
+    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, SWIM_FAST)
+    txn_id = 0x4242
+    prepare = {Key.REPLICASET_UUID: REPLICASET_UUID, Key.INSTANCE_UUID: rs.info(second)["uuid"],
+               PeerKey.TXN_ID: txn_id, PeerKey.COORDINATOR: 2, PeerKey.MEMBERS: [1, 2, 3],
+               PeerKey.READS: [["kv", "kv:1", 0, 0]]}
+    for member in (first, third):
+        with Client.connect("127.0.0.1", member.port) as client:
+            assert client.call(PeerRequest.TXN_PREPARE, prepare, replica_id=2).body[PeerKey.VOTE] == "prepared"
+    second.kill()
+    wait_for(lambda: swim_state(rs, first, 2) == "dead", "member 2 DEAD on member 1")
+    assert console(first, "box.remove(2)")["removed"] == 2
+
+    def resolved(member: Server) -> str | None:
+        """How `member` settled it: on every "no row" answer, or told by a member that did."""
+        return next((e["event"] for e in member.log_events() if e.get("txn_id") == txn_id
+                     and e.get("event") in ("txn_resolved_removed", "txn_decision_learned")), None)
+
+    wait_for(lambda: resolved(first) and resolved(third), "members 1 and 3 abort member 2's transaction")
+    assert "txn_resolved_removed" in (resolved(first), resolved(third))
+    for member in (first, third):
+        assert rs.info(member)["synchro"]["prepared"]["len"] == 0
+        assert any(e.get("event") == "member_unfollowed" and e.get("member") == 2 for e in member.log_events())
+    with third.client() as client:
+        client.execute("INSERT INTO kv(k, v) VALUES (1, 'the intent is gone')", options=QUORUM)
+    replacement = rs.join(first)
+    rs.wait_status(replacement, "running")
+    rs.wait_converged()
+    with replacement.client() as client:
+        assert client.execute("SELECT v FROM kv WHERE k = 1").rows == [["the intent is gone"]]
+
+
+def test_a_joiner_whose_checkpoint_names_only_removed_members_follows_the_member_it_joined_through(
+        replicaset_factory):
+    """Found with finding 4's run: every member joined with member 1's first checkpoint,
+    which names members 1 and 2, and keeps it as its newest. Members 1 and 2 are removed,
+    and member 5 joins through member 3, whose checkpoint it gets: its `_cluster` names only
+    removed members, so it followed nobody and stayed `loading` with none of the rows. It
+    follows the member it joined through until its `_cluster` names that member."""
+    rs, (first, second, third, fourth) = quorum_set_of(replicaset_factory, 4, SWIM_FAST)
+    with third.client() as client:
+        client.execute("INSERT INTO kv(k, v) VALUES (1, 'after the checkpoint')", options=QUORUM)
+    rs.wait_converged()
+    for gone, member in ((1, first), (2, second)):
+        member.kill()
+        wait_for(lambda: swim_state(rs, third, gone) == "dead", f"member {gone} DEAD on member 3")
+        assert console(third, f"box.remove({gone})")["removed"] == gone
+    fifth = rs.join(third)
+    rs.wait_status(fifth, "running")
+    with fifth.client() as client:
+        assert client.execute("SELECT v FROM kv WHERE k = 1").rows == [["after the checkpoint"]]
+        client.execute("INSERT INTO kv(k, v) VALUES (5, 'from the new member')", options=QUORUM)
+    wait_for(lambda: any(e.get("event") == "join_upstream_registered" for e in fifth.log_events()),
+             "member 5 finds member 3 in its own _cluster")
+    with fourth.client() as client:
+        wait_for(lambda: client.execute("SELECT v FROM kv WHERE k = 5").rows, "member 4 holds member 5's row")
