@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import tomllib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from replicaset.core.replicaset import PendingRegistration
 from wal import fsync_path
+
+T = TypeVar("T")
 
 FILE_NAME = "instance.toml"
 # Kept from the join until a majority of members hold the joiner's `_cluster` row (DESIGN 4.7).
@@ -92,6 +96,17 @@ def write_durably(path: Path, text: str) -> None:
     fsync_path(path.parent)
 
 
+def _read_if_there(path: Path, parse: Callable[[dict[str, Any]], T]) -> T | None:
+    """`parse` of a small TOML file the join leaves, None when there is none: a file there
+    that does not parse stops the instance with a clear message."""
+    try:
+        return parse(tomllib.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, KeyError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
+        raise IdentityError(f"{path} is unreadable: {exc}") from exc
+
+
 def save_pending_registration(data_dir: Path, registration: PendingRegistration) -> None:
     """Remember, across restarts, the row that holders of our `_cluster` row reach and the
     barrier we must catch up to: until both hold, this instance neither writes nor votes."""
@@ -101,15 +116,9 @@ def save_pending_registration(data_dir: Path, registration: PendingRegistration)
 
 
 def load_pending_registration(data_dir: Path) -> PendingRegistration | None:
-    path = data_dir / PENDING_REGISTRATION_FILE
-    try:
-        doc = tomllib.loads(path.read_text())
-        return PendingRegistration(origin=int(doc["origin"]), lsn=int(doc["lsn"]),
-                                   barrier={int(o): int(lsn) for o, lsn in doc.get("barrier", {}).items()})
-    except FileNotFoundError:
-        return None
-    except (OSError, KeyError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
-        raise IdentityError(f"{path} is unreadable: {exc}") from exc
+    return _read_if_there(data_dir / PENDING_REGISTRATION_FILE, lambda doc: PendingRegistration(
+        origin=int(doc["origin"]), lsn=int(doc["lsn"]),
+        barrier={int(o): int(lsn) for o, lsn in doc.get("barrier", {}).items()}))
 
 
 def clear_pending_registration(data_dir: Path) -> None:
@@ -131,14 +140,8 @@ class JoinUpstream:
 
     @classmethod
     def load(cls, data_dir: Path) -> JoinUpstream | None:
-        path = data_dir / JOIN_UPSTREAM_FILE
-        try:
-            doc = tomllib.loads(path.read_text())
-            return cls(uuid=str(uuid.UUID(doc["uuid"])), address=str(doc["address"]))
-        except FileNotFoundError:
-            return None
-        except (OSError, KeyError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
-            raise IdentityError(f"{path} is unreadable: {exc}") from exc
+        return _read_if_there(data_dir / JOIN_UPSTREAM_FILE,
+                              lambda doc: cls(uuid=str(uuid.UUID(doc["uuid"])), address=str(doc["address"])))
 
     @staticmethod
     def clear(data_dir: Path) -> None:
@@ -165,19 +168,15 @@ class Joining:
 
     @classmethod
     def load(cls, data_dir: Path) -> Joining | None:
-        path = data_dir / JOINING_FILE
-        try:
-            doc = tomllib.loads(path.read_text())
+        def parse(doc: dict[str, Any]) -> Joining:
             peers = doc["peers"]
             if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
                 raise ValueError(f"peers must be a list of HOST:PORT, got {peers!r}")
             return cls(replicaset_uuid=str(uuid.UUID(doc["replicaset_uuid"])),
                        instance_uuid=str(uuid.UUID(doc["instance_uuid"])), peers=peers,
                        anonymous=doc.get("anonymous", False) is True)
-        except FileNotFoundError:
-            return None
-        except (OSError, KeyError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
-            raise IdentityError(f"{path} is unreadable: {exc}") from exc
+
+        return _read_if_there(data_dir / JOINING_FILE, parse)
 
     @staticmethod
     def clear(data_dir: Path) -> None:

@@ -10,7 +10,8 @@ import pytest
 
 from replicaset.core.replicaset import PendingRegistration
 from replicaset.identity import (
-    JOINING_FILE, Identity, IdentityError, Joining, load_pending_registration, save_pending_registration,
+    JOIN_UPSTREAM_FILE, JOINING_FILE, Identity, IdentityError, Joining, JoinUpstream, load_pending_registration,
+    save_pending_registration,
 )
 from tests.pagecache import PageCache
 
@@ -63,3 +64,15 @@ def test_a_join_under_way_survives_an_os_crash(tmp_path: Path, monkeypatch: pyte
     (tmp_path / JOINING_FILE).write_text('replicaset_uuid = "x"\n')
     with pytest.raises(IdentityError, match="joining.toml is unreadable"):
         Joining.load(tmp_path)
+
+
+def test_the_member_a_join_went_through_is_kept_until_cleared_and_a_damaged_file_is_named(tmp_path: Path) -> None:
+    assert JoinUpstream.load(tmp_path) is None
+    kept = JoinUpstream(uuid=str(uuid.uuid4()), address="127.0.0.1:3301")
+    kept.save(tmp_path)
+    assert JoinUpstream.load(tmp_path) == kept
+    (tmp_path / JOIN_UPSTREAM_FILE).write_text('uuid = "not a uuid"\naddress = "127.0.0.1:3301"\n')
+    with pytest.raises(IdentityError, match=f"{JOIN_UPSTREAM_FILE} is unreadable"):
+        JoinUpstream.load(tmp_path)
+    JoinUpstream.clear(tmp_path)
+    assert JoinUpstream.load(tmp_path) is None
