@@ -47,14 +47,28 @@
 (* from a first one that got it directly, and that member never answers   *)
 (* "no row".                                                              *)
 (*                                                                         *)
+(* A participant may learn COMMIT without the row (LearnCommit: the        *)
+(* coordinator answers its QueryDecision once its row is durable, or a     *)
+(* member passes it on); it keeps the intent and waits for the row.  For   *)
+(* the rule a learned COMMIT is no knowledge: the participant answers "no  *)
+(* row" and aborts when every member of its view did.  That is safe: an    *)
+(* acknowledged transaction has its row on a quorum of its member set,     *)
+(* which holds a remaining member, so somebody answers with the row; if    *)
+(* nobody holds it, no client was told, and the row is gone with           *)
+(* Removed's data (NoSplitDecision lets Removed keep a committed row the   *)
+(* others abort).                                                          *)
+(*                                                                         *)
 (* Wrong variants: QuorumRemoval_AbortOnRemoval (abort once the removal is *)
 (* applied, asking nobody), QuorumRemoval_AnswerBeforeApplied (a member  *)
 (* answers "no row" before it has applied the removal, while it still      *)
 (* follows Removed), QuorumRemoval_AnswerBeforeStopped (a member answers  *)
 (* once it applied the removal, before it stopped following Removed: the  *)
 (* code's poll), QuorumRemoval_QuorumAnswers (a quorum of the view        *)
-(* answering "no row" is enough); QuorumRemoval_NoRule is the code today   *)
-(* (no rule: RemovedTxnsResolved fails, finding 4).                        *)
+(* answering "no row" is enough); QuorumRemoval_NoRule is the code before  *)
+(* the rule (RemovedTxnsResolved fails, finding 4), and                    *)
+(* QuorumRemoval_WaitForLearned the code before the learned-COMMIT fix (a  *)
+(* participant that learned COMMIT waits for the row: RemovedTxnsResolved  *)
+(* fails).                                                                 *)
 (*                                                                         *)
 (* Abstracted: one key and no versions (QuorumCommit checks lost updates,  *)
 (* MembershipQuorum the quorums across views); LSNs and origins (a row is  *)
@@ -90,9 +104,10 @@ VARIABLES
     txn,          \* txn[t]: [coord, members]; coord = 0 until t begins
     votes,        \* votes[t]: PREPARED answers the coordinator holds
     decision,     \* decision[t]: "none" | "commit" | "abort", at the coordinator
-    noRow         \* noRow[p][t]: members that answered p "no row of t" (after applying the removal)
+    noRow,        \* noRow[p][t]: members that answered p "no row of t" (after applying the removal)
+    learned       \* learned[m]: the transactions m learned COMMIT for without holding the row
 
-vars == <<removedUp, applier, stopped, intent, applied, aborted, txn, votes, decision, noRow>>
+vars == <<removedUp, applier, stopped, intent, applied, aborted, txn, votes, decision, noRow, learned>>
 
 -----------------------------------------------------------------------------
 RemovalCommitted == applier # {}
@@ -129,18 +144,21 @@ Init ==
     /\ votes = [t \in Txns |-> {}]
     /\ decision = [t \in Txns |-> "none"]
     /\ noRow = [p \in Members |-> [t \in Txns |-> {}]]
+    /\ learned = [m \in Members |-> {}]
 
-(* Apply t's row on m: it releases t's intent. *)
+(* Apply t's row on m: it releases t's intent (and a COMMIT learned for    *)
+(* it is now held).                                                        *)
 ApplyRow(m, t) ==
     /\ applied' = [applied EXCEPT ![m] = @ \cup {t}]
     /\ intent' = [intent EXCEPT ![m] = IF @ = t THEN NoTxn ELSE @]
+    /\ learned' = [learned EXCEPT ![m] = @ \ {t}]
 
 (* A client's QUORUM transaction starts on coordinator c: the member set   *)
 (* is c's view.                                                           *)
 Begin(t, c) ==
     /\ c \in Coordinators /\ ~Begun(t) /\ Active(c)
     /\ txn' = [txn EXCEPT ![t] = [coord |-> c, members |-> View(c)]]
-    /\ UNCHANGED <<removedUp, applier, stopped, intent, applied, aborted, votes, decision, noRow>>
+    /\ UNCHANGED <<removedUp, applier, stopped, intent, applied, aborted, votes, decision, noRow, learned>>
 
 (* Member p handles PREPARE(t): the member set is its view (R1), no intent *)
 (* holds the key; it places the intent.  The answer reaches the           *)
@@ -153,7 +171,7 @@ Prepare(p, t) ==
     /\ t \notin applied[p] /\ t \notin aborted[p]
     /\ intent' = [intent EXCEPT ![p] = t]
     /\ votes' = IF CoordUp(t) THEN [votes EXCEPT ![t] = @ \cup {p}] ELSE votes
-    /\ UNCHANGED <<removedUp, applier, stopped, applied, aborted, txn, decision, noRow>>
+    /\ UNCHANGED <<removedUp, applier, stopped, applied, aborted, txn, decision, noRow, learned>>
 
 (* The coordinator decides COMMIT with a quorum of the member set: the row *)
 (* is in its WAL and applied there.                                        *)
@@ -171,7 +189,7 @@ DecideAbort(t) ==
     /\ decision' = [decision EXCEPT ![t] = "abort"]
     /\ aborted' = [aborted EXCEPT ![Coord(t)] = @ \cup {t}]
     /\ intent' = [intent EXCEPT ![Coord(t)] = IF @ = t THEN NoTxn ELSE @]
-    /\ UNCHANGED <<removedUp, applier, stopped, applied, txn, votes, noRow>>
+    /\ UNCHANGED <<removedUp, applier, stopped, applied, txn, votes, noRow, learned>>
 
 (* A participant asks its coordinator, which decides ABORT if undecided. *)
 QueryDecision(p, t) ==
@@ -179,15 +197,39 @@ QueryDecision(p, t) ==
     /\ intent[p] = t /\ ~CoordRemovedFor(p, t)
     /\ DecideAbort(t)
 
-(* ABORT reaches participant p: from the coordinator while it runs, or    *)
-(* from a remaining member that aborted t and passes it on.               *)
+(* ABORT reaches participant p: the coordinator's, while it runs, or a     *)
+(* remaining member that aborted t passes it on: the coordinator's ABORT,  *)
+(* or its own ResolveRemoved (decision[t] may then be "commit", at a       *)
+(* Removed whose row nobody remaining holds); it ends a learned COMMIT     *)
+(* (Participant.decision_learned).                                         *)
 ParticipantAbort(p, t) ==
     /\ Begun(t) /\ Active(p) /\ p # Coord(t)
-    /\ intent[p] = t /\ decision[t] = "abort"
-    /\ CoordUp(t) \/ \E q \in Remaining : t \in aborted[q]
+    /\ intent[p] = t
+    /\ \/ decision[t] = "abort" /\ CoordUp(t)
+       \/ \E q \in Remaining : t \in aborted[q]
     /\ aborted' = [aborted EXCEPT ![p] = @ \cup {t}]
     /\ intent' = [intent EXCEPT ![p] = NoTxn]
+    /\ learned' = [learned EXCEPT ![p] = @ \ {t}]
     /\ UNCHANGED <<removedUp, applier, stopped, applied, txn, votes, decision, noRow>>
+
+(* COMMIT reaches participant p without the row: the coordinator's answer  *)
+(* to p's QueryDecision (it answers COMMIT once its row is durable), or a  *)
+(* remaining member that knows it (learned, or holds the row) passes it    *)
+(* on.  p keeps the intent and waits for the row (Receive).  No guard on   *)
+(* p's view or on its following the coordinator, as for ParticipantAbort:  *)
+(* the answer is the reply to a question p asked while the coordinator     *)
+(* was in its view, it may arrive late, and the removal refuses rows and   *)
+(* requests of Removed, not replies; this guard is the weakest, so it      *)
+(* also covers QueryDecision's (~CoordRemovedFor) and Receive's (not       *)
+(* stopped).  Learning is not holding: AnswerNoRow and ResolveRemoved      *)
+(* ignore it (ResolveRemoved drops it).                                    *)
+LearnCommit(p, t) ==
+    /\ Begun(t) /\ Active(p) /\ p # Coord(t)
+    /\ intent[p] = t /\ t \notin learned[p]
+    /\ \/ decision[t] = "commit" /\ CoordUp(t)
+       \/ \E q \in Remaining \ {p} : t \in learned[q] \cup applied[q]
+    /\ learned' = [learned EXCEPT ![p] = @ \cup {t}]
+    /\ UNCHANGED <<removedUp, applier, stopped, intent, applied, aborted, txn, votes, decision, noRow>>
 
 (* t's row reaches remaining member m from member q that holds it: the     *)
 (* coordinator's COMMIT or relay (rows in flight from Removed arrive even  *)
@@ -204,7 +246,7 @@ Receive(m, q, t) ==
 Kill ==
     /\ removedUp
     /\ removedUp' = FALSE
-    /\ UNCHANGED <<applier, stopped, intent, applied, aborted, txn, votes, decision, noRow>>
+    /\ UNCHANGED <<applier, stopped, intent, applied, aborted, txn, votes, decision, noRow, learned>>
 
 (* The removal commits, coordinated by remaining member c, which applies   *)
 (* it.  R2 lets the members vote for it: every pending transaction is of  *)
@@ -212,20 +254,20 @@ Kill ==
 CommitRemoval(c) ==
     /\ c \in Remaining /\ ~RemovalCommitted
     /\ applier' = {c}
-    /\ UNCHANGED <<removedUp, stopped, intent, applied, aborted, txn, votes, decision, noRow>>
+    /\ UNCHANGED <<removedUp, stopped, intent, applied, aborted, txn, votes, decision, noRow, learned>>
 
 (* Remaining member m applies the removal: its view shrinks.               *)
 ApplyRemoval(m) ==
     /\ RemovalCommitted /\ m \in Remaining \ applier
     /\ applier' = applier \cup {m}
-    /\ UNCHANGED <<removedUp, stopped, intent, applied, aborted, txn, votes, decision, noRow>>
+    /\ UNCHANGED <<removedUp, stopped, intent, applied, aborted, txn, votes, decision, noRow, learned>>
 
 (* Then it stops following Removed: its appliers of Removed stop, and      *)
 (* nothing they took is left waiting for the writer.                       *)
 StopFollowing(m) ==
     /\ m \in applier \ stopped
     /\ stopped' = stopped \cup {m}
-    /\ UNCHANGED <<removedUp, applier, intent, applied, aborted, txn, votes, decision, noRow>>
+    /\ UNCHANGED <<removedUp, applier, intent, applied, aborted, txn, votes, decision, noRow, learned>>
 
 (* p asks about t (it applied the removal, holds t's intent, t's          *)
 (* coordinator is out of its view); q answers "no row": it holds none.    *)
@@ -235,7 +277,7 @@ AnswerNoRow(q, p, t) ==
     /\ t \notin applied[q]
     /\ MayAnswerNoRow(q, p, t)
     /\ noRow' = [noRow EXCEPT ![p][t] = @ \cup {q}]
-    /\ UNCHANGED <<removedUp, applier, stopped, intent, applied, aborted, txn, votes, decision>>
+    /\ UNCHANGED <<removedUp, applier, stopped, intent, applied, aborted, txn, votes, decision, learned>>
 
 (* Every member of p's view answered "no row": p aborts t. *)
 ResolveRemoved(p, t) ==
@@ -243,6 +285,7 @@ ResolveRemoved(p, t) ==
     /\ MayResolveAbort(p, t)
     /\ aborted' = [aborted EXCEPT ![p] = @ \cup {t}]
     /\ intent' = [intent EXCEPT ![p] = NoTxn]
+    /\ learned' = [learned EXCEPT ![p] = @ \ {t}]
     /\ UNCHANGED <<removedUp, applier, stopped, applied, txn, votes, decision, noRow>>
 
 (* The end of a run: the removal applied everywhere and Removed followed  *)
@@ -260,6 +303,7 @@ Next ==
     \/ \E t \in Txns : DecideCommit(t) \/ DecideAbort(t)
     \/ \E p \in Members, t \in Txns : Prepare(p, t) \/ QueryDecision(p, t)
                                       \/ ParticipantAbort(p, t) \/ ResolveRemoved(p, t)
+                                      \/ LearnCommit(p, t)
     \/ \E m, q \in Members, t \in Txns : Receive(m, q, t) \/ AnswerNoRow(q, m, t)
     \/ Kill
     \/ \E c \in Members : CommitRemoval(c)
@@ -293,6 +337,12 @@ TypeOK ==
     /\ applied \in [Members -> SUBSET Txns]
     /\ aborted \in [Members -> SUBSET Txns]
     /\ decision \in [Txns -> {"none", "commit", "abort"}]
+    /\ learned \in [Members -> SUBSET Txns]
+
+(* A COMMIT learned is the coordinator's decision, and it is kept only     *)
+(* with the intent: the row or the rule ends both.                         *)
+LearnedOnlyCommitted ==
+    \A m \in Members, t \in Txns : t \in learned[m] => decision[t] = "commit" /\ intent[m] = t
 
 (* Never committed on one remaining member and aborted on another.        *)
 (* (Removed may hold a committed row the others abort: nobody was told it *)

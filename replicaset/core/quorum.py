@@ -934,9 +934,16 @@ class Participant:
         return [] if outcome is None else [SendDecision(txn_id=txn_id, to=asker, decision=outcome)]
 
     def decision_learned(self, txn_id: int, decision: Decision) -> None:
-        """An answer to QueryDecision, from any member: ABORT releases the intents, COMMIT
-        keeps them until the row is applied (another PREPARE for the key must not read a
-        version the row is about to replace)."""
+        """An answer to QueryDecision or QueryRow, from any member: ABORT releases the
+        intents, COMMIT keeps them until the row is applied (another PREPARE for the key
+        must not read a version the row is about to replace).
+
+        An ABORT of a removed coordinator's transaction this member learned COMMIT for,
+        without the row, is another member's ResolveRemoved: every member of its view, this
+        one included, said it holds no row, so the learned COMMIT goes (as in `no_row`)."""
+        txn = self.pending.get(txn_id)
+        if decision is Decision.ABORT and txn is not None and txn.orphaned is not None:
+            self.outcomes.pop(txn_id, None)
         if decision is Decision.ABORT:
             self.abort(txn_id)
         else:

@@ -432,25 +432,30 @@ class QuorumHost:
         decision = await self._answer(member, PeerRequest.TXN_QUERY,
                                       {PeerKey.TXN_ID: txn_id, PeerKey.COORDINATOR: coordinator},
                                       peer_messages.txn_decision)
-        if decision is None:
-            return
-        self._node.driver.txn_decision(trio.current_time(), txn_id, q.Decision(decision))
-        if decision == "abort":
-            self.records.decided(txn_id, TxnStatus.ABORTED)
+        if decision is not None:
+            self._learned(member, txn_id, coordinator, decision)
 
     async def _query_row(self, member: int, txn_id: int, coordinator: int) -> None:
         answer = await self._answer(member, PeerRequest.TXN_QUERY_ROW,
                                     {PeerKey.TXN_ID: txn_id, PeerKey.COORDINATOR: coordinator},
                                     peer_messages.txn_row_answer)
-        now, driver = trio.current_time(), self._node.driver
         if answer == "no_row":
-            self.carry_out(driver.txn_no_row(now, txn_id, member=member, view=self.view()))
+            self.carry_out(self._node.driver.txn_no_row(trio.current_time(), txn_id, member=member, view=self.view()))
         elif answer is not None:
-            driver.txn_decision(now, txn_id, q.Decision(answer))
-            if answer == "abort":
-                self.records.decided(txn_id, TxnStatus.ABORTED)
-            self._node.log.info("txn_decision_learned", txn_id=txn_id, coordinator=coordinator, decision=answer,
-                                member=member)
+            self._learned(member, txn_id, coordinator, answer)
+
+    def _learned(self, member: int, txn_id: int, coordinator: int, decision: str) -> None:
+        """`member` told us `txn_id`'s decision. One that contradicts what we know costs
+        the answer, never the member."""
+        try:
+            self._node.driver.txn_decision(trio.current_time(), txn_id, q.Decision(decision))
+        except q.RemoteProtocolError as exc:
+            self._node.log.warning("txn_decision_contradicted", txn_id=txn_id, member=member, error=str(exc))
+            return
+        if decision == "abort":
+            self.records.decided(txn_id, TxnStatus.ABORTED)
+        self._node.log.info("txn_decision_learned", txn_id=txn_id, coordinator=coordinator, decision=decision,
+                            member=member)
 
     async def _answer(self, member: int, request_type: int, body: dict[int, Any],
                       decode: Callable[[Frame], _Answer]) -> _Answer | None:

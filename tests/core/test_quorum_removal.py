@@ -153,3 +153,22 @@ def test_a_transaction_of_a_coordinator_still_in_the_view_is_asked_about_by_deci
     assert p.tick(1.0) == []
     (query,) = p.tick(6.0)
     assert isinstance(query, q.QueryDecision) and query.ask == {1, 2, 4}
+
+
+def test_an_abort_by_the_rule_elsewhere_overrides_a_commit_learned_without_the_row():
+    """Member 3 learned COMMIT from the removed coordinator; member 4, asked by the rule,
+    heard "no row" from 1 and 3 and aborted; it answers 3's question with ABORT, which 3
+    takes (found by TLC on QuorumRemoval with LearnCommit)."""
+    p = prepared()
+    p.decision_learned(TXN, Decision.COMMIT)
+    p.stop_following(1.0, REMOVED, AFTER)
+    p.decision_learned(TXN, Decision.ABORT)
+    p.check_invariants()
+    assert p.outcomes[TXN] is Decision.ABORT and p.intents.holder("k") is None
+
+
+def test_an_abort_for_a_commit_learned_from_a_coordinator_still_followed_is_a_protocol_error():
+    p = prepared()
+    p.decision_learned(TXN, Decision.COMMIT)
+    with pytest.raises(q.RemoteProtocolError, match="known commit, told abort"):
+        p.decision_learned(TXN, Decision.ABORT)

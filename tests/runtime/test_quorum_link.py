@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import trio
 
+from replicaset.core import quorum as q
 from replicaset.iproto.codec import FrameDecoder, encode_greeting, encode_ok
 from replicaset.iproto.constants import GREETING_VERSION, Key, RequestType
 from replicaset.iproto.peer import PeerKey, PeerRequest
@@ -130,6 +131,35 @@ def test_malformed_answers_to_prepare_commit_and_query_are_dropped_and_the_membe
         assert answered == [], "no malformed answer reaches the cores"
         malformed = [fields["request"] for event, fields in log.lines if event == "txn_peer_reply_malformed"]
         assert malformed == ["TXN_PREPARE", "TXN_COMMIT", "TXN_QUERY"], log.lines
+
+    trio.run(main)
+
+
+def test_an_answer_that_contradicts_a_known_decision_is_dropped_and_the_member_keeps_running() -> None:
+    """A peer that answers a question about a transaction this member knows committed with
+    ABORT (to QUERY or to QUERY_ROW): the participant core refuses it, and the host logs
+    it and goes on, rather than letting the refusal end its nursery."""
+    replies = {PeerRequest.TXN_QUERY: {PeerKey.DECISION: "abort"},
+               PeerRequest.TXN_QUERY_ROW: {PeerKey.DECISION: "abort"}}
+
+    def contradicted(now_s: float, txn_id: int, decision: q.Decision) -> None:
+        raise q.RemoteProtocolError(f"transaction {txn_id:#x} is known commit, told {decision.value}")
+
+    async def main() -> None:
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                listeners = await nursery.start(trio.serve_tcp, partial(answering_peer, replies), 0)
+                port = listeners[0].socket.getsockname()[1]
+                node = host_node(nursery, driver=SimpleNamespace(txn_decision=contradicted))
+                log = node.log
+                host = QuorumHost.__new__(QuorumHost)
+                host._node, host._last_answer_s = node, {}  # type: ignore[assignment]
+                host._links = {2: _Link(node, 2, f"127.0.0.1:{port}")}  # type: ignore[arg-type]
+                await host._query(2, 0x10, 2)
+                await host._query_row(2, 0x10, 2)
+                nursery.cancel_scope.cancel()
+        dropped = [fields["member"] for event, fields in log.lines if event == "txn_decision_contradicted"]
+        assert dropped == [2, 2], log.lines
 
     trio.run(main)
 
