@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib.util
 import shutil
 import signal
@@ -426,6 +427,9 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A crash in native code (SQLite, RocksDB) leaves the Python stacks on stderr, which a
+    # supervisor keeps beside the log, instead of a process gone without a word.
+    faulthandler.enable()
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
