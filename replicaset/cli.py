@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import importlib.util
+import io
 import shutil
 import signal
 import tomllib
@@ -169,6 +171,12 @@ def _serve(
     from replicaset.runtime.logging import configure
     from replicaset.meta.store import MetaWriteFailed
     from replicaset.runtime.disk import DiskFull
+
+    # A crash in native code (SQLite, RocksDB) leaves the Python stacks on stderr, which a
+    # supervisor keeps beside the log, instead of a process gone without a word. A caller
+    # that captures stderr (tests calling `main`) has no file to give it.
+    with contextlib.suppress(io.UnsupportedOperation, ValueError):
+        faulthandler.enable()
     from replicaset.runtime.node import Node
     from replicaset.runtime.server import serve
     from replicaset.storage import EngineFatal
@@ -427,9 +435,6 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # A crash in native code (SQLite, RocksDB) leaves the Python stacks on stderr, which a
-    # supervisor keeps beside the log, instead of a process gone without a word.
-    faulthandler.enable()
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
