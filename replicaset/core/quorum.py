@@ -892,7 +892,7 @@ class Participant:
             return [SendDecision(txn_id=txn_id, to=asker, decision=Decision.COMMIT)]
         if self.outcomes.get(txn_id) is Decision.ABORT:
             return [SendDecision(txn_id=txn_id, to=asker, decision=Decision.ABORT)]
-        if row is RowHere.WRITTEN or not self._stopped(coordinator, view):
+        if row is RowHere.WRITTEN or not self._stopped(coordinator):
             return []
         return [NoRow(txn_id=txn_id, to=asker)]
 
@@ -914,15 +914,21 @@ class Participant:
             return []
         txn.no_row.add(member)
         txn.orphaned = view
-        if not self._stopped(txn.coordinator, view) or not view - {self.member} <= txn.no_row:
+        if not self._stopped(txn.coordinator) or not view - {self.member} <= txn.no_row:
             return []
-        self.outcomes.pop(txn_id, None)
-        self.abort(txn_id)
+        self._abort_removed(txn_id)
         return [ResolveRemoved(txn_id=txn_id, coordinator=txn.coordinator)]
 
-    def _stopped(self, member: int, view: frozenset[int]) -> bool:
-        """Spec MayAnswerNoRow: this member will take no row from `member` directly any more."""
-        return self.following is not None and member not in self.following and member not in view
+    def _abort_removed(self, txn_id: int) -> None:
+        """Abort a removed coordinator's transaction: a COMMIT learned for it without the
+        row goes first (`no_row` says why)."""
+        self.outcomes.pop(txn_id, None)
+        self.abort(txn_id)
+
+    def _stopped(self, member: int) -> bool:
+        """Spec MayAnswerNoRow: this member will take no row from `member` directly any
+        more (every view it was shown, the current one first, is in `following`)."""
+        return self.following is not None and member not in self.following
 
     def _shown(self, view: frozenset[int]) -> None:
         if self.following is not None:
@@ -942,12 +948,12 @@ class Participant:
         without the row, is another member's ResolveRemoved: every member of its view, this
         one included, said it holds no row, so the learned COMMIT goes (as in `no_row`)."""
         txn = self.pending.get(txn_id)
-        if decision is Decision.ABORT and txn is not None and txn.orphaned is not None:
-            self.outcomes.pop(txn_id, None)
-        if decision is Decision.ABORT:
-            self.abort(txn_id)
-        else:
+        if decision is Decision.COMMIT:
             self._learn(txn_id, Decision.COMMIT)
+        elif txn is not None and txn.orphaned is not None:
+            self._abort_removed(txn_id)
+        else:
+            self.abort(txn_id)
 
     def abort(self, txn_id: int) -> None:
         """Spec ParticipantAbort (from SendAbort, or ReleaseIntents at the coordinator)."""

@@ -418,8 +418,11 @@ class Node:
 
     def _notice_removals(self) -> None:
         """Members whose `_cluster` row went (`box.remove`, here or elsewhere): their
-        appliers stop for good, SWIM gossips REMOVED; this member, removed, takes no more
-        writes (they would fork from the set)."""
+        appliers stop for good, SWIM gossips REMOVED, and once nothing of theirs is on its
+        way the participant hears it (`_stop_following`); this member, removed, takes no
+        more writes (they would fork from the set). Any change of `_cluster` also reaches
+        the participant (a joiner is followed from now on), and the member our join went
+        through is forgotten once `_cluster` names it."""
         current = {uuid: instance_id for instance_id, uuid, _ in self.members()}
         gone = {uuid: instance_id for uuid, instance_id in self._registered.items() if uuid not in current}
         changed, self._registered = current != self._registered, current

@@ -21,6 +21,7 @@ release.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
 from dataclasses import dataclass, field
@@ -110,7 +111,7 @@ class QuorumHost:
         self._begun: dict[int, trio.Event] = {}  # our PENDING records on their way to disk, for the row
         self._collected = 0  # decided records deleted by the collection since start, for the console
         self._synced = trio.Event()  # set at each sync of our WAL, then replaced
-        self._committing: dict[int, int] = {}  # COMMITs whose row is on its way to our writer, by sender
+        self._committing: Counter[int] = Counter()  # COMMITs whose row is on its way to our writer, by sender
         self._commit_applied = trio.Event()  # set when one of those is done, then replaced
 
     def participant(self) -> q.Participant:
@@ -330,7 +331,7 @@ class QuorumHost:
     async def commits_settled(self, member: int) -> None:
         """Until no COMMIT of `member` is on its way to our writer: a removed member's
         COMMITs are refused from its removal on, and those taken before are applied."""
-        while self._committing.get(member, 0):
+        while self._committing[member]:
             await self._commit_applied.wait()
 
     def rows_flushed(self) -> None:
@@ -561,7 +562,7 @@ class QuorumHost:
                 raise RequestError(ErrorCode.PROTOCOL, f"COMMIT from {request.sender} carries a row of {record.origin}")
             driver.txn_heartbeat(now, request.txn_id)
             if node.engine.pending_vclock.get(record.origin) == record.lsn - 1:
-                self._committing[request.sender] = self._committing.get(request.sender, 0) + 1
+                self._committing[request.sender] += 1
                 try:
                     await node.writer.apply([record], took=partial(driver.txn_commit_took, now) if driver.tracing
                                             else None)
