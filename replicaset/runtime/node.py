@@ -260,6 +260,8 @@ class Node:
         host, port = parse_address(self.config.listen)
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self.quorum.restart()  # before the port accepts anyone
                 if self.config.metrics_listen:  # first: it observes every quorum commit from the start
                     await nursery.start(serve_metrics, self)
                 if self.server_tls is None:
@@ -277,7 +279,6 @@ class Node:
                 nursery.start_soon(self.disk.run)
                 if self.config.checkpoint_interval:
                     nursery.start_soon(self._checkpoint_daemon)
-                self._nursery = nursery
                 await self._bootstrap_cluster()
                 peers = self.upstreams()
                 self.driver.replicaset = self._replicaset(

@@ -125,11 +125,17 @@ class QuorumHost:
 
     # ---------------------------------------------------------------- start
 
-    async def run(self) -> None:
-        """Settle what a restart left, then tick the cores and send heartbeats."""
-        driver = self._node.driver
-        self.carry_out(self.records.restart(driver, self._node.engine, trio.current_time(), self.view()))
+    def restart(self) -> None:
+        """Settle what the last stop left, before this member serves anyone: a request
+        served earlier would meet a coordinator that has not rebuilt its transactions yet
+        (a client's new transaction, which the rebuild then refuses as known already and
+        stops the member; a question answered as if the transaction never began)."""
+        self.carry_out(self.records.restart(self._node.driver, self._node.engine, trio.current_time(), self.view()))
         self._node.writer.request_sync()  # rows and decisions the restart found count once durable
+
+    async def run(self) -> None:
+        """Tick the cores and send heartbeats."""
+        driver = self._node.driver
         interval, gc_interval = self._node.config.replication_timeout, float(self._node.config["gc.interval_s"])
         next_heartbeat, next_gc = trio.current_time() + interval, trio.current_time() + gc_interval
         while True:

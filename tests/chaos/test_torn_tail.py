@@ -22,6 +22,7 @@ def test_a_joined_member_starts_again_after_its_wal_tail_is_torn(tmp_path: Path)
         with first.client() as client:
             client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
         second = rs.join(first)
+        rs.wait_status(second, "running")  # a joiner takes writes once it follows its peer again
         with second.client() as client:
             for k in range(20):
                 client.execute("INSERT INTO kv(k, v) VALUES (?, 'x')", [k])
