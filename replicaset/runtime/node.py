@@ -91,6 +91,7 @@ class Node:
         isolated: bool = False,
     ) -> None:
         self.config = config
+        self._members: tuple[tuple[Engine, int], list[tuple[int, str, str]]] | None = None  # `members()`, and when read
         # A restored copy (docs/restore.md): it follows no one, whatever `_cluster` and the config list.
         self.isolated = isolated
         self.identity = identity
@@ -361,14 +362,20 @@ class Node:
     def members(self) -> list[tuple[int, str, str]]:
         """The registered members, `(id, uuid, address)`. Empty only before the bootstrap
         member created `_cluster`; any other failure propagates: an empty answer here would
-        make a majority of one (STYLE: errors propagate)."""
+        make a majority of one (STYLE: errors propagate). Read again only after a commit:
+        every peer request asks, and two queries each cost more than the request."""
         engine = self.engine
+        seen = (engine, engine.commits)
+        if self._members is not None and self._members[0] == seen:
+            return list(self._members[1])
         found = engine.query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = '_cluster'")
         if found is None or not found.rows:
             return []
         listing = engine.query("SELECT id, uuid, address FROM _cluster ORDER BY id")
         assert listing is not None, "a SELECT never writes"
-        return [(int(i), str(u), str(a)) for i, u, a in listing.rows]
+        members = [(int(i), str(u), str(a)) for i, u, a in listing.rows]
+        self._members = (seen, members)
+        return list(members)
 
     def member_id(self, uuid: str) -> int | None:
         return next((i for i, u, _ in self.members() if u == uuid), None)

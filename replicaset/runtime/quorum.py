@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -81,6 +81,8 @@ class _Outcomes:
 
 
 _Answer = TypeVar("_Answer")
+# A reply's body, or how to wait for it beside the connection's other requests.
+Reply = dict[int, Any] | Callable[[], Awaitable[dict[int, Any]]]
 
 
 @dataclass
@@ -234,7 +236,8 @@ class QuorumHost:
     def synchro_info(self) -> dict[str, Any]:
         """`box.info.synchro`: the quorum on the total membership, the transactions this
         member coordinates and has not decided, those prepared here, the intents held (the
-        DDL lock among them), and how clients' transactions ended, per level."""
+        DDL lock among them), how clients' transactions ended, per level, and the
+        metastore's fsyncs since start (each covers the records written meanwhile)."""
         driver, total = self._node.driver, len(self.view())
         participant = driver.participant
         now = trio.current_time()
@@ -261,6 +264,7 @@ class QuorumHost:
                 "txn_id": f"{lock:#x}", "holder": lock_holder.coordinator if lock_holder is not None else None},
             "outcomes": {level.value: outcomes.info() for level, outcomes in self._outcomes.items()},
             "collected": self._collected,
+            "meta_syncs": self._meta_sync.syncs,
         }
 
     def prepare_info(self, member: int) -> dict[str, Any]:
@@ -523,15 +527,16 @@ class QuorumHost:
             raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {request.instance_uuid} is not registered as id "
                                                           f"{request.sender} in this replica set")
 
-    async def _record_prepared(self, txn_id: int, **record: Any) -> None:
-        """The PENDING record of a PREPARED answer, written with the intents the core just
-        placed, then one group sync for them and every record written meanwhile. A PREPARE
-        sent again finds the record and waits for a sync that covers it."""
-        self.records.prepared(txn_id, sync=False, **record)
+    async def _once_covered(self, body: dict[int, Any]) -> dict[int, Any]:
+        """`body`, once a group sync covers the records written before this call."""
         await self._meta_sync.covering()
+        return body
 
-    async def serve(self, frame: Frame) -> dict[int, Any]:
-        """A quorum transaction request from a peer, and the body of its reply."""
+    async def serve(self, frame: Frame) -> Reply:
+        """A quorum transaction request from a peer, and the body of its reply, or how to
+        wait for it. The cores see a link's requests in the order sent; only the wait for
+        a PREPARED answer's sync runs beside the link, so that the PREPAREs a coordinator
+        sends meanwhile share one fsync instead of queueing one fsync each."""
         node, now = self._node, trio.current_time()
         driver = node.driver
         kind = frame.request_type
@@ -552,11 +557,15 @@ class QuorumHost:
                                             coordinator=prepare.coordinator, members=prepare.members, reads=reads,
                                             view=self.view())
             if isinstance(answer, q.Prepared):
-                await self._record_prepared(answer.txn_id, coordinator=prepare.coordinator, members=prepare.members,
-                                            keys=reads)
+                # The PENDING record, beside the intents the core just placed; the answer
+                # counts once durable. A PREPARE sent again finds the record and waits for
+                # a sync that covers it.
+                self.records.prepared(answer.txn_id, sync=False, coordinator=prepare.coordinator,
+                                      members=prepare.members, keys=reads)
+                vote: dict[int, Any] = {PeerKey.VOTE: "prepared"}
                 if answer.held is not None:
-                    return {PeerKey.VOTE: "prepared", PeerKey.HELD: answer.held}
-                return {PeerKey.VOTE: "prepared"}
+                    vote[PeerKey.HELD] = answer.held
+                return partial(self._once_covered, vote)
             if isinstance(answer, q.Conflicted):
                 table, key = answer.key
                 return {PeerKey.VOTE: "conflict", PeerKey.CONFLICT: [table, key, answer.holder, answer.holder_member]}
@@ -637,9 +646,19 @@ def _client_error(error: q.TxnError, timeout_s: float) -> RequestError:
                         f"transaction was aborted")
 
 
+@dataclass(eq=False)
+class _Waiter:
+    """One request's reply, or why none comes."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    reply: Frame | Exception | None = None
+
+
 class _Link:
     """Requests to one peer on one connection, answered by sync, opened on first use and
-    again after a loss."""
+    again after a loss. The requests made while the link's sending task waits for its turn
+    leave in one write: under concurrent transactions, one system call carries many
+    PREPAREs or COMMITs instead of one each."""
 
     def __init__(self, node: Node, member: int, address: str) -> None:
         self._node = node
@@ -647,8 +666,9 @@ class _Link:
         self._address = address
         self._link: PeerLink | None = None
         self._open_lock = trio.Lock()
-        self._send_lock = trio.Lock()
-        self._waiting: dict[int, trio.MemorySendChannel[Frame | Exception]] = {}
+        self._outbox = bytearray()
+        self._queued = trio.Event()  # set when the outbox holds requests the sending task has not taken
+        self._waiting: dict[int, _Waiter] = {}
         self._sync = 0
 
     @property
@@ -656,23 +676,21 @@ class _Link:
         return self._address
 
     async def request(self, request_type: int, body: dict[int, Any]) -> Frame:
-        link = await self._open()
-        send, receive = trio.open_memory_channel[Frame | Exception](1)
+        await self._open()
+        waiter = _Waiter()
         self._sync += 1
         sync = self._sync
-        self._waiting[sync] = send  # before sending: the reply may come before send_all returns
+        self._waiting[sync] = waiter  # before sending: the reply may come before the write returns
         try:
-            async with self._send_lock:
-                try:
-                    await link.stream.send_all(encode_request(request_type, sync, body,
-                                                              replica_id=self._node.identity.instance_id))
-                except trio.ClosedResourceError:  # the reader closed it while we waited: the peer left
-                    raise PeerError(ErrorCode.NO_CONNECTION, f"member {self._member} closed the connection") from None
-            reply = await receive.receive()
+            self._outbox += encode_request(request_type, sync, body, replica_id=self._node.identity.instance_id)
+            self._queued.set()
+            await waiter.done.wait()
         finally:
             self._waiting.pop(sync, None)
+        reply = waiter.reply
         if isinstance(reply, Exception):
             raise reply
+        assert reply is not None
         if reply.is_error:
             raise PeerError(reply.request_type & 0x7FFF, str(reply.body.get(Key.ERROR_24, "")))
         return reply
@@ -681,19 +699,36 @@ class _Link:
         """To the request waiting for `sync`, if any still does; a second reply to one
         request (a confused peer) is dropped."""
         waiter = self._waiting.get(sync)
-        if waiter is not None:
-            try:
-                waiter.send_nowait(reply)
-            except trio.WouldBlock:
-                pass
+        if waiter is not None and not waiter.done.is_set():
+            waiter.reply = reply
+            waiter.done.set()
 
     async def _open(self) -> PeerLink:
+        if self._link is not None:  # no turn at the lock: requests made together leave together
+            return self._link
         async with self._open_lock:
             if self._link is None:
                 self._link = await PeerLink.open(dial_address(self._node.config, self._address),
                                                  self._node.config.max_frame_bytes, self._node.peer_credentials)
+                self._outbox = bytearray()  # a lost link's unsent requests failed with it
                 self._node._nursery.start_soon(self._read, self._link)
+                self._node._nursery.start_soon(self._send, self._link)
             return self._link
+
+    async def _send(self, link: PeerLink) -> None:
+        """Writes what the outbox holds, while `link` is the link; a failed write closes
+        it, and the reader fails the requests waiting on it."""
+        try:
+            while True:
+                await self._queued.wait()
+                self._queued = trio.Event()
+                if self._link is not link:
+                    return
+                if self._outbox:
+                    data, self._outbox = bytes(self._outbox), bytearray()
+                    await link.stream.send_all(data)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            await link.aclose()
 
     async def _read(self, link: PeerLink) -> None:
         decoder: FrameDecoder = link.decoder
@@ -712,6 +747,7 @@ class _Link:
             error = exc
         finally:
             self._link = None
+            self._queued.set()  # the sending task of this link ends
             for sync in list(self._waiting):
                 self._deliver(sync, error)
             self._waiting.clear()

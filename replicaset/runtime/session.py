@@ -14,8 +14,10 @@ batch of frames read.
 from __future__ import annotations
 
 import math
+from functools import partial
 import os
 from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO, TypeVar
 
 import trio
@@ -38,7 +40,7 @@ from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.peer_access import PeerGate, PeerRefused, remote_address
 from replicaset.runtime.transfer import ServeStart, resume_start, serve_checkpoint
-from replicaset.runtime.writer import Ticket, WriteFailed
+from replicaset.runtime.writer import WriteFailed
 from replicaset.storage import (
     BatchAbandoned,
     Captured,
@@ -118,6 +120,8 @@ class Session:
         self._outbox = bytearray()
         self._sending = False
         self._sent = trio.Event()  # set each time the sending task has emptied the outbox
+        self._awaiting_flush = 0  # writes whose reply waits for their flush
+        self._outbox_ready = trio.Event()  # set when a reply queued outside a request's task awaits its send
         self._lanes: dict[int, trio.MemorySendChannel[Frame]] = {}
         self._lane_backlog: dict[int, int] = {}
         self._writer_holders = 0
@@ -143,6 +147,8 @@ class Session:
     async def _flush_outbox(self) -> None:
         """Send what the outbox holds; a task already sending picks up what others add,
         and one past `OUTBOX_MAX_BYTES` waits until it has."""
+        if not self._outbox:
+            return
         while self._sending:
             if len(self._outbox) <= OUTBOX_MAX_BYTES:
                 return
@@ -156,6 +162,14 @@ class Session:
             self._sending = False
             self._sent.set()
             self._sent = trio.Event()
+
+    async def _send_queued(self) -> None:
+        """Sends the replies queued by the writer's flushes (`_reply_durable`), for the
+        life of the connection."""
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready = trio.Event()
+            await self._flush_outbox()
 
     def _reply_ok(self, frame: Frame, body: dict[int, Any] | None = None, *, vclock: dict[int, int] | None = None) -> None:
         self._send(encode_ok(sync=frame.sync, schema_version=self._node.schema_version, body=body,
@@ -172,10 +186,13 @@ class Session:
         greeting = encode_greeting(version=GREETING_VERSION, instance_uuid=self._node.identity.instance_uuid, salt=self._salt)
         try:
             await self._stream.send_all(greeting)
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                await self._read_loop(nursery)
-                await self._drain(nursery)
+            async with trio.open_nursery() as sending:
+                sending.start_soon(self._send_queued)
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    await self._read_loop(nursery)
+                    await self._drain(nursery)
+                sending.cancel_scope.cancel()
         except* EngineFatal:
             raise
         except* (trio.BrokenResourceError, trio.ClosedResourceError, _ConnectionClosed):
@@ -191,7 +208,7 @@ class Session:
             await channel.aclose()
         self._lanes.clear()
         with trio.move_on_after(self._node.shutdown_grace_s):
-            while nursery.child_tasks:
+            while nursery.child_tasks or self._awaiting_flush:
                 await trio.sleep(0.001)
             await self._flush_outbox()
         nursery.cancel_scope.cancel()
@@ -321,7 +338,11 @@ class Session:
             node = self._node
             node.quorum.carry_out(node.driver.relay_ack(self._relay_conn, trio.current_time(), peer_messages.ack(frame)))
         elif kind in TXN_REQUESTS:
-            self._reply_ok(frame, await self._node.quorum.serve(frame))
+            reply = await self._node.quorum.serve(frame)
+            if callable(reply):
+                self._nursery.start_soon(self._reply_when_ready, frame, reply)
+            else:
+                self._reply_ok(frame, reply)
         elif kind == RequestType.JOIN:
             await self._join(frame)
         else:
@@ -577,19 +598,33 @@ class Session:
             raise RequestError(ErrorCode.TIMEOUT, str(exc)) from exc
         except SqlError as exc:
             raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
-        if ticket.done.is_set() and ticket.error is None:
+        if ticket.settled and ticket.error is None:
             self._reply_result(frame, result)
         else:
-            self._nursery.start_soon(self._reply_when_durable, frame, result, ticket)
+            self._awaiting_flush += 1
+            ticket.on_settled(partial(self._reply_durable, frame, result))
 
-    async def _reply_when_durable(self, frame: Frame, result: StatementResult, ticket: Ticket) -> None:
+    def _reply_durable(self, frame: Frame, result: StatementResult, error: Exception | None) -> None:
+        """A write's reply, once its flush is done: queued, and sent by the outbox's task.
+        It runs inside the writer's flush: what goes wrong here closes this connection
+        only, as it did when each reply had a task of its own."""
+        self._awaiting_flush -= 1
         try:
-            await ticket.wait()
-        except WriteFailed as exc:
-            self._reply_error(frame.sync, exc.code, str(exc))
-        else:
-            self._reply_result(frame, result, vclock=self._node.engine.vclock)
-        await self._flush_outbox()
+            if error is not None:  # a WriteFailed, or the engine's fatal error, which stops the member next
+                self._reply_error(frame.sync, getattr(error, "code", ErrorCode.WAL_IO), str(error))
+            else:
+                self._reply_result(frame, result, vclock=self._node.engine.vclock)
+        except Exception as exc:  # noqa: BLE001 - a bug in one reply must not fail the writer's flush
+            self._node.log.error("session_failed", error=repr(exc), exc_info=exc)
+            self._nursery.cancel_scope.cancel()
+            return
+        self._outbox_ready.set()
+
+    async def _reply_when_ready(self, frame: Frame, body: Callable[[], Awaitable[dict[int, Any]]]) -> None:
+        """A peer's request answered beside the read loop; sent with the replies ready
+        meanwhile."""
+        self._reply_ok(frame, await body())
+        self._outbox_ready.set()
 
     async def _reply_when_decided(self, frame: Frame, result: StatementResult, captured: Captured,
                                   level: Level) -> None:

@@ -61,6 +61,7 @@ class Batches:
         self.vclock = vclock
         self.pending = vclock.copy()
         self.current: Batch | None = None
+        self.commits = 0  # SQLite commits of batches so far: what a reader sees changes with it
         # Set when a SQLite commit failed after its WAL append: the engine must stop.
         self.fatal: EngineFatal | None = None
 
@@ -105,6 +106,7 @@ class Batches:
         except apsw.Error as exc:
             self.fatal = EngineFatal(f"SQLite commit failed after the WAL append: {exc}")
             raise self.fatal from exc
+        self.commits += 1
         for record in records:
             self.vclock.reset(record.origin, record.lsn)
         return records

@@ -158,6 +158,12 @@ class Engine:
         return self._batches.vclock
 
     @property
+    def commits(self) -> int:
+        """How many batches SQLite has committed since the engine opened: a reader's view
+        of the tables is the same while this is (every write goes through a batch)."""
+        return self._batches.commits
+
+    @property
     def pending_vclock(self) -> VClock:
         """`vclock` and what the open batch queued: what is applied or about to be."""
         return self._batches.pending
@@ -274,6 +280,13 @@ class Engine:
         `own_allowed` admits rows of our own origin: only the start-up fetch of rows we
         lost (DESIGN 4.4) may use it."""
         return self._records.apply(record, log_records=True, own_allowed=own_allowed)
+
+    def committed_copy(self, record: Record, *, own_allowed: bool = False) -> bool:
+        """Whether `apply` would take `record` for a copy of a row SQLite has committed
+        here: no batch can take that back, so a caller may drop the copy unseen."""
+        if record.origin == self.config.instance_id and not own_allowed:
+            return True
+        return record.lsn <= self._batches.vclock.get(record.origin)
 
     def skip(self, record: Record) -> bool:
         """`replication_skip_conflict`: hold the row (log it, count it, relay it) without

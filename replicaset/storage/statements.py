@@ -12,6 +12,7 @@ also be compiled without running (`describe`), for iproto's PREPARE.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -30,6 +31,8 @@ ENGINE_PREFIX = "rs_"
 AUTO_ID_TRIGGER_PREFIX = "rs_auto_"
 # Replicated tables that only the node itself writes (membership, Tarantool's _cluster).
 SYSTEM_TABLES = frozenset({"_cluster"})
+# Clients send the same few texts again and again: what is read off a text alone is kept.
+STATEMENT_TEXTS_CACHED = 1024
 _READ_KEYWORDS = ("SELECT", "VALUES", "WITH", "EXPLAIN")
 _LEADING_NOISE = re.compile(r"^(\s+|--[^\n]*\n?|/\*.*?\*/)+", re.DOTALL)
 _VACUUM = re.compile(r"^\s*VACUUM\b", re.IGNORECASE)
@@ -69,12 +72,14 @@ def is_read(sql: str) -> bool:
     return first_word(sql).startswith(_READ_KEYWORDS)
 
 
+@functools.lru_cache(maxsize=STATEMENT_TEXTS_CACHED)
 def first_word(sql: str) -> str:
     """The statement's first word, upper case, past blanks and comments."""
     words = _LEADING_NOISE.sub("", sql, count=1)[:10].split(None, 1)
     return words[0].rstrip(";").upper() if words else ""
 
 
+@functools.lru_cache(maxsize=STATEMENT_TEXTS_CACHED)
 def text_refusal(sql: str) -> str | None:
     """Why a statement is refused before it runs, None when it may run: these are not seen
     by the authorizer in a form that tells them apart from allowed statements."""

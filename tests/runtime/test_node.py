@@ -244,7 +244,9 @@ def test_a_failing_read_of_the_members_propagates_and_keeps_a_pending_registrati
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An empty member list would make a majority of one and clear the registration the
-    joiner still waits for (DESIGN 4.7): the error must reach the caller instead."""
+    joiner still waits for (DESIGN 4.7): the error must reach the caller instead. The
+    members are read again after a commit (`Node.members` keeps them until one), so the
+    failing read is one that follows a change of `_cluster`."""
     from replicaset.identity import PENDING_REGISTRATION_FILE, save_pending_registration
     from replicaset.storage import SqlError
 
@@ -254,6 +256,7 @@ def test_a_failing_read_of_the_members_propagates_and_keeps_a_pending_registrati
     async def check() -> None:
         async with opened(node):
             assert len(node.members()) == 1
+            await node.writer.execute_trusted("UPDATE _cluster SET address = ?", ("127.0.0.1:4001",))
 
             def broken(sql: str, binds: object = ()) -> None:
                 raise SqlError("disk I/O error")

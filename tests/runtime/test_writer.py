@@ -90,7 +90,7 @@ def test_a_write_stopped_at_the_time_limit_fails_the_transactions_of_its_group_c
     async def main() -> None:
         await writer.execute_trusted("CREATE TABLE t(id INTEGER PRIMARY KEY)")
         _, queued = await writer.execute_nowait("INSERT INTO t VALUES (1)", ())
-        assert not queued.done.is_set(), "the first transaction waits in the open batch"
+        assert not queued.settled, "the first transaction waits in the open batch"
         with pytest.raises(BatchAbandoned):
             await writer.execute_nowait(endless, ())
         with pytest.raises(CascadeRollback, match="run it again") as failed, trio.fail_after(5):

@@ -43,14 +43,37 @@ def test_local_rows_still_open_when_applied_rows_come_are_shipped_before_them(tm
 
     async def main() -> None:
         _, ticket = await writer.execute_nowait("INSERT INTO t(id) VALUES (1)", ())
-        assert not ticket.done.is_set(), "held open by the group-commit delay"
+        assert not ticket.settled, "held open by the group-commit delay"
         assert await writer.apply(theirs) == 1
-        assert ticket.done.is_set()
+        assert ticket.settled
 
     trio.run(main)
     flat = [(r.origin, r.lsn) for batch in shipped for r in batch]
     assert flat == [(1, 2), (2, 1)], "member 1's row was flushed and shipped before the applied one"
     assert [(r.origin, r.lsn) for r in wal_records(engine)] == [(1, 1), (1, 2), (2, 1)]
+
+
+def test_a_copy_of_a_committed_row_is_dropped_without_flushing_the_open_batch(tmp_path: Path) -> None:
+    """A quorum row comes by its COMMIT and again by each relay: once SQLite holds it, a
+    copy changes nothing, and must not flush the local batch a group commit is holding
+    open (it did, for every copy, which split the group commits of a busy member). A copy
+    of a row that is only pending in the open batch still goes to the writer: that batch
+    may yet be rolled back, and then the copy is what brings the row."""
+    engine, writer, shipped, schema = _member_one(tmp_path)
+    theirs = _rows_of_member_two(tmp_path, schema)
+
+    async def main() -> None:
+        assert await writer.apply(theirs) == 1
+        _, ticket = await writer.execute_nowait("INSERT INTO t(id) VALUES (1)", ())
+        assert await writer.apply(theirs) == 0
+        assert not ticket.settled, "the copy left the local batch open"
+        assert engine.batch_records == 1
+        async with writer.token:
+            await writer._flush_now()
+        assert ticket.settled and ticket.error is None
+
+    trio.run(main)
+    assert [(r.origin, r.lsn) for r in wal_records(engine)] == [(1, 1), (2, 1), (1, 2)]
 
 
 def test_the_engine_refuses_to_switch_batch_kinds_behind_the_writers_back(tmp_path: Path) -> None:

@@ -189,6 +189,39 @@ def test_a_write_waiting_for_its_level_does_not_hold_up_the_requests_behind_it(q
     rs.wait_converged()
 
 
+def test_prepares_pipelined_on_one_link_are_all_answered_and_share_the_metastore_fsyncs(quorum_set) -> None:
+    """Eight PREPAREs of member 2, for eight keys, in one write on one connection: each
+    is answered "prepared" by its sync, and the PENDING records they wrote are made
+    durable together. Before, each answer held the connection's read loop through its own
+    fsync, so the PREPAREs a coordinator sent meanwhile took one fsync each, one after
+    the other. Then member 2 aborts them and the keys take other writes."""
+    rs, (first, second, third) = quorum_set
+    sender = rs.info(second)["uuid"]
+    txn_ids = [0x5150 + n for n in range(8)]
+    prepares = b"".join(
+        encode_request(PeerRequest.TXN_PREPARE, n + 1, {
+            Key.REPLICASET_UUID: REPLICASET_UUID, Key.INSTANCE_UUID: sender, PeerKey.TXN_ID: txn_id,
+            PeerKey.COORDINATOR: 2, PeerKey.MEMBERS: [1, 2, 3], PeerKey.READS: [["kv", f"kv:{100 + n}", 0, 0]]},
+            replica_id=2)
+        for n, txn_id in enumerate(txn_ids))
+    syncs_before = rs.info(first)["synchro"]["meta_syncs"]
+    with first.client() as client:
+        client._sock.sendall(prepares)
+        replies = [client._read_frame() for _ in txn_ids]
+        assert sorted(frame.sync for frame in replies) == list(range(1, 9))
+        assert all(frame.body[PeerKey.VOTE] == "prepared" for frame in replies), replies
+        synchro = rs.info(first)["synchro"]
+        assert synchro["prepared"]["len"] == 8
+        assert synchro["meta_syncs"] - syncs_before <= 3, "the eight records share their fsyncs"
+        for txn_id in txn_ids:
+            client.call(PeerRequest.TXN_ABORT, {Key.REPLICASET_UUID: REPLICASET_UUID, Key.INSTANCE_UUID: sender,
+                                                PeerKey.TXN_ID: txn_id}, replica_id=2)
+    assert rs.info(first)["synchro"]["prepared"]["len"] == 0
+    with first.client() as client:
+        client.execute("INSERT INTO kv(k, v) VALUES (100, 'free again')", options=QUORUM)
+    rs.wait_converged()
+
+
 def test_a_client_never_conflicts_with_its_own_acknowledged_writes(quorum_set) -> None:
     """One client writes one row at QUORUM again and again, and creates tables one after
     the other: each statement is acknowledged before the next, so none may be refused for
