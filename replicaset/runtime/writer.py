@@ -214,8 +214,7 @@ class Writer:
         async with self.token:
             await self._flush_unless(BatchKind.APPLY)
             record = self.engine.commit_captured(captured, txn_id=txn_id, min_stamp=min_stamp)
-            self._tickets.append(ticket)
-            await self._flush_now()
+            await self._queued(ticket, len(record.payload), delay_allowed=False)
         await ticket.wait()
         return record
 
@@ -257,14 +256,24 @@ class Writer:
         if committed is not None:
             self._on_commit(committed.records)
         ticket = Ticket()
+        await self._queued(ticket, sum(len(r.payload) for r in committed.records) if committed else 0,
+                           delay_allowed=True, space_checked=space_checked)
+        return ticket
+
+    async def _queued(self, ticket: Ticket, payload_bytes: int, *, delay_allowed: bool,
+                      space_checked: bool = True) -> None:
+        """`ticket`'s rows are in the open batch: flushed now once a bound is reached or
+        no other task waits for the writer; otherwise by the last of those, or by the
+        flusher, with theirs (one WAL write and one SQLite commit for them all).
+        `delay_allowed`: client writes also wait `group_commit_delay_ms`; decided and
+        applied rows do not (a quorum's answer waits for them)."""
         self._tickets.append(ticket)
-        bound_reached = self._policy.add(sum(len(r.payload) for r in committed.records) if committed else 0)
-        nobody_to_wait_for = not self._policy.max_delay_ms and self.token.statistics().tasks_waiting == 0
-        if bound_reached or nobody_to_wait_for:
+        bound_reached = self._policy.add(payload_bytes)
+        others_waiting = self.token.statistics().tasks_waiting > 0
+        if bound_reached or not (others_waiting or (delay_allowed and self._policy.max_delay_ms)):
             await self._flush_now(space_checked=space_checked)
         else:
             self._wakeup.set()
-        return ticket
 
     # ---------------------------------------------------------------- apply
 
@@ -289,6 +298,7 @@ class Writer:
         ticket = Ticket()
         async with self.token:
             await self._flush_unless(BatchKind.APPLY)
+            failed = True
             try:
                 for record in records:
                     try:
@@ -302,14 +312,17 @@ class Writer:
                         if log is not None:
                             log.warning("conflict_skipped", origin=record.origin, lsn=record.lsn, error=str(exc))
                         applied += self.engine.skip(record)
+                failed = False
             finally:
                 if took is not None:
                     took(taken)
-                if self.engine.batch_kind is not None:
+                if self.engine.batch_kind is None:
+                    ticket.settle()
+                elif failed:  # the rows before the one that failed are durable before it raises
                     self._tickets.append(ticket)
                     await self._flush_now()
                 else:
-                    ticket.settle()
+                    await self._queued(ticket, sum(len(r.payload) for r in records), delay_allowed=False)
         await ticket.wait()
         return applied
 

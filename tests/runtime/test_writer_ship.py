@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import BatchKindError
@@ -102,3 +103,35 @@ def test_an_applier_learns_that_the_flush_of_its_rows_failed(tmp_path: Path, mon
     with pytest.raises(WriteFailed, match="No space left"):
         trio.run(writer.apply, theirs)
     assert engine.pending_vclock.get(2) == 0, "back at the durable vclock: the rows will come again"
+
+
+def test_rows_applied_while_another_task_waits_for_the_writer_share_its_flush(tmp_path: Path) -> None:
+    """Two tasks apply a row each (two COMMITs, or a COMMIT and an applier's frame): the
+    first sees the second waiting for the writer and leaves the flush to it, so both rows
+    reach the WAL and SQLite in one group commit, not one each (a participant flushed once
+    per COMMIT, which cost it a WAL write and a SQLite commit per transaction)."""
+    engine, writer, shipped, schema = _member_one(tmp_path)
+    other = open_engine(tmp_path / "m2", 2, FakeClock())
+    for record in schema:
+        other.apply(record)
+    other.flush()
+    run(other, "INSERT INTO t(id) VALUES (1000)")
+    run(other, "INSERT INTO t(id) VALUES (1001)")
+    first, second = [r for r in wal_records(other) if r.origin == 2]
+    applied: list[int] = []
+
+    async def apply(record: Record) -> None:
+        applied.append(await writer.apply([record]))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            async with writer.token:  # both queue for the writer, in this order
+                nursery.start_soon(apply, first)
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(apply, second)
+                await trio.testing.wait_all_tasks_blocked()
+
+    trio.run(main)
+    assert applied == [1, 1]
+    assert [[(r.origin, r.lsn) for r in batch] for batch in shipped] == [[(2, first.lsn), (2, second.lsn)]]
+    assert engine.vclock.get(2) == second.lsn
