@@ -362,10 +362,11 @@ class Node:
     def members(self) -> list[tuple[int, str, str]]:
         """The registered members, `(id, uuid, address)`. Empty only before the bootstrap
         member created `_cluster`; any other failure propagates: an empty answer here would
-        make a majority of one (STYLE: errors propagate). Read again only after a commit:
-        every peer request asks, and two queries each cost more than the request."""
+        make a majority of one (STYLE: errors propagate). Read again only after a commit
+        that may have changed `_cluster`: every peer request asks, and two queries each
+        cost more than the request."""
         engine = self.engine
-        seen = (engine, engine.commits)
+        seen = (engine, engine.system_changes)
         if self._members is not None and self._members[0] == seen:
             return list(self._members[1])
         found = engine.query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = '_cluster'")

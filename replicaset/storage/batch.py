@@ -25,6 +25,7 @@ from enum import Enum
 import apsw
 
 from replicaset.storage.errors import BatchKindError, EngineFatal
+from replicaset.storage.statements import SYSTEM_TABLES
 from wal import Record, VClock, Wal
 
 
@@ -41,6 +42,11 @@ class Batch:
     log_records: bool = True
     # (txn id, origin, lsn) of the quorum transactions whose rows the batch applied
     quorum_rows: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+# A row or DDL statement of a system table holds its name in its payload; a user's value
+# holding it too costs a needless re-read, never a missed one.
+_SYSTEM_TABLE_NAMES = tuple(name.encode() for name in SYSTEM_TABLES)
 
 
 class Batches:
@@ -61,7 +67,7 @@ class Batches:
         self.vclock = vclock
         self.pending = vclock.copy()
         self.current: Batch | None = None
-        self.commits = 0  # SQLite commits of batches so far: what a reader sees changes with it
+        self.system_changes = 0  # committed batches that may have changed a system table (`_cluster`)
         # Set when a SQLite commit failed after its WAL append: the engine must stop.
         self.fatal: EngineFatal | None = None
 
@@ -106,7 +112,8 @@ class Batches:
         except apsw.Error as exc:
             self.fatal = EngineFatal(f"SQLite commit failed after the WAL append: {exc}")
             raise self.fatal from exc
-        self.commits += 1
+        if any(name in record.payload for record in records for name in _SYSTEM_TABLE_NAMES):
+            self.system_changes += 1
         for record in records:
             self.vclock.reset(record.origin, record.lsn)
         return records

@@ -158,10 +158,11 @@ class Engine:
         return self._batches.vclock
 
     @property
-    def commits(self) -> int:
-        """How many batches SQLite has committed since the engine opened: a reader's view
-        of the tables is the same while this is (every write goes through a batch)."""
-        return self._batches.commits
+    def system_changes(self) -> int:
+        """How many committed batches may have changed a system table (`_cluster`) since
+        the engine opened: a reader's view of those tables is the same while this is
+        (every write goes through a batch)."""
+        return self._batches.system_changes
 
     @property
     def pending_vclock(self) -> VClock:

@@ -320,3 +320,27 @@ def test_a_quorum_write_served_while_the_member_starts_leaves_it_running(tmp_pat
 
     trio.run(main)
     assert answered == ["CREATE TABLE"]
+
+
+def test_the_members_are_read_again_after_a_change_of_cluster_only(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every peer request checks its sender against the members: they are kept until a
+    commit that may have changed `_cluster`, and a change is seen at the next call."""
+    node = make_node(tmp_path)
+
+    async def check() -> None:
+        async with opened(node):
+            await node.writer.execute_trusted("CREATE TABLE t(id INTEGER PRIMARY KEY)")
+            assert [i for i, _, _ in node.members()] == [BOOTSTRAP_ID]
+            queries: list[str] = []
+            query = node.engine.query
+            monkeypatch.setattr(node.engine, "query", lambda sql, binds=(): queries.append(sql) or query(sql, binds))
+            for n in range(3):
+                await node.writer.execute("INSERT INTO t VALUES (?)", [n])
+                node.members()
+            assert queries == [], "rows of other tables leave the members as they were"
+            await node.writer.execute_trusted("UPDATE _cluster SET address = ?", ("127.0.0.1:4001",))
+            assert [a for _, _, a in node.members()] == ["127.0.0.1:4001"]
+            assert queries, "a change of _cluster is read"
+
+    trio.run(check)
