@@ -99,10 +99,9 @@ class DiskGuard:
         `wal_mode = fsync` the writer's check runs in a worker thread, beside the event
         loop's: the lock keeps a change of state, and its line, to one of them."""
         with self._lock:
-            return self._poll()
+            return self._poll(self._free_bytes(self.data_dir))
 
-    def _poll(self) -> bool:
-        free = self._free_bytes(self.data_dir)
+    def _poll(self, free: int) -> bool:
         if not self.full and free < self.low_water_bytes:
             released = self.reserve_path.exists()
             self.reserve_path.unlink(missing_ok=True)
@@ -122,11 +121,14 @@ class DiskGuard:
         `payload_bytes` (a group commit, up to `wal.group_commit_bytes_max`) would leave
         less than the low-water mark once SQLite holds it too: that batch alone is refused,
         since the SQLite commit after its append must not be the write that meets ENOSPC."""
-        if self.poll():
+        free = self._free_bytes(self.data_dir)  # one reading for both questions: a statvfs per WAL append
+        with self._lock:
+            full = self._poll(free)
+        if full:
             raise DiskFull(f"no space left on device: {what} refused, the file system of {self.data_dir} is full; "
                            f"nothing was written, retry once space is freed")
         needed = BATCH_SPACE_FACTOR * payload_bytes
-        if payload_bytes and self._free_bytes(self.data_dir) < self.low_water_bytes + needed:
+        if payload_bytes and free < self.low_water_bytes + needed:
             raise DiskFull(f"no space left on device: {what} of {payload_bytes} bytes refused, the file system of "
                            f"{self.data_dir} has too little room for it; nothing was written, retry once space is "
                            f"freed, or in smaller transactions")

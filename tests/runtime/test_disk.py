@@ -75,3 +75,15 @@ def test_an_append_too_big_for_the_room_left_is_refused_alone(tmp_path: Path) ->
     with pytest.raises(DiskFull, match="WAL write of 5000 bytes refused"):
         guard.check("WAL write", 5_000)
     assert not guard.full and log.lines == [], "the member is not full: smaller writes go on"
+
+
+def test_a_check_reads_the_free_space_once(tmp_path: Path) -> None:
+    """Every WAL append is checked: one statvfs answers both whether the member is full
+    and whether this append fits (it took two, a measurable share of a write's cost)."""
+    readings: list[Path] = []
+    guard = DiskGuard(tmp_path, _Log(), reserve_bytes=RESERVE_BYTES, low_water_bytes=LOW_WATER_BYTES,
+                      free_bytes=lambda path: readings.append(path) or 100_000)
+    guard.open()
+    readings.clear()
+    guard.check("WAL write", 2_000)
+    assert len(readings) == 1
