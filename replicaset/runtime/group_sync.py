@@ -15,10 +15,13 @@ from collections.abc import Callable
 
 import trio
 
+from replicaset.runtime.sync_thread import SyncThread
+
 
 class GroupSync:
     def __init__(self, sync: Callable[[], None]) -> None:
         self._sync = sync
+        self._thread = SyncThread("metastore sync")
         self._asked = 0  # callers so far, each numbered
         self._done = 0  # every caller up to this number is covered
         self._running = False
@@ -38,7 +41,7 @@ class GroupSync:
             self._running = True
             upto = self._asked
             try:
-                await trio.to_thread.run_sync(self._sync)
+                await self._thread.run_sync(self._sync)
                 self.syncs += 1
                 self._done = upto
             finally:

@@ -33,6 +33,7 @@ from replicaset.storage import (
     StatementResult,
 )
 from replicaset.iproto.constants import ErrorCode
+from replicaset.runtime.sync_thread import SyncThread
 from wal import GroupCommitPolicy, Record, VClock, WalError
 
 
@@ -123,6 +124,7 @@ class Writer:
         self._sync_wanted = trio.Event()
         # Engine calls running in a worker thread: the engine is between two states.
         self.in_thread = 0
+        self._sync_thread = SyncThread("wal sync")  # fsyncs, and flushes under wal_mode = fsync
         self.fatal: EngineFatal | None = None
 
     # ---------------------------------------------------------------- client writes
@@ -364,7 +366,7 @@ class Writer:
         wal = self.engine.wal
         point = wal.sync_point()
         if point is not None:
-            await trio.to_thread.run_sync(wal.fsync_point, point)
+            await self._sync_thread.run_sync(wal.fsync_point, point)
             wal.synced(point)
         self._on_synced(point is not None)
 
@@ -377,7 +379,11 @@ class Writer:
         before_append = partial(self._space_check, "WAL write") if space_checked else None
         try:
             if self._fsync:
-                records = await self._in_thread(self.engine.flush, before_append)
+                self.in_thread += 1
+                try:
+                    records = await self._sync_thread.run_sync(self.engine.flush, before_append)
+                finally:
+                    self.in_thread -= 1
             else:
                 records = self.engine.flush(before_append)
         except EngineFatal as exc:
