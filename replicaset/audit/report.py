@@ -6,10 +6,55 @@ from __future__ import annotations
 import base64
 import html
 import io
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 SUMMARY_VIOLATIONS_SHOWN = 10
 SUMMARY_ROWS_SHOWN = 4
+# How each kind of violation is drawn on the map: a range (a hole, a missing tail) as a
+# bar over its LSNs, a single row as a marker.
+MARK_STYLES = {
+    "gap": {"color": "#c00000", "label": "gap (LSNs missing inside the WAL)"},
+    "behind": {"color": "#ff8080", "label": "behind (missing tail: the set holds more)"},
+    "duplicate": {"color": "black", "marker": "x", "label": "logged twice"},
+    "out_of_order": {"color": "#e08000", "marker": "v", "label": "out of order"},
+    "divergent": {"color": "#8000c0", "marker": "D", "label": "differs between members"},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Where one listed violation sits: on `member`'s WAL (None: every member's), origin
+    `origin`, LSNs `low..high`."""
+
+    member: str | None
+    kind: str
+    low: int
+    high: int
+
+
+def violation_marks(report: dict[str, Any]) -> dict[int, list[Mark]]:
+    """The listed violations of every check, as marks per origin: what the violation map
+    draws, so that the picture answers "where is it wrong" before the lists do."""
+    marks: dict[int, list[Mark]] = {}
+    for check in report["checks"]:
+        for v in check["violations"]:
+            if "origin" not in v or v.get("lsn") is None:
+                continue
+            name = check["name"]
+            if name == "completeness":
+                kind = "behind"
+            elif name == "apply_once":
+                kind = "duplicate"
+            elif name == "agreement":
+                kind = "divergent"
+            elif name == "order":
+                kind = v.get("kind", "gap")
+            else:
+                continue
+            low, high = v["missing"] if v.get("missing") else (v["lsn"], v["lsn"])
+            marks.setdefault(v["origin"], []).append(Mark(member=v.get("member"), kind=kind, low=low, high=high))
+    return dict(sorted(marks.items()))
 
 
 def _violation_note(violation: dict[str, Any], rows_max: int | None = None) -> str:
@@ -65,6 +110,62 @@ def _png(fig: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+def _violation_map(report: dict[str, Any]) -> str | None:
+    """One panel per origin with violations: each member's WAL as a grey bar over the
+    LSNs it holds of that origin, the set's highest LSN as a dashed line, and every listed
+    violation where it sits (MARK_STYLES). None for a clean audit."""
+    marks = violation_marks(report)
+    if not marks:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    members = [i["member"] for i in report["inputs"]]
+    held = {(r["member"], r["origin"]): (r["min_lsn"], r["max_lsn"]) for r in report["rows_per_member_origin"]}
+    fig, axes = plt.subplots(len(marks), 1, figsize=(8, 0.5 + 0.45 * len(members) * len(marks)), squeeze=False)
+    labelled: set[str] = set()
+    for ax, (origin, found) in zip(axes[:, 0], marks.items()):
+        for y, member in enumerate(members):
+            span = held.get((member, origin))
+            if span is not None:
+                ax.barh(y, span[1] - span[0] + 1, left=span[0], height=0.25, color="#d0d0d0")
+        top = report["max_vclock"].get(origin, report["max_vclock"].get(str(origin)))
+        if top:
+            ax.axvline(top + 0.5, color="#606060", linestyle="--", linewidth=1)
+        for mark in found:
+            style = MARK_STYLES[mark.kind]
+            label = style["label"] if mark.kind not in labelled else None
+            labelled.add(mark.kind)
+            rows = range(len(members)) if mark.member is None else [members.index(mark.member)]
+            for y in rows:
+                if "marker" in style:
+                    ax.plot([mark.low], [y], linestyle="none", marker=style["marker"], color=style["color"],
+                            markersize=8, label=label)
+                else:  # a bar over the range, and a tick that stays visible over millions of LSNs
+                    ax.barh(y, mark.high - mark.low + 1, left=mark.low - 0.5, height=0.6, color=style["color"],
+                            label=label)
+                    ax.plot([(mark.low + mark.high) / 2], [y], linestyle="none", marker="|", markersize=16,
+                            markeredgewidth=3, color=style["color"])
+                label = None
+        ax.set_yticks(range(len(members)))
+        ax.set_yticklabels(members)
+        ax.set_ylim(-0.7, len(members) - 0.3)
+        ax.invert_yaxis()
+        ax.set_title(f"origin {origin}", loc="left", fontsize="medium")
+    axes[-1, 0].set_xlabel("LSN (dashed: the set's highest)")
+    fig.tight_layout()
+    handles, labels = [], []
+    for ax in axes[:, 0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    axes[0, 0].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    return _png(fig)
+
+
 def _plots(report: dict[str, Any]) -> list[tuple[str, str]]:
     import matplotlib
 
@@ -88,10 +189,16 @@ def _plots(report: dict[str, Any]) -> list[tuple[str, str]]:
         origins = sorted({r["origin"] for r in per})
         fig, ax = plt.subplots(figsize=(8, 3.2))
         width = 0.8 / max(1, len(members))
+        set_top = {o: report["max_vclock"].get(o, report["max_vclock"].get(str(o), 0)) for o in origins}
         for i, m in enumerate(members):
             tops = {r["origin"]: r["max_lsn"] for r in per if r["member"] == m}
-            ax.bar([o + i * width for o in range(len(origins))], [tops.get(o, 0) for o in origins],
-                   width=width, label=m)
+            xs = [o + i * width for o in range(len(origins))]
+            ax.bar(xs, [tops.get(o, 0) for o in origins], width=width, label=m)
+            # What a member lacks of the set's highest LSN, stacked on its bar in red.
+            short = [max(0, (set_top[o] or 0) - tops.get(o, 0)) for o in origins]
+            if any(short):
+                ax.bar(xs, short, bottom=[tops.get(o, 0) for o in origins], width=width, color="#c00000",
+                       label="behind the set" if "behind the set" not in ax.get_legend_handles_labels()[1] else None)
         ax.set_xticks([o + 0.4 - width / 2 for o in range(len(origins))])
         ax.set_xticklabels([f"origin {o}" for o in origins])
         ax.set_ylabel("highest LSN in the WAL")
@@ -135,6 +242,10 @@ def render_html(report: dict[str, Any]) -> str:
                   "<span class='ok'>ok</span>" if c["ok"] else f"<span class='bad'>{c['count']} violations</span>")
         parts.append(f"<tr><td>{e(c['title'])}</td><td>{status}</td></tr>")
     parts.append("</table>")
+    violation_map = _violation_map(report)
+    if violation_map is not None:
+        title = "Where the violations are"
+        parts.append(f"<h2 class='bad'>{title}</h2><img alt='{title}' src='{violation_map}'>")
     if report["read_errors"]:
         parts.append("<h2 class='bad'>Read errors</h2><ul>")
         parts.extend(f"<li>{e(str(x))}</li>" for x in report["read_errors"])

@@ -63,6 +63,9 @@ def test_each_injected_violation_is_named(spark, tmp_path: Path) -> None:
     assert code == EXIT_VIOLATIONS, text
     assert json.loads((tmp_path / "a.json").read_text())["checks"] == report["checks"]
     page = (tmp_path / "a.html").read_text()
+    # The map of where they sit comes first, then the lists; the other plots stay.
+    assert page.index("Where the violations are") < page.index("<h3 class='bad'>")
+    assert page.count("data:image/png;base64,") == 4
 
     dup = _check(report, "apply_once")
     d = injected["duplicate"]
