@@ -167,12 +167,27 @@ def ops_per_s(servers: dict[str, Any], name: str, nconn: int) -> float | None:
     return run["ops_per_s"] if run else None
 
 
+def server_us_per_op(run: dict[str, Any]) -> float | None:
+    """The server's CPU microseconds per operation: its share of a core over the window
+    divided by the operations per second."""
+    share, ops = run.get("server_cpu"), run.get("ops_per_s")
+    return share / ops * 1e6 if share is not None and ops else None
+
+
+def cpu_per_op_ratio(servers: dict[str, Any], nconn: int) -> float | None:
+    """Our server's CPU per operation over Tarantool's, at `nconn` connections."""
+    runs = [servers.get(name, {}).get("runs", {}).get(nconn) for name in ("ours", "tarantool")]
+    if any(run is None for run in runs):
+        return None
+    return ratio(server_us_per_op(runs[0]), server_us_per_op(runs[1]))
+
+
 def report_lines(servers: dict[str, Any], client_procs: int, loopback_rt_per_s: float | None) -> list[str]:
     """The SQL table, the RATIOS (between servers, and against the loopback limit) and MEMORY."""
     out = [f"SQL  {SQL_INSERT}  keys 0..{KEY_RANGE - 1}, {VALUE_BYTES}-char value, PyPI tarantool connector; "
            f"client: {client_procs} process(es) x threads",
            f"  {'server':<10} {'conns':>5} {'ops/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>6} "
-           f"{'srv CPU':>7} {'cli CPU':>7}"]
+           f"{'srv CPU':>7} {'cli CPU':>7} {'srv us/op':>9}"]
     for nconn in CONNECTION_COUNTS:
         for name in SERVERS:
             entry = servers.get(name, {})
@@ -184,8 +199,10 @@ def report_lines(servers: dict[str, Any], client_procs: int, loopback_rt_per_s: 
             errors = str(run["errors"]) + (f"+{run['stuck_threads']}stuck" if run["stuck_threads"] else "")
             out.append(f"  {name:<10} {nconn:>5} {fmt_int(run['ops_per_s']):>9} {fmt_ms(run['p50_ns']):>8} "
                        f"{fmt_ms(run['p99_ns']):>8} {fmt_ms(run['max_ns']):>8} {errors:>6} "
-                       f"{fmt_pct(run['server_cpu']):>7} {fmt_pct(run['client_cpu']):>7}")
-    out += ["  (CPU: share of one core over the measured window; 2 cores in all, client and server share them)",
+                       f"{fmt_pct(run['server_cpu']):>7} {fmt_pct(run['client_cpu']):>7} "
+                       f"{fmt_int(server_us_per_op(run)):>9}")
+    out += ["  (CPU: share of one core over the measured window; 2 cores in all, client and server share them;"
+            " srv us/op: the server's user + system CPU over the window / operations, stable where ops/s is not)",
             "", "RATIOS"]
 
     def ops(name: str, nconn: int) -> float | None:
@@ -194,7 +211,8 @@ def report_lines(servers: dict[str, Any], client_procs: int, loopback_rt_per_s: 
     for nconn in CONNECTION_COUNTS:
         out.append(f"  {nconn:>2} conn: ours/tarantool {fmt_ratio(ratio(ops('ours', nconn), ops('tarantool', nconn)))}   "
                    f"ours/noop {fmt_ratio(ratio(ops('ours', nconn), ops('noop', nconn)))}   "
-                   f"tarantool/noop {fmt_ratio(ratio(ops('tarantool', nconn), ops('noop', nconn)))}")
+                   f"tarantool/noop {fmt_ratio(ratio(ops('tarantool', nconn), ops('noop', nconn)))}   "
+                   f"server CPU per op ours/tarantool {fmt_ratio(cpu_per_op_ratio(servers, nconn))}")
     out += ["  1 conn ops/s as a fraction of the loopback round-trip limit: " + "   ".join(
         f"{name} {fmt_ratio(ratio(ops(name, 1), loopback_rt_per_s))}" for name in SERVERS), ""]
 
