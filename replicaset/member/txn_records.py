@@ -62,19 +62,18 @@ class TxnRecords:
         """A PREPARED answer of ours, before it is sent: the record, synced, which makes the
         intents just placed durable too (a PREPARE sent again finds the record and syncs).
         Without `sync` the caller syncs the metastore before the answer leaves."""
-        if txns.txn(self.meta, txn_id) is None:
+        try:
             txns.put_txn(self.meta, TxnRecord(txn_id=txn_id, coordinator=coordinator, members=members,
                                               level=q.Level.QUORUM, status=TxnStatus.PENDING, keys=frozenset(keys)),
                          sync=sync)
-        elif sync:
-            self.meta.sync()
+        except txns.RecordExists:
+            if sync:
+                self.meta.sync()
 
     def decided(self, txn_id: int, status: TxnStatus, row: tuple[int, int] | None = None) -> None:
         """A decision learned or taken; a record decided already stays as it is."""
-        record = txns.txn(self.meta, txn_id)
-        if record is not None and record.status is TxnStatus.PENDING:
-            origin, lsn = row if row else (None, None)
-            txns.decide(self.meta, txn_id, status, origin=origin, lsn=lsn, sync=False)
+        origin, lsn = row if row else (None, None)
+        txns.decide_pending(self.meta, txn_id, status, origin=origin, lsn=lsn, sync=False)
 
     def collect(self, driver: MemberDriver, now_s: float, *, now_ms: int, members: frozenset[int],
                 min_retention_ms: int, max_retention_ms: int) -> int:

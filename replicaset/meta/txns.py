@@ -70,11 +70,15 @@ class TxnRecord:
             raise malformed(key, f"a transaction record ({error})", value) from error
 
 
+class RecordExists(MetaError):
+    """`put_txn` of a transaction that has a record already."""
+
+
 def put_txn(store: MetaStore, record: TxnRecord, *, sync: bool = True) -> None:
     """Write `record` with its index entry. Synced by default: a PENDING record goes down
     before PREPARED is answered, a decided one before the decision is passed on."""
     if txn(store, record.txn_id) is not None:
-        raise MetaError(f"transaction {record.txn_id:#x} has a record already: `decide` changes it")
+        raise RecordExists(f"transaction {record.txn_id:#x} has a record already: `decide` changes it")
     index_key = _index_key(record)
     with store.batch(sync=sync) as batch:
         batch.put(keys.txn(record.txn_id), record.to_value())
@@ -122,13 +126,32 @@ def decide(store: MetaStore, txn_id: int, status: TxnStatus, *, origin: int | No
             raise MetaError(f"transaction {txn_id:#x} is {record.status.value} at {(record.origin, record.lsn)}, "
                             f"told {status.value} at {(origin, lsn)}: a decided transaction is never decided again")
         return record
+    _write_decision(store, record, decided, sync=sync)
+    return decided
+
+
+def decide_pending(store: MetaStore, txn_id: int, status: TxnStatus, *, origin: int | None = None,
+                   lsn: int | None = None, sync: bool) -> bool:
+    """`decide` for a host that leaves a record decided already, or none, as it is (False),
+    with one read of the record."""
+    if status is TxnStatus.PENDING:
+        raise ValueError(f"transaction {txn_id:#x}: PENDING is not a decision")
+    record = txn(store, txn_id)
+    if record is None or record.status is not TxnStatus.PENDING:
+        return False
+    _write_decision(store, record, replace(record, status=status, origin=origin, lsn=lsn), sync=sync)
+    return True
+
+
+def _write_decision(store: MetaStore, record: TxnRecord, decided: TxnRecord, *, sync: bool) -> None:
+    """`decided` over the PENDING `record`, out of the pending index."""
+    txn_id = record.txn_id
     with store.batch(sync=sync) as batch:
         batch.put(keys.txn(txn_id), decided.to_value())
         batch.delete(keys.txn_pending(txn_id))
         index_key = _index_key(decided)
         if index_key is not None:
             batch.put(index_key, txn_id)
-    return decided
 
 
 def forget(store: MetaStore, txn_ids: Iterable[int]) -> int:

@@ -80,3 +80,23 @@ def test_a_record_of_the_wrong_shape_names_its_key(tmp_path):
     db.close()
     with MetaStore.open(tmp_path) as store, pytest.raises(MetaError, match="/txn/0000000000000003.*transaction record"):
         txn(store, 3)
+
+
+def test_decide_pending_decides_only_an_undecided_record_and_leaves_the_rest_as_they_are(tmp_path):
+    """What a member's host does when it learns a decision: a pending record is decided
+    (and leaves the pending index); a decided one stays as it was, even told otherwise;
+    no record, nothing written."""
+    from replicaset.meta.txns import decide_pending
+
+    with MetaStore.open(tmp_path) as store:
+        put_txn(store, record(1))
+        put_txn(store, record(2))
+        decide(store, 2, TxnStatus.ABORTED, sync=False)
+        assert decide_pending(store, 1, TxnStatus.COMMITTED, origin=3, lsn=9, sync=False)
+        assert not decide_pending(store, 2, TxnStatus.COMMITTED, origin=3, lsn=10, sync=False)
+        assert not decide_pending(store, 3, TxnStatus.ABORTED, sync=False)
+        assert txn(store, 1) == record(1, status=TxnStatus.COMMITTED, origin=3, lsn=9)
+        assert txn(store, 2) == record(2, status=TxnStatus.ABORTED)
+        assert txn(store, 3) is None and list(pending(store)) == []
+        with pytest.raises(ValueError, match="PENDING is not a decision"):
+            decide_pending(store, 1, TxnStatus.PENDING, sync=False)
