@@ -5,6 +5,7 @@ for a lost message, never one that escapes into the node's nursery and stops the
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from functools import partial
 from types import SimpleNamespace
 
@@ -20,6 +21,19 @@ from replicaset.runtime.quorum import QuorumHost, _Link
 WAIT_S = 10.0
 
 
+async def _greet(stream: trio.SocketStream) -> None:
+    await stream.send_all(encode_greeting(version=GREETING_VERSION, instance_uuid=str(uuid.uuid4()), salt=bytes(32)))
+
+
+async def _link_to(nursery: trio.Nursery, peer: Callable[[trio.SocketStream], Awaitable[None]]) -> _Link:
+    """A link of member 1 to a fake member 2, `peer`, served on a free port."""
+    listeners = await nursery.start(trio.serve_tcp, peer, 0)
+    port = listeners[0].socket.getsockname()[1]
+    node = SimpleNamespace(config=_Config({"cluster.dial": {}}), _nursery=nursery,
+                           identity=SimpleNamespace(instance_id=1), peer_credentials=None)
+    return _Link(node, 2, f"127.0.0.1:{port}")  # type: ignore[arg-type]
+
+
 def test_a_request_whose_peer_leaves_before_answering_fails_as_a_lost_message() -> None:
     """A request is on its way when the peer leaves and the link's reader closes the
     link: it fails as a PeerError, which the host treats as a lost message, not as
@@ -28,8 +42,7 @@ def test_a_request_whose_peer_leaves_before_answering_fails_as_a_lost_message() 
 
     async def main() -> None:
         async def peer(stream: trio.SocketStream) -> None:
-            await stream.send_all(encode_greeting(version=GREETING_VERSION, instance_uuid=str(uuid.uuid4()),
-                                                  salt=bytes(32)))
+            await _greet(stream)
             await stream.receive_some()  # the request came: leave without an answer
             await stream.aclose()
 
@@ -45,11 +58,7 @@ def test_a_request_whose_peer_leaves_before_answering_fails_as_a_lost_message() 
 
         with trio.fail_after(WAIT_S):
             async with trio.open_nursery() as nursery:
-                listeners = await nursery.start(trio.serve_tcp, peer, 0)
-                port = listeners[0].socket.getsockname()[1]
-                node = SimpleNamespace(config=_Config({"cluster.dial": {}}), _nursery=nursery,
-                                       identity=SimpleNamespace(instance_id=1), peer_credentials=None)
-                link = _Link(node, 2, f"127.0.0.1:{port}")  # type: ignore[arg-type]
+                link = await _link_to(nursery, peer)
                 nursery.start_soon(request, link)
                 while not outcome:
                     await trio.sleep(0.001)
@@ -66,8 +75,7 @@ def test_requests_made_together_leave_in_one_write_and_each_gets_its_own_answer(
 
     async def main() -> None:
         async def peer(stream: trio.SocketStream) -> None:
-            await stream.send_all(encode_greeting(version=GREETING_VERSION, instance_uuid=str(uuid.uuid4()),
-                                                  salt=bytes(32)))
+            await _greet(stream)
             decoder = FrameDecoder(1 << 20)
             while data := await stream.receive_some():
                 decoder.feed(data)
@@ -84,11 +92,7 @@ def test_requests_made_together_leave_in_one_write_and_each_gets_its_own_answer(
         writes: list[int] = []
         with trio.fail_after(WAIT_S):
             async with trio.open_nursery() as nursery:
-                listeners = await nursery.start(trio.serve_tcp, peer, 0)
-                port = listeners[0].socket.getsockname()[1]
-                node = SimpleNamespace(config=_Config({"cluster.dial": {}}), _nursery=nursery,
-                                       identity=SimpleNamespace(instance_id=1), peer_credentials=None)
-                link = _Link(node, 2, f"127.0.0.1:{port}")  # type: ignore[arg-type]
+                link = await _link_to(nursery, peer)
                 opened = await link._open()
                 send_all = opened.stream.send_all
 
@@ -123,7 +127,7 @@ class _Config(dict):
 
 async def answering_peer(replies: dict[PeerRequest, dict], stream: trio.SocketStream) -> None:
     """A peer that answers each request with the body `replies` gives its type."""
-    await stream.send_all(encode_greeting(version=GREETING_VERSION, instance_uuid=str(uuid.uuid4()), salt=bytes(32)))
+    await _greet(stream)
     decoder = FrameDecoder(1 << 20)
     while data := await stream.receive_some():
         decoder.feed(data)
