@@ -140,36 +140,35 @@ def main(argv: list[str] | None = None) -> int:
     warmup_s = 0.5 if args.quick else 1.0
     work = Path(tempfile.mkdtemp(prefix="bench_single_", dir=args.tmp_dir))
     report: dict[str, Any] = {**run_facts(), "warmup_s": warmup_s, "tmp_base": str(work.parent), "servers": {}}
-    servers = report["servers"]
     try:
         progress(f"disk fsync limit in {work}")
         report["fsync"] = limits.measure_fsync_limit(work, args.seconds, min(warmup_s, 0.5))
         report["wal"] = wal_append.run(work, args.seconds, min(warmup_s, 0.5))
         report["engine"] = engine_txn.run(work, args.seconds, min(warmup_s, 0.5))
-        if args.engine_only:
-            return _finish(report, args, work)
-        progress("loopback round trip")
-        report["loopback"] = limits.measure_loopback_limit(work, args.seconds, warmup_s)
-        load = {"seconds": args.seconds, "client_procs": args.client_procs, "warmup_s": warmup_s, "servers": servers}
-        single_writes.bench_server("ours", lambda: single_writes.start_ours(work), True, **load)
-        binary = find_tarantool(args.tarantool)
-        if binary is None:
-            message = f"tarantool is not installed: install it with `{INSTALL_HINT}`"
-            progress(message)
-            servers["tarantool"] = {"skipped": message, "runs": {}}
-        else:
-            single_writes.bench_server("tarantool", lambda: single_writes.start_tarantool(work, binary), False, **load)
-        single_writes.bench_server("noop", lambda: single_writes.start_noop(work), False, **load)
+        if not args.engine_only:
+            _bench_servers(work, args, warmup_s, report)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return _finish(report, args, work)
-
-
-def _finish(report: dict[str, Any], args: argparse.Namespace, work: Path) -> int:
-    shutil.rmtree(work, ignore_errors=True)
     report["loadavg_end"] = load_average()
     print_report(report, args)
     return 0
+
+
+def _bench_servers(work: Path, args: argparse.Namespace, warmup_s: float, report: dict[str, Any]) -> None:
+    """The loopback limit, then the SQL load on our server, Tarantool and the no-op server."""
+    servers = report["servers"]
+    progress("loopback round trip")
+    report["loopback"] = limits.measure_loopback_limit(work, args.seconds, warmup_s)
+    load = {"seconds": args.seconds, "client_procs": args.client_procs, "warmup_s": warmup_s, "servers": servers}
+    single_writes.bench_server("ours", lambda: single_writes.start_ours(work), True, **load)
+    binary = find_tarantool(args.tarantool)
+    if binary is None:
+        message = f"tarantool is not installed: install it with `{INSTALL_HINT}`"
+        progress(message)
+        servers["tarantool"] = {"skipped": message, "runs": {}}
+    else:
+        single_writes.bench_server("tarantool", lambda: single_writes.start_tarantool(work, binary), False, **load)
+    single_writes.bench_server("noop", lambda: single_writes.start_noop(work), False, **load)
 
 
 if __name__ == "__main__":

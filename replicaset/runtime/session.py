@@ -1,8 +1,10 @@
 """One client connection speaking iproto.
 
 Theory of operation: the read loop decodes frames and runs requests outside streams
-itself, in arrival order; a write's reply is sent once its group commit is durable, by a
-task of its own, so pipelined writes share one flush. Each STREAM_ID gets a lane (a task
+itself, in arrival order; a write's reply is queued once its group commit is durable (the
+writer's flush settles its ticket) and sent by the connection's sending task, so
+pipelined writes share one flush; a QUORUM write and a peer's PREPARE wait for their
+answer in a task beside the read loop. Each STREAM_ID gets a lane (a task
 and a bounded queue) that runs that stream's requests in order. A stream transaction
 holds the single writer from its first statement to COMMIT or ROLLBACK, and is rolled
 back when `stream_timeout_s` passes or the connection closes; while one does, requests

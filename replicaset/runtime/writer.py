@@ -10,7 +10,7 @@ Clients are answered only after the flush that made their transaction durable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -379,11 +379,7 @@ class Writer:
         before_append = partial(self._space_check, "WAL write") if space_checked else None
         try:
             if self._fsync:
-                self.in_thread += 1
-                try:
-                    records = await self._sync_thread.run_sync(self.engine.flush, before_append)
-                finally:
-                    self.in_thread -= 1
+                records = await self._in_thread(self.engine.flush, before_append, run=self._sync_thread.run_sync)
             else:
                 records = self.engine.flush(before_append)
         except EngineFatal as exc:
@@ -421,10 +417,13 @@ class Writer:
             await self._flush_now()
             return await self._in_thread(self.engine.purge_tombstones, bound)
 
-    async def _in_thread(self, call: Callable[..., Any], *args: Any) -> Any:
+    async def _in_thread(self, call: Callable[..., Any], *args: Any,
+                         run: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync) -> Any:
+        """`call(*args)` off the event loop, by `run`: the engine is between two states
+        meanwhile (`in_thread`)."""
         self.in_thread += 1
         try:
-            return await trio.to_thread.run_sync(call, *args)
+            return await run(call, *args)
         finally:
             self.in_thread -= 1
 
