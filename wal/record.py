@@ -90,11 +90,16 @@ def _check_range(name: str, value: object, low: int, high: int) -> None:
         raise InvalidRecord(f"record {name} must be an int in {low}..{high}, got {value!r}")
 
 
-def decode_record(buf: bytes | memoryview, offset: int = 0) -> tuple[Record, int]:
-    """Decode the record at `offset`, returning it and the offset after it.
+RecordFields = tuple[RecordType, int, int, int, bytes, int]
+"""type, origin, lsn, txn id, payload and the offset after the record."""
 
-    This is the hot path of recovery and of the audit, so it unpacks the header in place and copies
-    only the payload. Any bytes-like buffer with slicing works, an mmap included.
+
+def decode_record_fields(buf: bytes | memoryview, offset: int = 0) -> RecordFields:
+    """Check and decode the record at `offset` into its fields, without a `Record` object.
+
+    Readers of millions of rows (the audit) keep the fields in columns; `decode_record` builds
+    the object. Either way this is the one place that says what a valid record is. Any
+    bytes-like buffer with slicing works, an mmap included; only the payload is copied.
     """
     payload_start = offset + HEADER_SIZE
     available = len(buf)
@@ -125,5 +130,12 @@ def decode_record(buf: bytes | memoryview, offset: int = 0) -> tuple[Record, int
         raise CorruptRecord(f"unknown record type {type_value} at offset {offset}")
     if lsn == 0:
         raise CorruptRecord(f"record with lsn 0 at offset {offset}")
+    return record_type, origin, lsn, txn_id, payload, end
+
+
+def decode_record(buf: bytes | memoryview, offset: int = 0) -> tuple[Record, int]:
+    """Decode the record at `offset`, returning it and the offset after it (the hot path of
+    recovery)."""
+    record_type, origin, lsn, txn_id, payload, end = decode_record_fields(buf, offset)
     record = Record(type=record_type, origin=origin, lsn=lsn, txn_id=txn_id, payload=payload)
     return record, end

@@ -24,7 +24,7 @@ from pathlib import Path
 from xxhash import xxh3_64_intdigest
 
 from wal.errors import CorruptRecord, TruncatedRecord, WalCorruption
-from wal.record import RECORD_MAGIC_BYTES, Record, decode_record
+from wal.record import RECORD_MAGIC_BYTES, Record, RecordType, decode_record, decode_record_fields
 from wal.vclock import VClock
 
 SEGMENT_MAGIC = 0x47455352
@@ -143,6 +143,20 @@ class RecordScanner:
             except (TruncatedRecord, CorruptRecord):
                 return
             yield offset, record
+            self.valid_end = offset = next_offset
+
+    def fields(self) -> Iterator[tuple[int, RecordType, int, int, int, bytes]]:
+        """Like iterating, but each record as (offset, type, origin, lsn, txn id, payload):
+        no `Record` object per row, for readers that keep columns."""
+        buf = self._buf
+        size = len(buf)
+        offset = self.valid_end
+        while offset < size:
+            try:
+                record_type, origin, lsn, txn_id, payload, next_offset = decode_record_fields(buf, offset)
+            except (TruncatedRecord, CorruptRecord):
+                return
+            yield offset, record_type, origin, lsn, txn_id, payload
             self.valid_end = offset = next_offset
 
     def tail(self) -> tuple[TailKind, int | None]:

@@ -12,10 +12,18 @@ At most `VIOLATIONS_LISTED_MAX` are listed; `count` is the full number.
    checkpoint vclocks) before the first present one.
 3. agreement: one (origin, lsn) has different txn ids or payload digests on different members.
 4. completeness: a member's WAL ends below the componentwise maximum vclock of the set.
+
+Checks 1 and 2 first find the (member, origin) groups whose rows, in log order, are not each one
+LSN above the row before (`irregular_groups`, one sorted pass). Only those can hold a duplicate,
+a row out of order or a gap between present rows, so the detailed jobs run on them alone: a clean
+set costs one window, not a group-by per LSN with lists of rows. Check 3 and the timeline share
+one aggregate per (origin, lsn) (`per_lsn`).
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,11 +66,34 @@ def _row_ref(r: Any) -> dict[str, Any]:
             "digest": f"{unsigned64(r['digest']):016x}" if r["digest"] is not None else None}
 
 
-def check_apply_once(records: Any) -> CheckResult:
+def irregular_groups(records: Any) -> list[tuple[str, int]]:
+    """The (member, origin) groups where some row is not one LSN above the row before it in log
+    order. Every other group is strictly consecutive: no LSN twice, none out of order, no hole."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    in_log_order = Window.partitionBy("member", "origin").orderBy("pos")
+    steps = (records.select("member", "origin", "pos", "lsn")
+             .withColumn("prev", F.lag("lsn").over(in_log_order))
+             .filter("prev is not null and lsn != prev + 1"))
+    return sorted((r["member"], r["origin"]) for r in steps.select("member", "origin").distinct().collect())
+
+
+def _within(records: Any, groups: list[tuple[str, int]]) -> Any:
+    from pyspark.sql import functions as F
+
+    wanted = records.sparkSession.createDataFrame(groups, "member STRING, origin INT")
+    return records.join(F.broadcast(wanted), ["member", "origin"])
+
+
+def check_apply_once(records: Any, irregular: list[tuple[str, int]]) -> CheckResult:
+    """`irregular`: the groups `irregular_groups` found; no other group can log an LSN twice."""
     from pyspark.sql import functions as F
 
     result = CheckResult(name="apply_once", title="1. apply-once: no (origin, lsn) twice in a member's WAL")
-    dups = (records.groupBy("member", "origin", "lsn")
+    if not irregular:
+        return result
+    dups = (_within(records, irregular).groupBy("member", "origin", "lsn")
             .agg(F.count("*").alias("n"),
                  F.sort_array(F.collect_list(F.struct("pos", "segment", "offset", "txn_id", "digest",
                                                       "member"))).alias("rows"))
@@ -76,47 +107,17 @@ def check_apply_once(records: Any) -> CheckResult:
     return result
 
 
-def check_order(records: Any, members: list[MemberInput], first_rows: list[Any]) -> CheckResult:
-    """`first_rows`: per (member, origin) the lowest LSN present and its row (the frontier job)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
+def check_order(records: Any, members: list[MemberInput], first_rows: list[Any],
+                irregular: list[tuple[str, int]]) -> CheckResult:
+    """`first_rows`: per (member, origin) the lowest LSN present and its row (the frontier job);
+    `irregular`: the groups `irregular_groups` found, the only ones that can be out of order or
+    have a hole between present rows."""
     result = CheckResult(name="order", title="2. per-origin order: LSNs strictly increase with no gap above the horizon")
-    # Each (origin, lsn) once, at its first position: a duplicate is check 1's business.
-    first = records.groupBy("member", "origin", "lsn").agg(
-        F.min(F.struct("pos", "segment", "offset", "txn_id", "digest")).alias("at"))
-    by_pos = Window.partitionBy("member", "origin").orderBy(F.col("at.pos"))
-    before = by_pos.rowsBetween(Window.unboundedPreceding, -1)
-    swapped = (first
-               .withColumn("max_before", F.max("lsn").over(before))
-               .withColumn("prev", F.lag(F.struct(F.col("lsn"), F.col("at")), 1).over(by_pos))
-               .filter("lsn < max_before"))
-    by_lsn = Window.partitionBy("member", "origin").orderBy("lsn")
-    gaps = (first.withColumn("prev", F.lag(F.struct(F.col("lsn"), F.col("at")), 1).over(by_lsn))
-            .filter("prev is not null and lsn > prev.lsn + 1"))
-    found: list[tuple[str, int, int, dict[str, Any]]] = []
-    for r in swapped.limit(VIOLATIONS_LISTED_MAX).collect():
-        p = r["prev"]
-        found.append((r["member"], r["origin"], r["lsn"], {
-            "member": r["member"], "origin": r["origin"], "lsn": r["lsn"], "kind": "out_of_order",
-            "detail": f"{r['member']}: {r['origin']}:{r['lsn']} is logged after "
-                      f"{r['origin']}:{r['max_before']} (the row before it is {r['origin']}:{p['lsn']})",
-            "rows": [_row_ref(dict(p["at"].asDict(), member=r["member"])),
-                     _row_ref(dict(r["at"].asDict(), member=r["member"]))]}))
-    swapped_total = swapped.count() if len(found) >= VIOLATIONS_LISTED_MAX else len(found)
-    gap_rows = gaps.limit(VIOLATIONS_LISTED_MAX).collect()
-    gaps_total = gaps.count() if len(gap_rows) >= VIOLATIONS_LISTED_MAX else len(gap_rows)
-    for r in gap_rows:
-        p = r["prev"]
-        low, high = p["lsn"] + 1, r["lsn"] - 1
-        found.append((r["member"], r["origin"], low, {
-            "member": r["member"], "origin": r["origin"], "lsn": low, "kind": "gap",
-            "missing": [low, high],
-            "detail": f"{r['member']}: origin {r['origin']} lacks lsn {low}"
-                      + (f"..{high}" if high > low else "")
-                      + f" between {r['origin']}:{p['lsn']} and {r['origin']}:{r['lsn']}",
-            "rows": [_row_ref(dict(p["at"].asDict(), member=r["member"])),
-                     _row_ref(dict(r["at"].asDict(), member=r["member"]))]}))
+    found = _disorder(records, irregular) if irregular else []
+    swapped_total = sum(1 for f in found if f[3]["kind"] == "out_of_order")
+    gaps_total = len(found) - swapped_total
+    if swapped_total >= VIOLATIONS_LISTED_MAX or gaps_total >= VIOLATIONS_LISTED_MAX:
+        swapped_total, gaps_total = _disorder_totals(records, irregular)
     horizons = {m.name: m.horizon for m in members}
     start_total = 0
     for r in first_rows:
@@ -137,13 +138,76 @@ def check_order(records: Any, members: list[MemberInput], first_rows: list[Any])
     return result
 
 
-def check_agreement(records: Any) -> CheckResult:
+def _disorder_frames(records: Any, irregular: list[tuple[str, int]]) -> tuple[Any, Any]:
+    """Rows logged after a higher LSN of their origin (`swapped`) and holes between present
+    LSNs (`gaps`), in the irregular groups."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    # Each (origin, lsn) once, at its first position: a duplicate is check 1's business.
+    first = _within(records, irregular).groupBy("member", "origin", "lsn").agg(
+        F.min(F.struct("pos", "segment", "offset", "txn_id", "digest")).alias("at"))
+    by_pos = Window.partitionBy("member", "origin").orderBy(F.col("at.pos"))
+    before = by_pos.rowsBetween(Window.unboundedPreceding, -1)
+    swapped = (first
+               .withColumn("max_before", F.max("lsn").over(before))
+               .withColumn("prev", F.lag(F.struct(F.col("lsn"), F.col("at")), 1).over(by_pos))
+               .filter("lsn < max_before"))
+    by_lsn = Window.partitionBy("member", "origin").orderBy("lsn")
+    gaps = (first.withColumn("prev", F.lag(F.struct(F.col("lsn"), F.col("at")), 1).over(by_lsn))
+            .filter("prev is not null and lsn > prev.lsn + 1"))
+    return swapped, gaps
+
+
+def _disorder_totals(records: Any, irregular: list[tuple[str, int]]) -> tuple[int, int]:
+    swapped, gaps = _disorder_frames(records, irregular)
+    return swapped.count(), gaps.count()
+
+
+def _disorder(records: Any, irregular: list[tuple[str, int]]) -> list[tuple[str, int, int, dict[str, Any]]]:
+    """The listed out-of-order rows and gaps, at most `VIOLATIONS_LISTED_MAX` of each."""
+    swapped, gaps = _disorder_frames(records, irregular)
+    found: list[tuple[str, int, int, dict[str, Any]]] = []
+    for r in swapped.limit(VIOLATIONS_LISTED_MAX).collect():
+        p = r["prev"]
+        found.append((r["member"], r["origin"], r["lsn"], {
+            "member": r["member"], "origin": r["origin"], "lsn": r["lsn"], "kind": "out_of_order",
+            "detail": f"{r['member']}: {r['origin']}:{r['lsn']} is logged after "
+                      f"{r['origin']}:{r['max_before']} (the row before it is {r['origin']}:{p['lsn']})",
+            "rows": [_row_ref(dict(p["at"].asDict(), member=r["member"])),
+                     _row_ref(dict(r["at"].asDict(), member=r["member"]))]}))
+    for r in gaps.limit(VIOLATIONS_LISTED_MAX).collect():
+        p = r["prev"]
+        low, high = p["lsn"] + 1, r["lsn"] - 1
+        found.append((r["member"], r["origin"], low, {
+            "member": r["member"], "origin": r["origin"], "lsn": low, "kind": "gap",
+            "missing": [low, high],
+            "detail": f"{r['member']}: origin {r['origin']} lacks lsn {low}"
+                      + (f"..{high}" if high > low else "")
+                      + f" between {r['origin']}:{p['lsn']} and {r['origin']}:{r['lsn']}",
+            "rows": [_row_ref(dict(p["at"].asDict(), member=r["member"])),
+                     _row_ref(dict(r["at"].asDict(), member=r["member"]))]}))
+    return found
+
+
+def per_lsn(records: Any) -> Any:
+    """One row per (origin, lsn) in the set: the lowest and highest txn id and payload digest
+    over its copies, and its HLC. Check 3 and the timeline read it; persist it for both."""
+    from pyspark.sql import functions as F
+
+    return records.groupBy("origin", "lsn").agg(
+        F.min("txn_id").alias("txn_lo"), F.max("txn_id").alias("txn_hi"),
+        F.min("digest").alias("digest_lo"), F.max("digest").alias("digest_hi"),
+        F.min("hlc").alias("hlc"))
+
+
+def check_agreement(records: Any, lsns: Any) -> CheckResult:
+    """`lsns`: `per_lsn(records)`. One txn id and one digest per (origin, lsn) is the same as
+    the lowest and the highest of each being equal."""
     from pyspark.sql import functions as F
 
     result = CheckResult(name="agreement", title="3. agreement: one (origin, lsn) has one txn id and payload on every member")
-    keyed = records.select("origin", "lsn", F.struct("txn_id", "digest").alias("v"))
-    bad = (keyed.groupBy("origin", "lsn").agg(F.min("v").alias("lo"), F.max("v").alias("hi"))
-           .filter("lo != hi").select("origin", "lsn"))
+    bad = lsns.filter("txn_lo != txn_hi or digest_lo != digest_hi").select("origin", "lsn")
     bad_keys = bad.orderBy("origin", "lsn").limit(VIOLATIONS_LISTED_MAX).collect()
     if not bad_keys:
         return result
@@ -176,9 +240,12 @@ def frontier(records: Any) -> list[Any]:
     from pyspark.sql import functions as F
 
     row = F.struct("lsn", "pos", "segment", "offset", "txn_id", "digest")
+    # min_by/max_by compare the (lsn, pos) key alone, not the whole row.
+    at = F.struct("lsn", "pos")
     return (records.groupBy("member", "origin")
             .agg(F.count("*").alias("rows"), F.min("lsn").alias("min_lsn"),
-                 F.max("lsn").alias("max_lsn"), F.min(row).alias("first"), F.max(row).alias("last"),
+                 F.max("lsn").alias("max_lsn"), F.min_by(row, at).alias("first"),
+                 F.max_by(row, at).alias("last"),
                  F.min("hlc").alias("min_hlc"), F.max("hlc").alias("max_hlc"),
                  F.sum("n_rows").alias("changes"))
             .orderBy("member", "origin").collect())
@@ -220,8 +287,9 @@ def check_completeness(
     return result, dict(sorted(top.items()))
 
 
-def timeline(records: Any, frontier_rows: list[Any]) -> dict[str, Any]:
-    """Rows per origin over time: each (origin, lsn) once, bucketed by its HLC physical ms."""
+def timeline(lsns: Any, frontier_rows: list[Any]) -> dict[str, Any]:
+    """Rows per origin over time: each (origin, lsn) once (`lsns`: `per_lsn(records)`),
+    bucketed by its HLC physical ms."""
     from pyspark.sql import functions as F
 
     hlcs = [r[k] for r in frontier_rows for k in ("min_hlc", "max_hlc") if r[k] is not None]
@@ -230,7 +298,7 @@ def timeline(records: Any, frontier_rows: list[Any]) -> dict[str, Any]:
     low = min(hlcs) >> HLC_PHYSICAL_SHIFT
     high = max(hlcs) >> HLC_PHYSICAL_SHIFT
     width = max(1, (high - low) // TIMELINE_BUCKETS + 1)
-    once = records.filter("hlc is not null").groupBy("origin", "lsn").agg(F.min("hlc").alias("hlc"))
+    once = lsns.filter("hlc is not null")
     rows = (once.withColumn("bucket", (F.shiftright("hlc", HLC_PHYSICAL_SHIFT) - F.lit(low)) / F.lit(width))
             .withColumn("bucket", F.col("bucket").cast("int"))
             .groupBy("origin", "bucket").count().collect())
@@ -262,30 +330,46 @@ def replication_delay(records: Any, members: list[MemberInput]) -> dict[str, Any
     # recomputed for every row in Spark: quadratic).
     following = (Window.partitionBy("member").orderBy(F.col("pos").desc())
                  .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    rows = (records.filter("hlc is not null").join(F.broadcast(id_df), "member")
+    rows = (records.filter("hlc is not null").select("member", "pos", "origin", "hlc")
+            .join(F.broadcast(id_df), "member")
             .withColumn("own_hlc", F.when(F.col("origin") == F.col("self_id"), F.col("hlc")))
             .withColumn("next_own", F.last("own_hlc", ignorenulls=True).over(following))
             .filter("origin != self_id and origin != 0 and next_own is not null")
             .withColumn("delay_ms", F.shiftright("next_own", HLC_PHYSICAL_SHIFT)
                         - F.shiftright("hlc", HLC_PHYSICAL_SHIFT)))
+    # One row per (member, delay in ms): the histogram and exact percentiles come from these
+    # counts in the driver, so the window above runs once.
+    counts = rows.groupBy("member", "delay_ms").count().collect()
+    by_member: dict[str, list[tuple[int, int]]] = {}
+    for r in counts:
+        by_member.setdefault(r["member"], []).append((r["delay_ms"], r["count"]))
     edges = list(DELAY_BUCKETS_MS)
-    bucket = F.lit(len(edges) - 1)
-    for i in range(len(edges) - 1, 0, -1):
-        bucket = F.when(F.col("delay_ms") < edges[i], F.lit(i - 1)).otherwise(bucket)
-    hist = rows.withColumn("b", bucket).groupBy("member", "b").count().collect()
-    stats = rows.groupBy("member").agg(
-        F.count("*").alias("n"),
-        F.percentile_approx("delay_ms", [0.5, 0.9, 0.99]).alias("p"),
-        F.max("delay_ms").alias("max")).collect()
     histogram: dict[str, list[int]] = {}
-    for r in hist:
-        histogram.setdefault(r["member"], [0] * len(edges))[r["b"]] += r["count"]
+    per_member: dict[str, dict[str, int]] = {}
+    for member, delays in sorted(by_member.items()):
+        delays.sort()
+        bins = histogram.setdefault(member, [0] * len(edges))
+        for delay, n in delays:
+            bins[max(0, bisect.bisect_right(edges, delay) - 1)] += n
+        total = sum(n for _, n in delays)
+        per_member[member] = {"rows": total, "p50_ms": nearest_rank(delays, total, 0.5),
+                              "p90_ms": nearest_rank(delays, total, 0.9),
+                              "p99_ms": nearest_rank(delays, total, 0.99), "max_ms": delays[-1][0]}
     return {
         "method": "upper bound: physical ms of the member's next own row minus the row's own "
                   "(HLC stamp >> 22)",
         "bucket_edges_ms": edges,
-        "histogram": dict(sorted(histogram.items())),
-        "per_member": {r["member"]: {"rows": r["n"], "p50_ms": r["p"][0], "p90_ms": r["p"][1],
-                                     "p99_ms": r["p"][2], "max_ms": r["max"]}
-                       for r in sorted(stats, key=lambda r: r["member"])},
+        "histogram": histogram,
+        "per_member": per_member,
     }
+
+
+def nearest_rank(counted: list[tuple[int, int]], total: int, fraction: float) -> int:
+    """The value at rank ceil(fraction * total) of values given as sorted (value, count)."""
+    rank = max(1, math.ceil(fraction * total))
+    seen = 0
+    for value, n in counted:
+        seen += n
+        if seen >= rank:
+            return value
+    raise ValueError(f"rank {rank} is above the {total} values counted")

@@ -24,8 +24,9 @@ EXIT_CLEAN = 0
 EXIT_VIOLATIONS = 1
 EXIT_ERROR = 2
 READ_ERRORS_LISTED_MAX = 200
-NARROW_COLUMNS = ["member", "segment", "seg_index", "offset", "pos", "origin", "lsn", "txn_id",
-                  "hlc", "type", "n_rows", "digest", "payload_bytes", "error"]
+CHECKED_COLUMNS = ["member", "segment", "seg_index", "offset", "pos", "origin", "lsn", "txn_id",
+                   "hlc", "type", "n_rows", "digest", "payload_bytes", "error"]
+"""What the checks read: every column but the captured rows' lists."""
 
 
 class AuditRunError(Exception):
@@ -59,10 +60,13 @@ def _one_line(exc: BaseException) -> str:
     return (raised or java or plain or [type(exc).__name__])[0].strip()
 
 
-def load_records(spark: Any, members: list[MemberInput]) -> Any:
-    """The full DataFrame of the data source for these members (one row per WAL row)."""
+def load_records(spark: Any, members: list[MemberInput], columns: list[str] = CHECKED_COLUMNS) -> Any:
+    """The data source's DataFrame for these members (one row per WAL row), of these columns."""
+    from replicaset.audit.source import schema_ddl
+
     paths = [str(m.directory) for m in members]
-    return spark.read.format("rswal").option("paths", json.dumps(paths)).load()
+    return (spark.read.format("rswal").schema(schema_ddl(columns))
+            .option("paths", json.dumps(paths)).load())
 
 
 def _replay_specs(members: list[MemberInput], ends: dict[str, dict[int, int]]) -> list[dict[str, Any]]:
@@ -134,7 +138,7 @@ def run_audit(
                 f"cannot start Spark with master {master or DEFAULT_MASTER}: {_one_line(exc)}") from exc
     session_s = time.monotonic() - started
     try:
-        records = load_records(spark, members).select(*NARROW_COLUMNS).persist()
+        records = load_records(spark, members).persist()
         read_started = time.monotonic()
         with Progress(spark, "reading WAL segments", enabled=progress):
             total_rows = records.count()
@@ -157,10 +161,12 @@ def run_audit(
         with Progress(spark, "checking", enabled=progress):
             frontier_rows = checks.frontier(rows)
             ends = checks.end_vclocks(members, frontier_rows)
+            irregular = checks.irregular_groups(rows)
+            lsns = checks.per_lsn(rows).persist()
             results = [
-                checks.check_apply_once(rows),
-                checks.check_order(rows, members, frontier_rows),
-                checks.check_agreement(rows),
+                checks.check_apply_once(rows, irregular),
+                checks.check_order(rows, members, frontier_rows, irregular),
+                checks.check_agreement(rows, lsns),
             ]
             completeness, top = checks.check_completeness(members, ends, frontier_rows)
             results.append(completeness)
@@ -168,8 +174,9 @@ def run_audit(
             results.append(convergence)
             # A replay that could not read what it needs gave no verdict: a read error, exit 2.
             read_errors.extend({"member": o["member"], "error": o["detail"]} for o in replays if o.get("error"))
-            timeline = checks.timeline(rows, frontier_rows)
+            timeline = checks.timeline(lsns, frontier_rows)
             delay = checks.replication_delay(rows, members)
+        lsns.unpersist()
         records.unpersist()
         audit_s = time.monotonic() - started
         report = {

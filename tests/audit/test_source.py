@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replicaset.audit.source import scan_segment_columns, unsigned64
+import msgpack
+import pytest
+
+from replicaset.audit.source import CAPTURED_COLUMNS, COLUMNS, scan_segment, schema_ddl, unsigned64
 from replicaset.storage.rows import CapturedRow, DmlPayload, Op
 from wal import Record, RecordType, Wal
 from wal.segment import list_segments
@@ -19,12 +22,12 @@ def _write(directory: Path, count: int) -> Path:
     return list_segments(directory)[0]
 
 
-def _rows(path: Path) -> list[dict]:
+def _rows(path: Path, columns: list[str] = COLUMNS) -> list[dict]:
     out = []
-    for cols in scan_segment_columns("m", str(path), 0):
-        names = list(cols)
-        out.extend(dict(zip(names, values)) for values in zip(*cols.values()))
-    return out
+    for batch in scan_segment("m", str(path), 0, columns):
+        assert batch.schema.names == list(columns)
+        out.extend(batch.to_pylist())
+    return sorted(out, key=lambda r: r.get("offset", 0))
 
 
 def test_rows_carry_origin_lsn_hlc_and_captured_rows(tmp_path: Path) -> None:
@@ -52,3 +55,41 @@ def test_torn_tail_is_reported(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-7])
     rows = _rows(path)
     assert [r["type"] for r in rows] == ["DML", "DML", "TORN"]
+
+
+def test_a_payload_that_does_not_decode_is_a_row_between_good_ones(tmp_path: Path) -> None:
+    with Wal.open(tmp_path) as wal:
+        for lsn, payload in ((1, DmlPayload(hlc=1 << 22, schema_id=(1, 1)).pack()),
+                             (2, b"\xc1 not msgpack"),
+                             (3, msgpack.packb({"h": -5, "s": [1, 1], "r": []})),
+                             (4, DmlPayload(hlc=4 << 22, schema_id=(1, 1)).pack())):
+            wal.append([Record(type=RecordType.DML, origin=2, lsn=lsn, txn_id=lsn, payload=payload)])
+    rows = _rows(list_segments(tmp_path)[0])
+    assert [(r["lsn"], r["type"]) for r in rows] == [(1, "DML"), (2, "BAD_PAYLOAD"), (3, "BAD_PAYLOAD"), (4, "DML")]
+    bad = rows[1]
+    assert "does not decode" in bad["error"] and bad["origin"] == 2 and bad["payload_bytes"] == 13
+    assert [r["hlc"] for r in rows] == [1 << 22, None, None, 4 << 22]
+
+
+def test_u64_fields_keep_their_bits_as_signed_integers(tmp_path: Path) -> None:
+    txn_id = (1 << 64) - 3
+    with Wal.open(tmp_path) as wal:
+        payload = DmlPayload(hlc=(1 << 63) + 7, schema_id=(1, 1)).pack()
+        wal.append([Record(type=RecordType.DML, origin=1, lsn=1, txn_id=txn_id, payload=payload)])
+    [row] = _rows(list_segments(tmp_path)[0])
+    assert unsigned64(row["txn_id"]) == txn_id and unsigned64(row["hlc"]) == (1 << 63) + 7
+
+
+def test_a_reader_gets_the_columns_it_names_in_its_order(tmp_path: Path) -> None:
+    path = _write(tmp_path, 3)
+    columns = ["lsn", "member", "pos", "type", "n_rows"]
+    rows = _rows(path, columns)
+    assert [list(r) for r in rows] == [columns] * 3
+    assert [(r["lsn"], r["member"], r["type"], r["n_rows"]) for r in rows] == [(i, "m", "DML", 1) for i in (1, 2, 3)]
+    assert [r["pos"] for r in rows] == sorted(r["pos"] for r in rows)
+    assert not set(CAPTURED_COLUMNS) & set(schema_ddl(columns).split())
+
+
+def test_an_unknown_column_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="no column colour"):
+        schema_ddl(["lsn", "colour"])

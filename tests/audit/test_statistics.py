@@ -1,0 +1,64 @@
+"""The report's statistics on a hand-made set of rows, where every figure is counted by hand:
+the replication delay's histogram and percentiles, and the timeline of rows per origin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from replicaset.audit import checks
+from replicaset.audit.inputs import MemberInput
+
+SHIFT = checks.HLC_PHYSICAL_SHIFT
+
+
+def _member(name: str, instance_id: int) -> MemberInput:
+    return MemberInput(name=name, directory=Path(name), wal_dir=Path(name), kind="wal",
+                       instance_id=instance_id, segments=[])
+
+
+def _rows(spark, rows):  # type: ignore[no-untyped-def]
+    return spark.createDataFrame(
+        [(m, pos, origin, lsn, 7, 9, ms << SHIFT) for m, pos, origin, lsn, ms in rows],
+        "member STRING, pos BIGINT, origin INT, lsn BIGINT, txn_id BIGINT, digest BIGINT, hlc BIGINT")
+
+
+def test_delay_is_the_next_own_row_minus_the_remote_row_with_exact_percentiles(spark) -> None:
+    # m1 (id 1) logs remote rows of origin 2 at 100, 101, 102 ms, then its own row at 105 ms:
+    # delays 5, 4, 3. Then remote rows at 200 and 230 ms, its own at 240: delays 40, 10. A remote
+    # row after its last own row has no bound yet and is left out.
+    records = _rows(spark, [
+        ("m1", 1, 2, 1, 100), ("m1", 2, 2, 2, 101), ("m1", 3, 2, 3, 102), ("m1", 4, 1, 1, 105),
+        ("m1", 5, 2, 4, 200), ("m1", 6, 2, 5, 230), ("m1", 7, 1, 2, 240), ("m1", 8, 2, 6, 300),
+        ("m2", 1, 1, 1, 105), ("m2", 2, 2, 1, 106),
+    ])
+    delay = checks.replication_delay(records, [_member("m1", 1), _member("m2", 2)])
+    edges = delay["bucket_edges_ms"]
+    assert delay["per_member"] == {
+        "m1": {"rows": 5, "p50_ms": 5, "p90_ms": 40, "p99_ms": 40, "max_ms": 40},
+        "m2": {"rows": 1, "p50_ms": 1, "p90_ms": 1, "p99_ms": 1, "max_ms": 1},
+    }
+    bins = delay["histogram"]["m1"]
+    assert sum(bins) == 5
+    assert bins[edges.index(2)] == 2 and bins[edges.index(5)] == 1 and bins[edges.index(10)] == 1
+    assert bins[edges.index(20)] == 1
+
+
+@pytest.mark.parametrize(("fraction", "value"), [(0.01, 3), (0.5, 5), (0.6, 5), (0.61, 10), (1.0, 40)])
+def test_nearest_rank_reads_counted_values(fraction: float, value: int) -> None:
+    counted = [(3, 2), (5, 4), (10, 3), (40, 1)]
+    assert checks.nearest_rank(counted, 10, fraction) == value
+
+
+def test_timeline_counts_each_origin_lsn_once_however_many_members_log_it(spark) -> None:
+    records = _rows(spark, [
+        ("m1", 1, 1, 1, 1000), ("m1", 2, 1, 2, 1000), ("m1", 3, 2, 1, 1059),
+        ("m2", 1, 1, 1, 1000), ("m2", 2, 2, 1, 1059), ("m2", 3, 2, 2, 1059),
+    ])
+    frontier = checks.frontier(records.withColumn("segment", records.member)
+                               .withColumn("offset", records.pos).withColumn("n_rows", records.origin))
+    line = checks.timeline(checks.per_lsn(records), frontier)
+    assert (line["start_ms"], line["bucket_ms"]) == (1000, 1)
+    assert sum(line["series"]["1"]) == 2 and line["series"]["1"][0] == 2
+    assert sum(line["series"]["2"]) == 2 and line["series"]["2"][59] == 2
