@@ -53,6 +53,21 @@ def read_statm_rss_kib(pid: int) -> int:
         return 0
 
 
+def read_pss_kib(pid: int) -> int:
+    """Proportional set size of PID in KiB (/proc/PID/smaps_rollup): a page shared by N
+    processes counts 1/N in each, so a sum over a process tree is the memory the tree holds
+    (a sum of RSS counts a forked worker's pages shared with its parent twice). 0 when the
+    process is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return 0
+
+
 def descendants(root: int) -> list[tuple[int, str]]:
     """(pid, command name) of every process below `root`: Spark's JVM and Python workers are
     started by the driver and by each other, so their memory is found through the tree."""

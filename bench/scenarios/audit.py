@@ -3,7 +3,8 @@ a single-process Python pass over the same files (the `wal` reader plus msgpack 
 every payload: the baseline), JVM/session start, the scan alone (read and decode every row:
 `count()` of the data source), the full audit (checks 1-4, timeline, delay; JVM start
 excluded), and the peak RSS of the driver JVM (which runs the executor in local mode), the
-Python workers and the driver, sampled from /proc."""
+Python workers and the driver, sampled from /proc. `measure_scaling`: the same audit on a
+standalone master with two one-core workers, with one executor core and with two."""
 
 from __future__ import annotations
 
@@ -16,20 +17,23 @@ from typing import Any
 
 import msgpack
 
-from bench.kit.procfs import descendants, read_statm_rss_kib
+from bench.kit.procfs import descendants, read_pss_kib, read_statm_rss_kib
 from wal.segment import list_segments, read_segment_records
 
 SAMPLE_INTERVAL_S = 0.2
 
 
 class PeakRss:
-    """Samples the RSS of this process tree: driver Python, the JVM, Python workers."""
+    """Samples the RSS of this process tree (driver Python, the JVM, Python workers) and its
+    PSS, in which the pages forked Python workers share with the daemon they came from count
+    once."""
 
     def __init__(self) -> None:
         self.peak_total_kib = 0
         self.peak_jvm_kib = 0
         self.peak_workers_kib = 0
         self.peak_driver_py_kib = 0
+        self.peak_pss_total_kib = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -44,6 +48,8 @@ class PeakRss:
             self.peak_workers_kib = max(self.peak_workers_kib, workers)
             self.peak_driver_py_kib = max(self.peak_driver_py_kib, driver)
             self.peak_total_kib = max(self.peak_total_kib, jvm + workers + driver)
+            pss = read_pss_kib(me) + sum(read_pss_kib(p) for p, _ in procs)
+            self.peak_pss_total_kib = max(self.peak_pss_total_kib, pss)
 
     def __enter__(self) -> PeakRss:
         self._thread.start()
@@ -99,8 +105,34 @@ def measure(dirs: list[Path], results: dict[str, Any]) -> None:
     results["end_to_end_s"] = round(results["session_start_s"] + audit_s, 2)
     results["audit_read_s"] = report["timing_s"]["read"]
     results["peak_rss_total_mib"] = rss.peak_total_kib // 1024
+    results["peak_pss_total_mib"] = rss.peak_pss_total_kib // 1024
     results["peak_rss_jvm_mib"] = rss.peak_jvm_kib // 1024
     results["peak_rss_python_workers_mib"] = rss.peak_workers_kib // 1024
     results["peak_rss_driver_python_mib"] = rss.peak_driver_py_kib // 1024
     results["scan_vs_baseline"] = round(results["scan_rows_per_s"] / results["baseline_rows_per_s"], 2)
     results["audit_vs_baseline"] = round(results["audit_rows_per_s"] / results["baseline_rows_per_s"], 2)
+
+
+def measure_scaling(dirs: list[Path], results: dict[str, Any], log_dir: Path) -> None:
+    """The audit on a standalone master with two workers of one core each: first with one
+    executor core for the application (`spark.cores.max=1`), then with both. Each run opens its
+    own session, so its executors start fresh; the session start is left out of both."""
+    from replicaset.audit.run import run_audit
+    from replicaset.audit.session import open_session
+    from replicaset.testing.spark_standalone import standalone_cluster
+
+    with standalone_cluster(log_dir, workers=2, cores=1, memory="1g") as master:
+        for cores in (1, 2):
+            spark = open_session(master, driver_memory="1g",
+                                 conf={"spark.cores.max": str(cores), "spark.executor.memory": "768m"})
+            try:
+                t = time.monotonic()
+                code, report = run_audit(dirs, spark=spark, stream=io.StringIO(), progress=False)
+                elapsed = time.monotonic() - t
+            finally:
+                spark.stop()
+            results[f"standalone_{cores}_executor_audit_s"] = round(elapsed, 2)
+            results[f"standalone_{cores}_executor_exit_code"] = code
+            results[f"standalone_{cores}_executor_rows_per_s"] = round(report["rows_total"] / elapsed)
+    results["standalone_scaling"] = round(
+        results["standalone_1_executor_audit_s"] / results["standalone_2_executor_audit_s"], 2)

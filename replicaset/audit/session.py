@@ -23,7 +23,9 @@ def prepare_environment() -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
-def open_session(master: str | None = None, *, driver_memory: str = "2g") -> Any:
+def open_session(master: str | None = None, *, driver_memory: str = "2g",
+                 conf: dict[str, str] | None = None) -> Any:
+    """`conf`: further Spark settings (the scaling benchmark caps `spark.cores.max`)."""
     prepare_environment()
     from pyspark.sql import SparkSession
 
@@ -48,6 +50,8 @@ def open_session(master: str | None = None, *, driver_memory: str = "2g") -> Any
             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
             .config("spark.executorEnv.SPARK_LOCAL_IP", "127.0.0.1")
         )
+        for key, value in (conf or {}).items():
+            builder = builder.config(key, value)
         if master is not None or not launched_by_spark_submit():
             builder = builder.master(master or DEFAULT_MASTER)
         spark = builder.getOrCreate()

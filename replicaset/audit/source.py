@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import mmap
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -151,6 +152,7 @@ class _SegmentReader:
                     if not len(batch):
                         break
                     yield from self._arrow(batch)
+                    _release_read_pages(buf, scanner.valid_end)
                 tail, following = scanner.tail()
                 if tail is TailKind.CLEAN:
                     return
@@ -172,17 +174,21 @@ class _SegmentReader:
         """The hot loop: everything that can fail (the decode, a field of the wrong type or
         size) happens before the first append, so a bad payload leaves the columns aligned."""
         unpackb = msgpack.unpackb
+        captured = batch.captured
+        # Without the captured rows' lists no string is read, so they stay bytes: the decode
+        # still proves the payload is whole msgpack, and skips a UTF-8 decode per string.
+        raw = captured is None
+        hlc_key, rows_key = (b"h", b"r") if raw else ("h", "r")
         dml, ddl = RecordType.DML, RecordType.DDL
         add_offset, add_type, add_origin = batch.offsets.append, batch.types.append, batch.origins.append
         add_lsn, add_txn, add_hlc = batch.lsns.append, batch.txn_ids.append, batch.hlcs.append
         add_n, add_digest, add_size = batch.n_rows.append, batch.digests.append, batch.sizes.append
-        captured = batch.captured
         for offset, record_type, origin, lsn, txn_id, payload in rows:
             try:
-                doc = unpackb(payload, raw=False, strict_map_key=False)
-                hlc = doc["h"]
+                doc = unpackb(payload, raw=raw, strict_map_key=False)
+                hlc = doc[hlc_key]
                 if record_type is dml:
-                    changes = doc["r"]
+                    changes = doc[rows_key]
                     n = len(changes)
                     if captured is not None:
                         tables = [r["t"] for r in changes]
@@ -253,6 +259,13 @@ class _SegmentReader:
             yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         if batch.damage:
             yield pa.RecordBatch.from_pylist(batch.damage, schema=self.schema)
+
+
+def _release_read_pages(buf: Any, end: int) -> None:
+    """Unmap the pages of the segment read so far: they stay in the page cache, but would
+    otherwise count in the worker's RSS until the whole 64 MiB segment is read."""
+    if isinstance(buf, mmap.mmap):
+        buf.madvise(mmap.MADV_DONTNEED, 0, end - end % mmap.PAGESIZE)
 
 
 def scan_segment(member: str, path: str, seg_index: int, columns: Sequence[str] = COLUMNS) -> Iterator[Any]:
