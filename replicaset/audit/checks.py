@@ -14,7 +14,7 @@ At most `VIOLATIONS_LISTED_MAX` are listed; `count` is the full number.
 4. completeness: a member's WAL ends below the componentwise maximum vclock of the set.
 
 Checks 1 and 2 first find the (member, origin) groups whose rows, in log order, are not each one
-LSN above the row before (`irregular_groups`, one sorted pass). Only those can hold a duplicate,
+LSN above the row before (`walk_logs`, one sorted pass that also yields the replication delay). Only those can hold a duplicate,
 a row out of order or a gap between present rows, so the detailed jobs run on them alone: a clean
 set costs one window, not a group-by per LSN with lists of rows. Check 3 and the timeline share
 one aggregate per (origin, lsn) (`per_lsn`).
@@ -66,19 +66,6 @@ def _row_ref(r: Any) -> dict[str, Any]:
             "digest": f"{unsigned64(r['digest']):016x}" if r["digest"] is not None else None}
 
 
-def irregular_groups(records: Any) -> list[tuple[str, int]]:
-    """The (member, origin) groups where some row is not one LSN above the row before it in log
-    order. Every other group is strictly consecutive: no LSN twice, none out of order, no hole."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    in_log_order = Window.partitionBy("member", "origin").orderBy("pos")
-    steps = (records.select("member", "origin", "pos", "lsn")
-             .withColumn("prev", F.lag("lsn").over(in_log_order))
-             .filter("prev is not null and lsn != prev + 1"))
-    return sorted((r["member"], r["origin"]) for r in steps.select("member", "origin").distinct().collect())
-
-
 def _within(records: Any, groups: list[tuple[str, int]]) -> Any:
     from pyspark.sql import functions as F
 
@@ -87,7 +74,7 @@ def _within(records: Any, groups: list[tuple[str, int]]) -> Any:
 
 
 def check_apply_once(records: Any, irregular: list[tuple[str, int]]) -> CheckResult:
-    """`irregular`: the groups `irregular_groups` found; no other group can log an LSN twice."""
+    """`irregular`: the groups `walk_logs` found; no other group can log an LSN twice."""
     from pyspark.sql import functions as F
 
     result = CheckResult(name="apply_once", title="1. apply-once: no (origin, lsn) twice in a member's WAL")
@@ -110,7 +97,7 @@ def check_apply_once(records: Any, irregular: list[tuple[str, int]]) -> CheckRes
 def check_order(records: Any, members: list[MemberInput], first_rows: list[Any],
                 irregular: list[tuple[str, int]]) -> CheckResult:
     """`first_rows`: per (member, origin) the lowest LSN present and its row (the frontier job);
-    `irregular`: the groups `irregular_groups` found, the only ones that can be out of order or
+    `irregular`: the groups `walk_logs` found, the only ones that can be out of order or
     have a hole between present rows."""
     result = CheckResult(name="order", title="2. per-origin order: LSNs strictly increase with no gap above the horizon")
     found = _disorder(records, irregular) if irregular else []
@@ -236,19 +223,35 @@ def check_agreement(records: Any, lsns: Any) -> CheckResult:
 
 def frontier(records: Any) -> list[Any]:
     """Per (member, origin): rows, lowest and highest LSN and the rows holding them (`first`,
-    `last`: where a hole before or after them is named), HLC range, captured row changes."""
+    `last`: where a hole before or after them is named), HLC range, captured row changes.
+
+    Two jobs: an aggregate of plain numbers, then the rows at those LSNs looked up by key (a
+    min_by over a row struct builds the struct for every row)."""
+    from pyspark.sql import Row
     from pyspark.sql import functions as F
 
-    row = F.struct("lsn", "pos", "segment", "offset", "txn_id", "digest")
-    # min_by/max_by compare the (lsn, pos) key alone, not the whole row.
-    at = F.struct("lsn", "pos")
-    return (records.groupBy("member", "origin")
-            .agg(F.count("*").alias("rows"), F.min("lsn").alias("min_lsn"),
-                 F.max("lsn").alias("max_lsn"), F.min_by(row, at).alias("first"),
-                 F.max_by(row, at).alias("last"),
-                 F.min("hlc").alias("min_hlc"), F.max("hlc").alias("max_hlc"),
-                 F.sum("n_rows").alias("changes"))
-            .orderBy("member", "origin").collect())
+    stats = (records.groupBy("member", "origin")
+             .agg(F.count("*").alias("rows"), F.min("lsn").alias("min_lsn"),
+                  F.max("lsn").alias("max_lsn"), F.min("hlc").alias("min_hlc"),
+                  F.max("hlc").alias("max_hlc"), F.sum("n_rows").alias("changes"))
+             .orderBy("member", "origin").collect())
+    if not stats:
+        return []
+    ends = {(r["member"], r["origin"], lsn) for r in stats for lsn in (r["min_lsn"], r["max_lsn"])}
+    wanted = records.sparkSession.createDataFrame(sorted(ends), "member STRING, origin INT, lsn BIGINT")
+    found: dict[tuple[str, int, int], list[Any]] = {}
+    for r in (records.join(F.broadcast(wanted), ["member", "origin", "lsn"])
+              .select("member", "origin", "lsn", "pos", "segment", "offset", "txn_id", "digest")
+              .collect()):
+        found.setdefault((r["member"], r["origin"], r["lsn"]), []).append(r)
+
+    def at(member: str, origin: int, lsn: int, pick: Any) -> Any:
+        r = pick(found[(member, origin, lsn)], key=lambda c: c["pos"])
+        return Row(lsn=lsn, pos=r["pos"], segment=r["segment"], offset=r["offset"],
+                   txn_id=r["txn_id"], digest=r["digest"])
+
+    return [Row(**r.asDict(), first=at(r["member"], r["origin"], r["min_lsn"], min),
+                last=at(r["member"], r["origin"], r["max_lsn"], max)) for r in stats]
 
 
 def end_vclocks(members: list[MemberInput], frontier_rows: list[Any]) -> dict[str, dict[int, int]]:
@@ -309,45 +312,77 @@ def timeline(lsns: Any, frontier_rows: list[Any]) -> dict[str, Any]:
     return {"start_ms": low, "bucket_ms": width, "series": dict(sorted(series.items()))}
 
 
-def replication_delay(records: Any, members: list[MemberInput]) -> dict[str, Any]:
-    """Delay of rows from other origins, from HLC timestamps alone.
+@dataclass(slots=True)
+class LogWalk:
+    """What one backwards pass over every member's log found (`walk_logs`)."""
 
-    A WAL row carries its origin's commit HLC but no arrival time, so the arrival is bounded by
-    what the receiving member did next: its next own row is stamped after it logged the remote
-    row (the HLC also passes every stamp it receives). Delay (upper bound) = physical ms of the
+    irregular: list[tuple[str, int]]
+    """(member, origin) groups where some row is not one LSN below the next row of its origin
+    in log order: only these can log an LSN twice, out of order or with a hole (checks 1, 2)."""
+    delays: dict[str, list[tuple[int, int]]]
+    """Per member, (delay in ms, rows) sorted by delay: see `replication_delay`."""
+
+
+def walk_logs(records: Any, members: list[MemberInput], origins: list[int]) -> LogWalk:
+    """One sort of each member's log, newest row first, for two things that need log order.
+
+    The irregular groups: at each row, the LSN of the next row of its origin (a running `last`
+    per origin over the rows after it; `origins` are those present) must be one above its own.
+    The replication delay of rows from other origins, from HLC timestamps alone: a WAL row
+    carries its origin's commit HLC but no arrival time, so the arrival is bounded by what the
+    receiving member did next. Its next own row is stamped after it logged the remote row (the
+    HLC also passes every stamp it receives), so delay (upper bound) = physical ms of the
     member's next own row minus the physical ms of the remote row. Members whose id is unknown
-    (no instance.toml) are left out.
+    (no instance.toml) have no delays. Both are running frames: an unbounded-following frame is
+    recomputed for every row in Spark (quadratic), hence backwards.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    ids = {m.name: m.instance_id for m in members if m.instance_id is not None}
-    if not ids:
-        return {"method": "unavailable: no member id known", "histogram": [], "per_member": {}}
     spark = records.sparkSession
-    id_df = spark.createDataFrame(list(ids.items()), "member STRING, self_id INT")
-    # Backwards from the end, so the frame is a running one (an unbounded-following frame is
-    # recomputed for every row in Spark: quadratic).
-    following = (Window.partitionBy("member").orderBy(F.col("pos").desc())
-                 .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    rows = (records.filter("hlc is not null").select("member", "pos", "origin", "hlc")
-            .join(F.broadcast(id_df), "member")
-            .withColumn("own_hlc", F.when(F.col("origin") == F.col("self_id"), F.col("hlc")))
-            .withColumn("next_own", F.last("own_hlc", ignorenulls=True).over(following))
-            .filter("origin != self_id and origin != 0 and next_own is not null")
-            .withColumn("delay_ms", F.shiftright("next_own", HLC_PHYSICAL_SHIFT)
-                        - F.shiftright("hlc", HLC_PHYSICAL_SHIFT)))
-    # One row per (member, delay in ms): the histogram and exact percentiles come from these
-    # counts in the driver, so the window above runs once.
-    counts = rows.groupBy("member", "delay_ms").count().collect()
-    by_member: dict[str, list[tuple[int, int]]] = {}
-    for r in counts:
-        by_member.setdefault(r["member"], []).append((r["delay_ms"], r["count"]))
+    ids = [(m.name, m.instance_id) for m in members if m.instance_id is not None]
+    id_df = spark.createDataFrame(ids, "member STRING, self_id INT")
+    backwards = Window.partitionBy("member").orderBy(F.col("pos").desc())
+    after = backwards.rowsBetween(Window.unboundedPreceding, -1)
+    upto = backwards.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    origin, lsn, hlc, self_id = F.col("origin"), F.col("lsn"), F.col("hlc"), F.col("self_id")
+    following_lsn = None
+    for o in origins:
+        of_origin = F.last(F.when(origin == o, lsn), ignorenulls=True).over(after)
+        following_lsn = (F.when(origin == o, of_origin) if following_lsn is None
+                         else following_lsn.when(origin == o, of_origin))
+    if following_lsn is None:
+        return LogWalk(irregular=[], delays={})
+    next_own = F.last(F.when(origin == self_id, hlc), ignorenulls=True).over(upto)
+    walked = (records.select("member", "pos", "origin", "lsn", "hlc")
+              .join(F.broadcast(id_df), "member", "left")
+              .select("member",
+                      F.when(following_lsn != lsn + 1, origin).alias("irregular"),
+                      F.when((origin != self_id) & (origin != LOCAL_ORIGIN),
+                             F.shiftright(next_own, HLC_PHYSICAL_SHIFT)
+                             - F.shiftright(hlc, HLC_PHYSICAL_SHIFT)).alias("delay_ms"))
+              .groupBy("member", "irregular", "delay_ms").count())
+    irregular: set[tuple[str, int]] = set()
+    delays: dict[str, dict[int, int]] = {}
+    for r in walked.collect():
+        if r["irregular"] is not None:
+            irregular.add((r["member"], r["irregular"]))
+        if r["delay_ms"] is not None:
+            per = delays.setdefault(r["member"], {})
+            per[r["delay_ms"]] = per.get(r["delay_ms"], 0) + r["count"]
+    return LogWalk(irregular=sorted(irregular),
+                   delays={m: sorted(d.items()) for m, d in sorted(delays.items())})
+
+
+def replication_delay(walk: LogWalk, members: list[MemberInput]) -> dict[str, Any]:
+    """The delay histogram and exact (nearest-rank) percentiles per member, from the counts
+    of `walk_logs`."""
+    if not any(m.instance_id is not None for m in members):
+        return {"method": "unavailable: no member id known", "histogram": [], "per_member": {}}
     edges = list(DELAY_BUCKETS_MS)
     histogram: dict[str, list[int]] = {}
     per_member: dict[str, dict[str, int]] = {}
-    for member, delays in sorted(by_member.items()):
-        delays.sort()
+    for member, delays in walk.delays.items():
         bins = histogram.setdefault(member, [0] * len(edges))
         for delay, n in delays:
             bins[max(0, bisect.bisect_right(edges, delay) - 1)] += n

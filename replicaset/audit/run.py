@@ -119,12 +119,12 @@ def check_convergence(spark: Any, members: list[MemberInput], ends: dict[str, di
 
 def run_audit(
     directories: list[Path], *, spark: Any = None, master: str | None = None,
-    json_out: Path | None = None, html_out: Path | None = None, stream: TextIO | None = None,
-    progress: bool = True,
+    driver_memory: str | None = None, json_out: Path | None = None,
+    html_out: Path | None = None, stream: TextIO | None = None, progress: bool = True,
 ) -> tuple[int, dict[str, Any]]:
     """Run every check; returns the exit code and the report (also written as asked)."""
     from replicaset.audit import report as reports
-    from replicaset.audit.session import DEFAULT_MASTER, Progress, open_session
+    from replicaset.audit.session import DEFAULT_DRIVER_MEMORY, DEFAULT_MASTER, Progress, open_session
 
     out = stream or sys.stdout
     started = time.monotonic()
@@ -132,7 +132,7 @@ def run_audit(
     own_session = spark is None
     if spark is None:
         try:
-            spark = open_session(master)
+            spark = open_session(master, driver_memory=driver_memory or DEFAULT_DRIVER_MEMORY)
         except (*_spark_errors(), OSError) as exc:
             raise AuditRunError(
                 f"cannot start Spark with master {master or DEFAULT_MASTER}: {_one_line(exc)}") from exc
@@ -161,11 +161,11 @@ def run_audit(
         with Progress(spark, "checking", enabled=progress):
             frontier_rows = checks.frontier(rows)
             ends = checks.end_vclocks(members, frontier_rows)
-            irregular = checks.irregular_groups(rows)
+            walk = checks.walk_logs(rows, members, sorted({r["origin"] for r in frontier_rows}))
             lsns = checks.per_lsn(rows).persist()
             results = [
-                checks.check_apply_once(rows, irregular),
-                checks.check_order(rows, members, frontier_rows, irregular),
+                checks.check_apply_once(rows, walk.irregular),
+                checks.check_order(rows, members, frontier_rows, walk.irregular),
                 checks.check_agreement(rows, lsns),
             ]
             completeness, top = checks.check_completeness(members, ends, frontier_rows)
@@ -175,7 +175,7 @@ def run_audit(
             # A replay that could not read what it needs gave no verdict: a read error, exit 2.
             read_errors.extend({"member": o["member"], "error": o["detail"]} for o in replays if o.get("error"))
             timeline = checks.timeline(lsns, frontier_rows)
-            delay = checks.replication_delay(rows, members)
+            delay = checks.replication_delay(walk, members)
         lsns.unpersist()
         records.unpersist()
         audit_s = time.monotonic() - started
@@ -225,6 +225,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
                         help="a member's data directory (all checks) or a bare WAL directory (checks 1-4)")
     parser.add_argument("--master", help="Spark master URL (default local[2])")
+    parser.add_argument("--driver-memory", default=None, metavar="SIZE",
+                        help="the driver JVM's heap, e.g. 4g (default 1g; under spark-submit, its own)")
     parser.add_argument("--json", type=Path, dest="json_out", metavar="OUT", help="write the report as JSON")
     parser.add_argument("--html", type=Path, dest="html_out", metavar="OUT", help="write the HTML report with plots")
     parser.add_argument("--no-progress", action="store_true", help="do not print progress on stderr")
@@ -234,8 +236,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Exit code 2 with one line on stderr for usage and read errors, OS errors included (an
     unreadable segment, an --html path that cannot be written)."""
     try:
-        code, _ = run_audit(args.dirs, master=args.master, json_out=args.json_out,
-                            html_out=args.html_out, progress=not args.no_progress)
+        code, _ = run_audit(args.dirs, master=args.master, driver_memory=args.driver_memory,
+                            json_out=args.json_out, html_out=args.html_out,
+                            progress=not args.no_progress)
     except (AuditInputError, AuditRunError, OSError) as exc:
         print(f"replicaset audit: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -14,6 +14,9 @@ from typing import Any, TextIO
 
 SHUFFLE_PARTITIONS = 4
 DEFAULT_MASTER = "local[2]"
+DEFAULT_DRIVER_MEMORY = "1g"
+"""Enough for 10M WAL rows (their persisted columns take about 400 MiB) with the whole audit
+under 2 GiB; a larger set spills what does not fit to disk, or takes --driver-memory."""
 PROGRESS_INTERVAL_S = 0.5
 
 
@@ -23,7 +26,7 @@ def prepare_environment() -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
-def open_session(master: str | None = None, *, driver_memory: str = "2g",
+def open_session(master: str | None = None, *, driver_memory: str = DEFAULT_DRIVER_MEMORY,
                  conf: dict[str, str] | None = None) -> Any:
     """`conf`: further Spark settings (the scaling benchmark caps `spark.cores.max`)."""
     prepare_environment()

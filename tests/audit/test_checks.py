@@ -174,3 +174,22 @@ def test_failed_read_job_is_a_run_error(spark, tmp_path: Path, monkeypatch: pyte
     message = str(raised.value)
     assert "\n" not in message
     assert message.endswith(f"AuditInputError: {dirs[0].resolve()} is not a directory"), message
+
+
+def test_driver_memory_reaches_the_session_it_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --driver-memory the audit's JVM gets 1g (10M rows fit, under 2 GiB in all);
+    with it, what the operator asked."""
+    from replicaset.audit import session
+
+    asked: list[str] = []
+
+    def refuse(master: str | None = None, *, driver_memory: str, conf: object = None) -> object:
+        asked.append(driver_memory)
+        raise OSError("no Spark in this test")
+
+    monkeypatch.setattr(session, "open_session", refuse)
+    manifest = generate(tmp_path / "set", rows=30)
+    dirs = [str(d) for d in member_dirs(manifest)]
+    assert audit_run.main([*dirs, "--no-progress"]) == EXIT_ERROR
+    assert audit_run.main([*dirs, "--no-progress", "--driver-memory", "3g"]) == EXIT_ERROR
+    assert asked == ["1g", "3g"]

@@ -33,7 +33,10 @@ def test_delay_is_the_next_own_row_minus_the_remote_row_with_exact_percentiles(s
         ("m1", 5, 2, 4, 200), ("m1", 6, 2, 5, 230), ("m1", 7, 1, 2, 240), ("m1", 8, 2, 6, 300),
         ("m2", 1, 1, 1, 105), ("m2", 2, 2, 1, 106),
     ])
-    delay = checks.replication_delay(records, [_member("m1", 1), _member("m2", 2)])
+    members = [_member("m1", 1), _member("m2", 2)]
+    walk = checks.walk_logs(records, members, [1, 2])
+    assert walk.irregular == []
+    delay = checks.replication_delay(walk, members)
     edges = delay["bucket_edges_ms"]
     assert delay["per_member"] == {
         "m1": {"rows": 5, "p50_ms": 5, "p90_ms": 40, "p99_ms": 40, "max_ms": 40},
@@ -62,3 +65,19 @@ def test_timeline_counts_each_origin_lsn_once_however_many_members_log_it(spark)
     assert (line["start_ms"], line["bucket_ms"]) == (1000, 1)
     assert sum(line["series"]["1"]) == 2 and line["series"]["1"][0] == 2
     assert sum(line["series"]["2"]) == 2 and line["series"]["2"][59] == 2
+
+
+def test_the_log_walk_names_each_group_where_a_row_does_not_follow_the_one_before(spark) -> None:
+    # m1: origin 2 logs 1, 2, 2 (twice), origin 3 logs 1, 3 (a hole); m2: origin 2 logs 2, 1
+    # (swapped), origin 3 logs 1, 2. Origin 1 (each member's own) is consecutive everywhere.
+    records = _rows(spark, [
+        ("m1", 1, 1, 1, 10), ("m1", 2, 2, 1, 10), ("m1", 3, 2, 2, 11), ("m1", 4, 3, 1, 11),
+        ("m1", 5, 2, 2, 11), ("m1", 6, 3, 3, 12), ("m1", 7, 1, 2, 13),
+        ("m2", 1, 2, 2, 11), ("m2", 2, 2, 1, 10), ("m2", 3, 3, 1, 11), ("m2", 4, 3, 2, 12),
+        ("m2", 5, 1, 1, 20),
+    ])
+    walk = checks.walk_logs(records, [_member("m1", 1), _member("m2", 9)], [1, 2, 3])
+    assert walk.irregular == [("m1", 2), ("m1", 3), ("m2", 2)]
+    # m2's id is 9: it has no own rows, so no delay is bounded; m1's rows of origins 2 and 3
+    # before its own row at 13 ms are.
+    assert list(walk.delays) == ["m1"] and sum(n for _, n in walk.delays["m1"]) == 5
