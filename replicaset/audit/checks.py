@@ -14,7 +14,8 @@ At most `VIOLATIONS_LISTED_MAX` are listed; `count` is the full number.
 4. completeness: a member's WAL ends below the componentwise maximum vclock of the set.
 
 Checks 1 and 2 first find the (member, origin) groups whose rows, in log order, are not each one
-LSN above the row before (`walk_logs`, one sorted pass that also yields the replication delay). Only those can hold a duplicate,
+LSN above the row before (`walk_logs`, one sorted pass per segment that also yields the
+replication delay, with what crosses segments carried from `segment_stats`). Only those can hold a duplicate,
 a row out of order or a gap between present rows, so the detailed jobs run on them alone: a clean
 set costs one window, not a group-by per LSN with lists of rows. Check 3 and the timeline share
 one aggregate per (origin, lsn) (`per_lsn`).
@@ -177,15 +178,33 @@ def _disorder(records: Any, irregular: list[tuple[str, int]]) -> list[tuple[str,
     return found
 
 
+BYPASS_PARTIAL_AGGREGATION = "spark.sql.execution.bypassPartialAggregation"
+
+
 def per_lsn(records: Any) -> Any:
     """One row per (origin, lsn) in the set: the lowest and highest txn id and payload digest
-    over its copies, and its HLC. Check 3 and the timeline read it; persist it for both."""
+    over its copies, and its HLC. Check 3 and the timeline read it, so it comes persisted and
+    computed; the caller unpersists it.
+
+    A segment holds each (origin, lsn) once, so the aggregate before the shuffle would reduce
+    nothing: it is bypassed for this job alone (13 % of it at 10M rows)."""
     from pyspark.sql import functions as F
 
-    return records.groupBy("origin", "lsn").agg(
-        F.min("txn_id").alias("txn_lo"), F.max("txn_id").alias("txn_hi"),
-        F.min("digest").alias("digest_lo"), F.max("digest").alias("digest_hi"),
-        F.min("hlc").alias("hlc"))
+    spark = records.sparkSession
+    before = spark.conf.get(BYPASS_PARTIAL_AGGREGATION, None)
+    spark.conf.set(BYPASS_PARTIAL_AGGREGATION, "true")
+    try:
+        lsns = records.groupBy("origin", "lsn").agg(
+            F.min("txn_id").alias("txn_lo"), F.max("txn_id").alias("txn_hi"),
+            F.min("digest").alias("digest_lo"), F.max("digest").alias("digest_hi"),
+            F.min("hlc").alias("hlc")).persist()
+        lsns.count()
+    finally:
+        if before is None:
+            spark.conf.unset(BYPASS_PARTIAL_AGGREGATION)
+        else:
+            spark.conf.set(BYPASS_PARTIAL_AGGREGATION, before)
+    return lsns
 
 
 def check_agreement(records: Any, lsns: Any) -> CheckResult:
@@ -221,23 +240,48 @@ def check_agreement(records: Any, lsns: Any) -> CheckResult:
     return result
 
 
-def frontier(records: Any) -> list[Any]:
+def segment_stats(records: Any) -> list[Any]:
+    """Per (member, seg_index, origin): rows, lowest and highest LSN, HLC range, captured row
+    changes, and the LSN and stamped HLC of the origin's first row in the segment. One job of
+    plain numbers; the frontier and the log walk are both folded from it in the driver."""
+    from pyspark.sql import functions as F
+
+    pos, hlc = F.col("pos"), F.col("hlc")
+    return (records.groupBy("member", "seg_index", "origin")
+            .agg(F.count("*").alias("rows"), F.min("lsn").alias("min_lsn"),
+                 F.max("lsn").alias("max_lsn"), F.min("hlc").alias("min_hlc"),
+                 F.max("hlc").alias("max_hlc"), F.sum("n_rows").alias("changes"),
+                 F.min_by("lsn", pos).alias("first_lsn"),
+                 F.min_by("hlc", F.when(hlc.isNotNull(), pos)).alias("first_hlc"))
+            .orderBy("member", "seg_index", "origin").collect())
+
+
+def _fold(values: list[Any], pick: Any) -> Any:
+    present = [v for v in values if v is not None]
+    return pick(present) if present else None
+
+
+def frontier(records: Any, stats: list[Any]) -> list[Any]:
     """Per (member, origin): rows, lowest and highest LSN and the rows holding them (`first`,
     `last`: where a hole before or after them is named), HLC range, captured row changes.
-
-    Two jobs: an aggregate of plain numbers, then the rows at those LSNs looked up by key (a
-    min_by over a row struct builds the struct for every row)."""
+    `stats`: `segment_stats(records)`; the rows at both ends are looked up by key (a min_by over
+    a row struct would build the struct for every row)."""
     from pyspark.sql import Row
     from pyspark.sql import functions as F
 
-    stats = (records.groupBy("member", "origin")
-             .agg(F.count("*").alias("rows"), F.min("lsn").alias("min_lsn"),
-                  F.max("lsn").alias("max_lsn"), F.min("hlc").alias("min_hlc"),
-                  F.max("hlc").alias("max_hlc"), F.sum("n_rows").alias("changes"))
-             .orderBy("member", "origin").collect())
-    if not stats:
+    groups: dict[tuple[str, int], list[Any]] = {}
+    for r in stats:
+        groups.setdefault((r["member"], r["origin"]), []).append(r)
+    if not groups:
         return []
-    ends = {(r["member"], r["origin"], lsn) for r in stats for lsn in (r["min_lsn"], r["max_lsn"])}
+    folded = {
+        key: {"rows": sum(r["rows"] for r in rs), "min_lsn": min(r["min_lsn"] for r in rs),
+              "max_lsn": max(r["max_lsn"] for r in rs),
+              "min_hlc": _fold([r["min_hlc"] for r in rs], min),
+              "max_hlc": _fold([r["max_hlc"] for r in rs], max),
+              "changes": _fold([r["changes"] for r in rs], sum)}
+        for key, rs in sorted(groups.items())}
+    ends = {(m, o, f[k]) for (m, o), f in folded.items() for k in ("min_lsn", "max_lsn")}
     wanted = records.sparkSession.createDataFrame(sorted(ends), "member STRING, origin INT, lsn BIGINT")
     found: dict[tuple[str, int, int], list[Any]] = {}
     for r in (records.join(F.broadcast(wanted), ["member", "origin", "lsn"])
@@ -250,8 +294,8 @@ def frontier(records: Any) -> list[Any]:
         return Row(lsn=lsn, pos=r["pos"], segment=r["segment"], offset=r["offset"],
                    txn_id=r["txn_id"], digest=r["digest"])
 
-    return [Row(**r.asDict(), first=at(r["member"], r["origin"], r["min_lsn"], min),
-                last=at(r["member"], r["origin"], r["max_lsn"], max)) for r in stats]
+    return [Row(member=m, origin=o, **f, first=at(m, o, f["min_lsn"], min),
+                last=at(m, o, f["max_lsn"], max)) for (m, o), f in folded.items()]
 
 
 def end_vclocks(members: list[MemberInput], frontier_rows: list[Any]) -> dict[str, dict[int, int]]:
@@ -323,39 +367,54 @@ class LogWalk:
     """Per member, (delay in ms, rows) sorted by delay: see `replication_delay`."""
 
 
-def walk_logs(records: Any, members: list[MemberInput], origins: list[int]) -> LogWalk:
-    """One sort of each member's log, newest row first, for two things that need log order.
+def walk_logs(records: Any, members: list[MemberInput], stats: list[Any]) -> LogWalk:
+    """One sort of each segment, newest row first, for two things that need log order.
 
     The irregular groups: at each row, the LSN of the next row of its origin (a running `last`
-    per origin over the rows after it; `origins` are those present) must be one above its own.
-    The replication delay of rows from other origins, from HLC timestamps alone: a WAL row
-    carries its origin's commit HLC but no arrival time, so the arrival is bounded by what the
-    receiving member did next. Its next own row is stamped after it logged the remote row (the
-    HLC also passes every stamp it receives), so delay (upper bound) = physical ms of the
-    member's next own row minus the physical ms of the remote row. Members whose id is unknown
-    (no instance.toml) have no delays. Both are running frames: an unbounded-following frame is
-    recomputed for every row in Spark (quadratic), hence backwards.
+    per origin over the rows after it) must be one above its own. The replication delay of rows
+    from other origins, from HLC timestamps alone: a WAL row carries its origin's commit HLC but
+    no arrival time, so the arrival is bounded by what the receiving member did next. Its next
+    own row is stamped after it logged the remote row (the HLC also passes every stamp it
+    receives), so delay (upper bound) = physical ms of the member's next own row minus the
+    physical ms of the remote row. Members whose id is unknown (no instance.toml) have no
+    delays. Both are running frames: an unbounded-following frame is recomputed for every row
+    in Spark (quadratic), hence backwards.
+
+    Sorting per segment, not per member, gives Spark one task per segment instead of one per
+    member (three members on two cores left one idle for a third of the sort). What a
+    segment's last rows need from later segments (the first LSN of each origin, the first own
+    HLC) comes from `stats`, carried back in the driver and joined in.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     spark = records.sparkSession
-    ids = [(m.name, m.instance_id) for m in members if m.instance_id is not None]
-    id_df = spark.createDataFrame(ids, "member STRING, self_id INT")
-    backwards = Window.partitionBy("member").orderBy(F.col("pos").desc())
+    ids = {m.name: m.instance_id for m in members if m.instance_id is not None}
+    carry_lsn, carry_own = _carries(stats, ids)
+    origins = sorted({r["origin"] for r in stats})
+    if not origins:
+        return LogWalk(irregular=[], delays={})
+    backwards = Window.partitionBy("member", "seg_index").orderBy(F.col("pos").desc())
     after = backwards.rowsBetween(Window.unboundedPreceding, -1)
     upto = backwards.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     origin, lsn, hlc, self_id = F.col("origin"), F.col("lsn"), F.col("hlc"), F.col("self_id")
-    following_lsn = None
+    following_lsn: Any = None
     for o in origins:
         of_origin = F.last(F.when(origin == o, lsn), ignorenulls=True).over(after)
         following_lsn = (F.when(origin == o, of_origin) if following_lsn is None
                          else following_lsn.when(origin == o, of_origin))
-    if following_lsn is None:
-        return LogWalk(irregular=[], delays={})
-    next_own = F.last(F.when(origin == self_id, hlc), ignorenulls=True).over(upto)
-    walked = (records.select("member", "pos", "origin", "lsn", "hlc")
-              .join(F.broadcast(id_df), "member", "left")
+    following_lsn = F.coalesce(following_lsn, F.col("carry_lsn"))
+    next_own = F.coalesce(F.last(F.when(origin == self_id, hlc), ignorenulls=True).over(upto),
+                          F.col("carry_own"))
+    walked = (records.select("member", "seg_index", "pos", "origin", "lsn", "hlc")
+              .join(F.broadcast(spark.createDataFrame(
+                  list(ids.items()), "member STRING, self_id INT")), "member", "left")
+              .join(F.broadcast(spark.createDataFrame(
+                  carry_lsn, "member STRING, seg_index INT, origin INT, carry_lsn BIGINT")),
+                  ["member", "seg_index", "origin"], "left")
+              .join(F.broadcast(spark.createDataFrame(
+                  carry_own, "member STRING, seg_index INT, carry_own BIGINT")),
+                  ["member", "seg_index"], "left")
               .select("member",
                       F.when(following_lsn != lsn + 1, origin).alias("irregular"),
                       F.when((origin != self_id) & (origin != LOCAL_ORIGIN),
@@ -372,6 +431,30 @@ def walk_logs(records: Any, members: list[MemberInput], origins: list[int]) -> L
             per[r["delay_ms"]] = per.get(r["delay_ms"], 0) + r["count"]
     return LogWalk(irregular=sorted(irregular),
                    delays={m: sorted(d.items()) for m, d in sorted(delays.items())})
+
+
+def _carries(stats: list[Any], ids: dict[str, int]) -> tuple[list[tuple[str, int, int, int]], list[tuple[str, int, int]]]:
+    """For each segment, walking each member's segments from the last: per origin the first
+    LSN of that origin in a later segment, and the first stamped own HLC in a later segment."""
+    by_member: dict[str, dict[int, dict[int, Any]]] = {}
+    for r in stats:
+        by_member.setdefault(r["member"], {}).setdefault(r["seg_index"], {})[r["origin"]] = r
+    carry_lsn: list[tuple[str, int, int, int]] = []
+    carry_own: list[tuple[str, int, int]] = []
+    for member, segments in by_member.items():
+        later_lsn: dict[int, int] = {}
+        later_own: int | None = None
+        own = ids.get(member)
+        for seg_index in sorted(segments, reverse=True):
+            carry_lsn.extend((member, seg_index, o, later_lsn[o]) for o in segments[seg_index] if o in later_lsn)
+            if later_own is not None:
+                carry_own.append((member, seg_index, later_own))
+            for o, r in segments[seg_index].items():
+                later_lsn[o] = r["first_lsn"]
+            first_own = segments[seg_index].get(own) if own is not None else None
+            if first_own is not None and first_own["first_hlc"] is not None:
+                later_own = first_own["first_hlc"]
+    return carry_lsn, carry_own
 
 
 def replication_delay(walk: LogWalk, members: list[MemberInput]) -> dict[str, Any]:

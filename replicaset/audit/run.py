@@ -159,10 +159,11 @@ def run_audit(
                 read_errors.append(entry)
         rows = records.filter("origin is not null")
         with Progress(spark, "checking", enabled=progress):
-            frontier_rows = checks.frontier(rows)
+            stats = checks.segment_stats(rows)
+            frontier_rows = checks.frontier(rows, stats)
             ends = checks.end_vclocks(members, frontier_rows)
-            walk = checks.walk_logs(rows, members, sorted({r["origin"] for r in frontier_rows}))
-            lsns = checks.per_lsn(rows).persist()
+            walk = checks.walk_logs(rows, members, stats)
+            lsns = checks.per_lsn(rows)
             results = [
                 checks.check_apply_once(rows, walk.irregular),
                 checks.check_order(rows, members, frontier_rows, walk.irregular),

@@ -18,23 +18,30 @@ def _member(name: str, instance_id: int) -> MemberInput:
                        instance_id=instance_id, segments=[])
 
 
+SEGMENT = 1 << 40
+"""pos = seg_index << 40 | offset"""
+
+
 def _rows(spark, rows):  # type: ignore[no-untyped-def]
     return spark.createDataFrame(
-        [(m, pos, origin, lsn, 7, 9, ms << SHIFT) for m, pos, origin, lsn, ms in rows],
-        "member STRING, pos BIGINT, origin INT, lsn BIGINT, txn_id BIGINT, digest BIGINT, hlc BIGINT")
+        [(m, pos >> 40, pos, origin, lsn, 7, 9, ms << SHIFT, 1) for m, pos, origin, lsn, ms in rows],
+        "member STRING, seg_index INT, pos BIGINT, origin INT, lsn BIGINT, txn_id BIGINT, "
+        "digest BIGINT, hlc BIGINT, n_rows INT")
 
 
 def test_delay_is_the_next_own_row_minus_the_remote_row_with_exact_percentiles(spark) -> None:
     # m1 (id 1) logs remote rows of origin 2 at 100, 101, 102 ms, then its own row at 105 ms:
-    # delays 5, 4, 3. Then remote rows at 200 and 230 ms, its own at 240: delays 40, 10. A remote
-    # row after its last own row has no bound yet and is left out.
+    # delays 5, 4, 3. Then remote rows at 200 and 230 ms, its own at 240 in its next segment
+    # (and a row it could not decode, with no stamp, before it): delays 40, 10. A remote row
+    # after its last own row has no bound yet and is left out.
     records = _rows(spark, [
         ("m1", 1, 2, 1, 100), ("m1", 2, 2, 2, 101), ("m1", 3, 2, 3, 102), ("m1", 4, 1, 1, 105),
-        ("m1", 5, 2, 4, 200), ("m1", 6, 2, 5, 230), ("m1", 7, 1, 2, 240), ("m1", 8, 2, 6, 300),
+        ("m1", 5, 2, 4, 200), ("m1", 6, 2, 5, 230), ("m1", SEGMENT + 1, 1, 2, 240),
+        ("m1", SEGMENT + 2, 2, 6, 300),
         ("m2", 1, 1, 1, 105), ("m2", 2, 2, 1, 106),
     ])
     members = [_member("m1", 1), _member("m2", 2)]
-    walk = checks.walk_logs(records, members, [1, 2])
+    walk = checks.walk_logs(records, members, checks.segment_stats(records))
     assert walk.irregular == []
     delay = checks.replication_delay(walk, members)
     edges = delay["bucket_edges_ms"]
@@ -59,8 +66,8 @@ def test_timeline_counts_each_origin_lsn_once_however_many_members_log_it(spark)
         ("m1", 1, 1, 1, 1000), ("m1", 2, 1, 2, 1000), ("m1", 3, 2, 1, 1059),
         ("m2", 1, 1, 1, 1000), ("m2", 2, 2, 1, 1059), ("m2", 3, 2, 2, 1059),
     ])
-    frontier = checks.frontier(records.withColumn("segment", records.member)
-                               .withColumn("offset", records.pos).withColumn("n_rows", records.origin))
+    records = records.withColumn("segment", records.member).withColumn("offset", records.pos)
+    frontier = checks.frontier(records, checks.segment_stats(records))
     line = checks.timeline(checks.per_lsn(records), frontier)
     assert (line["start_ms"], line["bucket_ms"]) == (1000, 1)
     assert sum(line["series"]["1"]) == 2 and line["series"]["1"][0] == 2
@@ -68,16 +75,31 @@ def test_timeline_counts_each_origin_lsn_once_however_many_members_log_it(spark)
 
 
 def test_the_log_walk_names_each_group_where_a_row_does_not_follow_the_one_before(spark) -> None:
-    # m1: origin 2 logs 1, 2, 2 (twice), origin 3 logs 1, 3 (a hole); m2: origin 2 logs 2, 1
-    # (swapped), origin 3 logs 1, 2. Origin 1 (each member's own) is consecutive everywhere.
+    # m1: origin 2 logs 1, 2, then 2 again in its next segment; origin 3 logs 1, then 3 (a hole)
+    # in the next segment. m2: origin 2 logs 2, 1 (swapped), origin 3 logs 1, 2 across its two
+    # segments. Origin 1 (each member's own) is consecutive everywhere, across segments too.
     records = _rows(spark, [
         ("m1", 1, 1, 1, 10), ("m1", 2, 2, 1, 10), ("m1", 3, 2, 2, 11), ("m1", 4, 3, 1, 11),
-        ("m1", 5, 2, 2, 11), ("m1", 6, 3, 3, 12), ("m1", 7, 1, 2, 13),
-        ("m2", 1, 2, 2, 11), ("m2", 2, 2, 1, 10), ("m2", 3, 3, 1, 11), ("m2", 4, 3, 2, 12),
-        ("m2", 5, 1, 1, 20),
+        ("m1", SEGMENT + 5, 2, 2, 11), ("m1", SEGMENT + 6, 3, 3, 12), ("m1", SEGMENT + 7, 1, 2, 13),
+        ("m2", 1, 2, 2, 11), ("m2", 2, 2, 1, 10), ("m2", 3, 3, 1, 11),
+        ("m2", SEGMENT + 4, 3, 2, 12), ("m2", SEGMENT + 5, 1, 1, 20),
     ])
-    walk = checks.walk_logs(records, [_member("m1", 1), _member("m2", 9)], [1, 2, 3])
+    members = [_member("m1", 1), _member("m2", 9)]
+    walk = checks.walk_logs(records, members, checks.segment_stats(records))
     assert walk.irregular == [("m1", 2), ("m1", 3), ("m2", 2)]
     # m2's id is 9: it has no own rows, so no delay is bounded; m1's rows of origins 2 and 3
     # before its own row at 13 ms are.
     assert list(walk.delays) == ["m1"] and sum(n for _, n in walk.delays["m1"]) == 5
+
+
+def test_segments_that_follow_each_other_are_regular_across_the_boundary(spark) -> None:
+    # Three segments; in each, three pairs of rows: m1's own (origin 1), then one of origin 2,
+    # one ms apart; each origin's LSNs run on from segment to segment.
+    rows = [("m1", seg * SEGMENT + 2 * i + origin - 1, origin, 3 * seg + i + 1, 10 * seg + i)
+            for seg in range(3) for i in range(3) for origin in (1, 2)]
+    records = _rows(spark, rows)
+    walk = checks.walk_logs(records, [_member("m1", 1)], checks.segment_stats(records))
+    assert walk.irregular == []
+    # An origin-2 row is bounded by the own row after it: 1 ms later inside a segment, and for
+    # a segment's last one the next segment's first own row, 8 ms later. The very last has none.
+    assert walk.delays == {"m1": [(1, 6), (8, 2)]}
