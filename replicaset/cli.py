@@ -101,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="a member's data directory (all checks) or a bare WAL directory (checks 1-4)")
     audit.add_argument("--master", help="Spark master URL (default local[2])")
     audit.add_argument("--driver-memory", metavar="SIZE",
-                       help="the driver JVM's heap, e.g. 4g (default 1g; under spark-submit, its own)")
+                       help="the driver JVM's heap, e.g. 4g (default 896m; under spark-submit, its own)")
     audit.add_argument("--json", type=Path, dest="json_out", metavar="OUT")
     audit.add_argument("--html", type=Path, dest="html_out", metavar="OUT")
     audit.add_argument("--no-progress", action="store_true")

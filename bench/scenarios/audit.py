@@ -17,7 +17,7 @@ from typing import Any
 
 import msgpack
 
-from bench.kit.procfs import descendants, read_pss_kib, read_statm_rss_kib
+from bench.kit.procfs import descendants, read_cpu_seconds, read_pss_kib, read_statm_rss_kib
 from wal.segment import list_segments, read_segment_records
 
 SAMPLE_INTERVAL_S = 0.2
@@ -113,6 +113,13 @@ def measure(dirs: list[Path], results: dict[str, Any]) -> None:
     results["audit_vs_baseline"] = round(results["audit_rows_per_s"] / results["baseline_rows_per_s"], 2)
 
 
+def _tree_cpu_s() -> float:
+    """CPU seconds of this process and everything below it: driver, master, workers,
+    executors and their Python workers (a process that ended in between is not counted)."""
+    me = os.getpid()
+    return sum(read_cpu_seconds(p) or 0.0 for p in [me, *(p for p, _ in descendants(me))])
+
+
 def measure_scaling(dirs: list[Path], results: dict[str, Any], log_dir: Path) -> None:
     """The audit on a standalone master with two workers of one core each: first with one
     executor core for the application (`spark.cores.max=1`), then with both. Each run opens its
@@ -123,15 +130,19 @@ def measure_scaling(dirs: list[Path], results: dict[str, Any], log_dir: Path) ->
 
     with standalone_cluster(log_dir, workers=2, cores=1, memory="1g") as master:
         for cores in (1, 2):
-            spark = open_session(master, driver_memory="1g",
-                                 conf={"spark.cores.max": str(cores), "spark.executor.memory": "768m"})
+            spark = open_session(master,
+                                 conf={"spark.cores.max": str(cores), "spark.executor.memory": "1g"})
             try:
+                cpu_before = _tree_cpu_s()
                 t = time.monotonic()
                 code, report = run_audit(dirs, spark=spark, stream=io.StringIO(), progress=False)
                 elapsed = time.monotonic() - t
+                cpu = _tree_cpu_s() - cpu_before
             finally:
                 spark.stop()
             results[f"standalone_{cores}_executor_audit_s"] = round(elapsed, 2)
+            # Cores kept busy: a one-core executor's JVM compiles and collects on the other core.
+            results[f"standalone_{cores}_executor_cpu_cores"] = round(cpu / elapsed, 2)
             results[f"standalone_{cores}_executor_exit_code"] = code
             results[f"standalone_{cores}_executor_rows_per_s"] = round(report["rows_total"] / elapsed)
     results["standalone_scaling"] = round(

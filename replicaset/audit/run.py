@@ -227,7 +227,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a member's data directory (all checks) or a bare WAL directory (checks 1-4)")
     parser.add_argument("--master", help="Spark master URL (default local[2])")
     parser.add_argument("--driver-memory", default=None, metavar="SIZE",
-                        help="the driver JVM's heap, e.g. 4g (default 1g; under spark-submit, its own)")
+                        help="the driver JVM's heap, e.g. 4g (default 896m; under spark-submit, its own)")
     parser.add_argument("--json", type=Path, dest="json_out", metavar="OUT", help="write the report as JSON")
     parser.add_argument("--html", type=Path, dest="html_out", metavar="OUT", help="write the HTML report with plots")
     parser.add_argument("--no-progress", action="store_true", help="do not print progress on stderr")
