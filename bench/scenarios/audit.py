@@ -113,11 +113,17 @@ def measure(dirs: list[Path], results: dict[str, Any]) -> None:
     results["audit_vs_baseline"] = round(results["audit_rows_per_s"] / results["baseline_rows_per_s"], 2)
 
 
-def _tree_cpu_s() -> float:
-    """CPU seconds of this process and everything below it: driver, master, workers,
-    executors and their Python workers (a process that ended in between is not counted)."""
+def _tree_cpu_s() -> dict[int, float]:
+    """CPU seconds of this process and of each process below it: driver, master, workers,
+    executors and their Python workers."""
     me = os.getpid()
-    return sum(read_cpu_seconds(p) or 0.0 for p in [me, *(p for p, _ in descendants(me))])
+    return {p: read_cpu_seconds(p) or 0.0 for p in [me, *(p for p, _ in descendants(me))]}
+
+
+def _cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds spent since `before` by the processes alive now. A process that ended in
+    between (the previous application's executor shutting down) is left out, not subtracted."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in _tree_cpu_s().items())
 
 
 def measure_scaling(dirs: list[Path], results: dict[str, Any], log_dir: Path) -> None:
@@ -137,7 +143,7 @@ def measure_scaling(dirs: list[Path], results: dict[str, Any], log_dir: Path) ->
                 t = time.monotonic()
                 code, report = run_audit(dirs, spark=spark, stream=io.StringIO(), progress=False)
                 elapsed = time.monotonic() - t
-                cpu = _tree_cpu_s() - cpu_before
+                cpu = _cpu_since(cpu_before)
             finally:
                 spark.stop()
             results[f"standalone_{cores}_executor_audit_s"] = round(elapsed, 2)
