@@ -19,13 +19,13 @@ from typing import Any, TextIO
 
 from replicaset.audit import checks
 from replicaset.audit.inputs import AuditInputError, MemberInput, discover
+from replicaset.audit.source import CAPTURED_COLUMNS, COLUMNS, schema_ddl
 
 EXIT_CLEAN = 0
 EXIT_VIOLATIONS = 1
 EXIT_ERROR = 2
 READ_ERRORS_LISTED_MAX = 200
-CHECKED_COLUMNS = ["member", "segment", "seg_index", "offset", "pos", "origin", "lsn", "txn_id",
-                   "hlc", "type", "n_rows", "digest", "payload_bytes", "error"]
+CHECKED_COLUMNS = [c for c in COLUMNS if c not in CAPTURED_COLUMNS]
 """What the checks read: every column but the captured rows' lists."""
 
 
@@ -62,8 +62,6 @@ def _one_line(exc: BaseException) -> str:
 
 def load_records(spark: Any, members: list[MemberInput], columns: list[str] = CHECKED_COLUMNS) -> Any:
     """The data source's DataFrame for these members (one row per WAL row), of these columns."""
-    from replicaset.audit.source import schema_ddl
-
     paths = [str(m.directory) for m in members]
     return (spark.read.format("rswal").schema(schema_ddl(columns))
             .option("paths", json.dumps(paths)).load())

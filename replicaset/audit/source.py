@@ -68,6 +68,11 @@ def schema_ddl(columns: Sequence[str] = COLUMNS) -> str:
 SCHEMA_DDL = schema_ddl()
 
 
+def signed64(value: int) -> int:
+    """A u64 as the signed 64-bit integer with the same bits (Spark has no unsigned long)."""
+    return value - _WRAP if value >= _SIGN else value
+
+
 def unsigned64(value: int) -> int:
     return value + _WRAP if value < 0 else value
 
@@ -222,11 +227,10 @@ class _SegmentReader:
             "member": self.member, "segment": self.segment, "seg_index": self.seg_index,
             "offset": offset, "pos": (self.seg_index << POS_SEGMENT_SHIFT) | offset, "type": kind,
             "error": error, "origin": origin, "lsn": lsn,
-            "txn_id": None if txn_id is None else txn_id - _WRAP if txn_id >= _SIGN else txn_id,
+            "txn_id": None if txn_id is None else signed64(txn_id),
         }
         if payload is not None:
-            digest = xxh3_64_intdigest(payload)
-            row.update(digest=digest - _WRAP if digest >= _SIGN else digest, payload_bytes=len(payload))
+            row.update(digest=signed64(xxh3_64_intdigest(payload)), payload_bytes=len(payload))
         batch.damage.append(row)
 
     def _arrow(self, batch: _Batch) -> Iterator[Any]:
