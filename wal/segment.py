@@ -134,20 +134,12 @@ class RecordScanner:
         self.valid_end = offset
 
     def __iter__(self) -> Iterator[tuple[int, Record]]:
-        buf = self._buf
-        size = len(buf)
-        offset = self.valid_end
-        while offset < size:
-            try:
-                record, next_offset = decode_record(buf, offset)
-            except (TruncatedRecord, CorruptRecord):
-                return
-            yield offset, record
-            self.valid_end = offset = next_offset
+        for offset, record_type, origin, lsn, txn_id, payload in self.fields():
+            yield offset, Record(type=record_type, origin=origin, lsn=lsn, txn_id=txn_id, payload=payload)
 
     def fields(self) -> Iterator[tuple[int, RecordType, int, int, int, bytes]]:
-        """Like iterating, but each record as (offset, type, origin, lsn, txn id, payload):
-        no `Record` object per row, for readers that keep columns."""
+        """Each record as (offset, type, origin, lsn, txn id, payload), with no `Record`
+        object per row, for readers that keep columns; iterating builds the objects."""
         buf = self._buf
         size = len(buf)
         offset = self.valid_end
