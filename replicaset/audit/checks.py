@@ -61,17 +61,23 @@ class CheckResult:
                 "violations": self.violations}
 
 
-def _row_ref(r: Any) -> dict[str, Any]:
-    return {"member": r["member"], "segment": r["segment"], "offset": r["offset"],
-            "txn_id": unsigned64(r["txn_id"]) if r["txn_id"] is not None else None,
+def _row_ref(r: Any, member: str | None = None) -> dict[str, Any]:
+    """A row as a violation names it; `member` for a row struct that does not hold its own."""
+    return {"member": member if member is not None else r["member"], "segment": r["segment"],
+            "offset": r["offset"], "txn_id": unsigned64(r["txn_id"]) if r["txn_id"] is not None else None,
             "digest": f"{unsigned64(r['digest']):016x}" if r["digest"] is not None else None}
 
 
-def _within(records: Any, groups: list[tuple[str, int]]) -> Any:
+def _keyed(records: Any, keys: list[tuple[Any, ...]], schema: str) -> Any:
+    """The records whose key columns (named by `schema`) take one of `keys`: a broadcast join."""
     from pyspark.sql import functions as F
 
-    wanted = records.sparkSession.createDataFrame(groups, "member STRING, origin INT")
-    return records.join(F.broadcast(wanted), ["member", "origin"])
+    wanted = records.sparkSession.createDataFrame(keys, schema)
+    return records.join(F.broadcast(wanted), wanted.columns)
+
+
+def _within(records: Any, groups: list[tuple[str, int]]) -> Any:
+    return _keyed(records, groups, "member STRING, origin INT")
 
 
 def check_apply_once(records: Any, irregular: list[tuple[str, int]]) -> CheckResult:
@@ -119,7 +125,7 @@ def check_order(records: Any, members: list[MemberInput], first_rows: list[Any],
                 "detail": f"{r['member']}: origin {origin} starts at lsn {r['min_lsn']}, but its "
                           f"horizon (WAL start and checkpoints) is {allowed - 1}: "
                           f"lsn {allowed}..{r['min_lsn'] - 1} are missing",
-                "rows": [_row_ref(dict(r["first"].asDict(), member=r["member"]))]}))
+                "rows": [_row_ref(r["first"], r["member"])]}))
     for *_, violation in sorted(found, key=lambda f: f[:3]):
         result.add(violation)
     result.count = swapped_total + gaps_total + start_total
@@ -162,8 +168,8 @@ def _disorder(records: Any, irregular: list[tuple[str, int]]) -> list[tuple[str,
             "member": r["member"], "origin": r["origin"], "lsn": r["lsn"], "kind": "out_of_order",
             "detail": f"{r['member']}: {r['origin']}:{r['lsn']} is logged after "
                       f"{r['origin']}:{r['max_before']} (the row before it is {r['origin']}:{p['lsn']})",
-            "rows": [_row_ref(dict(p["at"].asDict(), member=r["member"])),
-                     _row_ref(dict(r["at"].asDict(), member=r["member"]))]}))
+            "rows": [_row_ref(p["at"], r["member"]),
+                     _row_ref(r["at"], r["member"])]}))
     for r in gaps.limit(VIOLATIONS_LISTED_MAX).collect():
         p = r["prev"]
         low, high = p["lsn"] + 1, r["lsn"] - 1
@@ -173,8 +179,8 @@ def _disorder(records: Any, irregular: list[tuple[str, int]]) -> list[tuple[str,
             "detail": f"{r['member']}: origin {r['origin']} lacks lsn {low}"
                       + (f"..{high}" if high > low else "")
                       + f" between {r['origin']}:{p['lsn']} and {r['origin']}:{r['lsn']}",
-            "rows": [_row_ref(dict(p["at"].asDict(), member=r["member"])),
-                     _row_ref(dict(r["at"].asDict(), member=r["member"]))]}))
+            "rows": [_row_ref(p["at"], r["member"]),
+                     _row_ref(r["at"], r["member"])]}))
     return found
 
 
@@ -210,8 +216,6 @@ def per_lsn(records: Any) -> Any:
 def check_agreement(records: Any, lsns: Any) -> CheckResult:
     """`lsns`: `per_lsn(records)`. One txn id and one digest per (origin, lsn) is the same as
     the lowest and the highest of each being equal."""
-    from pyspark.sql import functions as F
-
     result = CheckResult(name="agreement", title="3. agreement: one (origin, lsn) has one txn id and payload on every member")
     bad = lsns.filter("txn_lo != txn_hi or digest_lo != digest_hi").select("origin", "lsn")
     bad_keys = bad.orderBy("origin", "lsn").limit(VIOLATIONS_LISTED_MAX).collect()
@@ -219,9 +223,7 @@ def check_agreement(records: Any, lsns: Any) -> CheckResult:
         return result
     total = bad.count()
     keys = [(k["origin"], k["lsn"]) for k in bad_keys]
-    spark = records.sparkSession
-    wanted = spark.createDataFrame(keys, "origin INT, lsn BIGINT")
-    copies = (records.join(F.broadcast(wanted), ["origin", "lsn"])
+    copies = (_keyed(records, keys, "origin INT, lsn BIGINT")
               .select("origin", "lsn", "member", "segment", "offset", "txn_id", "digest").collect())
     by_key: dict[tuple[int, int], list[Any]] = {}
     for c in copies:
@@ -267,7 +269,6 @@ def frontier(records: Any, stats: list[Any]) -> list[Any]:
     `stats`: `segment_stats(records)`; the rows at both ends are looked up by key (a min_by over
     a row struct would build the struct for every row)."""
     from pyspark.sql import Row
-    from pyspark.sql import functions as F
 
     groups: dict[tuple[str, int], list[Any]] = {}
     for r in stats:
@@ -282,9 +283,8 @@ def frontier(records: Any, stats: list[Any]) -> list[Any]:
               "changes": _fold([r["changes"] for r in rs], sum)}
         for key, rs in sorted(groups.items())}
     ends = {(m, o, f[k]) for (m, o), f in folded.items() for k in ("min_lsn", "max_lsn")}
-    wanted = records.sparkSession.createDataFrame(sorted(ends), "member STRING, origin INT, lsn BIGINT")
     found: dict[tuple[str, int, int], list[Any]] = {}
-    for r in (records.join(F.broadcast(wanted), ["member", "origin", "lsn"])
+    for r in (_keyed(records, sorted(ends), "member STRING, origin INT, lsn BIGINT")
               .select("member", "origin", "lsn", "pos", "segment", "offset", "txn_id", "digest")
               .collect()):
         found.setdefault((r["member"], r["origin"], r["lsn"]), []).append(r)
@@ -330,7 +330,7 @@ def check_completeness(
                             "detail": f"{m.name} is behind on origin {origin}: it ends at lsn {have}, "
                                       f"the set at {lsn} ({lsn - have} rows behind, "
                                       f"{origin}:{have + 1}..{origin}:{lsn} missing)",
-                            "rows": [] if last is None else [_row_ref(dict(last.asDict(), member=m.name))]})
+                            "rows": [] if last is None else [_row_ref(last, m.name)]})
     return result, dict(sorted(top.items()))
 
 

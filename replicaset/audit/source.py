@@ -86,16 +86,12 @@ class WalSegmentPartition(InputPartition):
 
 
 def arrow_schema(columns: Sequence[str] = COLUMNS):  # type: ignore[no-untyped-def]
+    """The Arrow schema of these columns, from their Spark types (`_COLUMN_TYPES`)."""
     import pyarrow as pa
 
-    types = {
-        "member": pa.string(), "segment": pa.string(), "seg_index": pa.int32(),
-        "offset": pa.int64(), "pos": pa.int64(), "origin": pa.int32(), "lsn": pa.int64(),
-        "txn_id": pa.int64(), "hlc": pa.int64(), "type": pa.string(),
-        "tables": pa.list_(pa.string()), "ops": pa.list_(pa.int32()), "keys": pa.list_(pa.string()),
-        "n_rows": pa.int32(), "digest": pa.int64(), "payload_bytes": pa.int32(), "error": pa.string(),
-    }
-    return pa.schema([(c, types[c]) for c in columns])
+    arrow_types = {"STRING": pa.string(), "INT": pa.int32(), "BIGINT": pa.int64(),
+                   "ARRAY<STRING>": pa.list_(pa.string()), "ARRAY<INT>": pa.list_(pa.int32())}
+    return pa.schema([(c, arrow_types[_COLUMN_TYPES[c]]) for c in columns])
 
 
 class _Batch:
