@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replicaset.audit.inputs import MemberInput
-from replicaset.audit.source import unsigned64
+from replicaset.audit.columns import unsigned64
 
 VIOLATIONS_LISTED_MAX = 1000
 TIMELINE_BUCKETS = 60

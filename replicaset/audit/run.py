@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from replicaset.audit import checks
 from replicaset.audit.inputs import AuditInputError, MemberInput, discover
-from replicaset.audit.source import CAPTURED_COLUMNS, COLUMNS, schema_ddl
+from replicaset.audit.columns import CAPTURED_COLUMNS, COLUMNS, schema_ddl
 
 EXIT_CLEAN = 0
 EXIT_VIOLATIONS = 1

@@ -37,44 +37,13 @@ import msgpack
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from xxhash import xxh3_64_intdigest
 
+from replicaset.audit.columns import CAPTURED_COLUMNS, COLUMN_TYPES, COLUMNS, SCHEMA_DDL, schema_ddl, signed64
 from wal import RecordType, WalError
 from wal.segment import RecordScanner, TailKind, map_segment, read_segment_header
 
 SOURCE_NAME = "rswal"
 BATCH_ROWS_MAX = 65536
 POS_SEGMENT_SHIFT = 40
-_SIGN = 1 << 63
-_WRAP = 1 << 64
-
-_COLUMN_TYPES = {
-    "member": "STRING", "segment": "STRING", "seg_index": "INT", "offset": "BIGINT",
-    "pos": "BIGINT", "origin": "INT", "lsn": "BIGINT", "txn_id": "BIGINT", "hlc": "BIGINT",
-    "type": "STRING", "tables": "ARRAY<STRING>", "ops": "ARRAY<INT>", "keys": "ARRAY<STRING>",
-    "n_rows": "INT", "digest": "BIGINT", "payload_bytes": "INT", "error": "STRING",
-}
-COLUMNS = list(_COLUMN_TYPES)
-CAPTURED_COLUMNS = ("tables", "ops", "keys")
-"""The per-row lists: built only when the schema asks for them."""
-
-
-def schema_ddl(columns: Sequence[str] = COLUMNS) -> str:
-    """The Spark schema of these columns, in this order."""
-    unknown = [c for c in columns if c not in _COLUMN_TYPES]
-    if unknown:
-        raise ValueError(f"the rswal source has no column {', '.join(unknown)} (it has {', '.join(COLUMNS)})")
-    return ", ".join(f"{c} {_COLUMN_TYPES[c]}" for c in columns)
-
-
-SCHEMA_DDL = schema_ddl()
-
-
-def signed64(value: int) -> int:
-    """A u64 as the signed 64-bit integer with the same bits (Spark has no unsigned long)."""
-    return value - _WRAP if value >= _SIGN else value
-
-
-def unsigned64(value: int) -> int:
-    return value + _WRAP if value < 0 else value
 
 
 class WalSegmentPartition(InputPartition):
@@ -86,12 +55,12 @@ class WalSegmentPartition(InputPartition):
 
 
 def arrow_schema(columns: Sequence[str] = COLUMNS):  # type: ignore[no-untyped-def]
-    """The Arrow schema of these columns, from their Spark types (`_COLUMN_TYPES`)."""
+    """The Arrow schema of these columns, from their Spark types (`COLUMN_TYPES`)."""
     import pyarrow as pa
 
     arrow_types = {"STRING": pa.string(), "INT": pa.int32(), "BIGINT": pa.int64(),
                    "ARRAY<STRING>": pa.list_(pa.string()), "ARRAY<INT>": pa.list_(pa.int32())}
-    return pa.schema([(c, arrow_types[_COLUMN_TYPES[c]]) for c in columns])
+    return pa.schema([(c, arrow_types[COLUMN_TYPES[c]]) for c in columns])
 
 
 class _Batch:
@@ -288,9 +257,9 @@ class WalDataSource(DataSource):
     def reader(self, schema: Any) -> DataSourceReader:
         columns = [field.name for field in schema.fields]
         wanted = [(field.name, field.dataType.simpleString()) for field in schema.fields]
-        offered = [(c, _COLUMN_TYPES[c].lower()) for c in columns if c in _COLUMN_TYPES]
+        offered = [(c, COLUMN_TYPES[c].lower()) for c in columns if c in COLUMN_TYPES]
         if wanted != offered:
-            raise ValueError(f"the rswal source reads {schema_ddl([c for c in columns if c in _COLUMN_TYPES])}, "
+            raise ValueError(f"the rswal source reads {schema_ddl([c for c in columns if c in COLUMN_TYPES])}, "
                              f"not {schema.simpleString()} (see schema_ddl)")
         return WalReader(json.loads(self.options.get("paths", "[]")), columns)
 

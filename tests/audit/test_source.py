@@ -7,7 +7,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from replicaset.audit.source import CAPTURED_COLUMNS, COLUMNS, scan_segment, schema_ddl, unsigned64
+from replicaset.audit.columns import CAPTURED_COLUMNS, COLUMNS, schema_ddl, unsigned64
+from replicaset.audit.source import scan_segment
 from replicaset.storage.rows import CapturedRow, DmlPayload, Op
 from wal import Record, RecordType, Wal
 from wal.segment import list_segments
