@@ -58,6 +58,9 @@ def test_any_member_runs_ddl_and_every_member_takes_it(ddl_set) -> None:
         client.execute("CREATE TABLE t2(id INTEGER PRIMARY KEY, x TEXT)")
     with third.client() as client:
         client.execute("ALTER TABLE kv ADD COLUMN extra TEXT")
+    # The ALTER is acknowledged at QUORUM, two members of three: member 1 may take it a
+    # moment later, and until then a statement naming the new column fails there.
+    wait_for(lambda: schema_id(first) == schema_id(third), "member 1 took member 3's DDL")
     with first.client() as client:
         client.execute("INSERT INTO kv(k, v, extra) VALUES (1, 'a', 'e')", options={"consistency": "quorum"})
         client.execute("INSERT INTO t2(id, x) VALUES (1, 'x')")
