@@ -7,7 +7,11 @@ synchronous replication and dqlite, in one run.
 What it measures, in this order:
 
 1. LIMITS: fsyncs/s of 4 KiB appends in the temporary directory and loopback round trips/s
-   (`bench.kit.limits`), the ceilings the figures below are read against.
+   (`bench.kit.limits`), the ceilings the figures below are read against. Then the floors
+   (`bench.scenarios.noop_quorum`): three processes that send a QUORUM commit's messages and
+   write its records and do nothing else, with group fsyncs and without fsyncs, loaded with
+   single-row commits like the sets: what the protocol's shape costs on this stack before any
+   of our logic runs.
 2. Single-row commits (`INSERT OR REPLACE INTO kv VALUES (?, ?)`) and 3. 10-statement
    transactions, with 1 and 16 connections on member 1 of: our set with
    `default_write_consistency = "one"`, the same with `"quorum"` (the PyPI connector cannot
@@ -49,10 +53,12 @@ from bench.kit.report import (fmt_int, fmt_ms, fmt_ratio, header_lines, load_ave
 from bench.kit.sets import OurSet, TarantoolSet, run_set, wait_converged  # noqa: E402
 from bench.kit.runs import SECONDS_HELP, TARANTOOL_HELP, TMP_DIR_HELP, settle_seconds, start_run  # noqa: E402
 from bench.kit.tarantool import INSTALL_HINT  # noqa: E402
-from bench.scenarios import dqlite_peer, quorum_timeline, quorum_writes  # noqa: E402
+from bench.scenarios import dqlite_peer, noop_quorum, quorum_timeline, quorum_writes  # noqa: E402
 
 ONE, QUORUM, TARANTOOL = "ours_one", "ours_quorum", "tarantool_sync"
 SETS = (ONE, QUORUM, TARANTOOL)
+FLOOR, FLOOR_NOSYNC = "floor_fsync", "floor_no_fsync"
+FLOORS = (FLOOR, FLOOR_NOSYNC)
 SYNCHRO_TIMEOUT_S = 5.0  # ours' default synchro_timeout_s; Tarantool's replication_synchro_timeout the same
 REPLICATION_TIMEOUT_S = 0.2  # ours' replication_timeout in bench.kit.sets; Tarantool's the same
 TARGET_P50_MS = 1.0
@@ -112,13 +118,15 @@ def ratio_lines(report: dict[str, Any]) -> list[str]:
             f"{n} conn: quorum/one {fmt_ratio(ratio(ops(QUORUM, kind, n), ops(ONE, kind, n)))}, "
             f"quorum/tarantool_sync {fmt_ratio(ratio(ops(QUORUM, kind, n), ops(TARANTOOL, kind, n)))}"
             for n in CONNECTION_COUNTS))
+    out.append("  single quorum/floor_fsync (what our logic leaves of the floor): " + "   ".join(
+        f"{n} conn {fmt_ratio(ratio(ops(QUORUM, 'single', n), ops(FLOOR, 'single', n)))}" for n in CONNECTION_COUNTS))
     out.append("  single quorum/dqlite: " + "   ".join(
         f"{n} conn {fmt_ratio(ratio(ops(QUORUM, 'single', n), (dqlite_load(report, n) or {}).get('ops_per_s')))}"
         for n in CONNECTION_COUNTS))
     fsync, loop = report["limits"]["fsync"], report["limits"]["loopback"]
     out.append("  single-row commits at 1 conn against the limits (ops/s / loopback round trips/s, ops/s / fsyncs/s; "
                "p50 in loopback round trips and in fsyncs):")
-    rows = [(name, single(report, name, 1)) for name in SETS] + [("dqlite", dqlite_load(report, 1))]
+    rows = [(name, single(report, name, 1)) for name in SETS + FLOORS] + [("dqlite", dqlite_load(report, 1))]
     for name, load in rows:
         if not load:
             continue
@@ -127,7 +135,7 @@ def ratio_lines(report: dict[str, Any]) -> list[str]:
                    f"{fmt_ratio(ratio(load['p50_ns'], loop.get('p50_ns')))} round trips = "
                    f"{fmt_ratio(ratio(load['p50_ns'], fsync.get('p50_ns')))} fsyncs")
     out.append("  server CPU per operation, all three members (us), single / txn at 16 conn:")
-    for name in SETS:
+    for name in SETS + FLOORS:
         loads = [single(report, name, 16, kind) for kind in quorum_writes.KINDS]
         cpu = [quorum_writes.cpu_us_per_op(load)[0] if load else None for load in loads]
         out.append(f"    {name:<16} {fmt_int(cpu[0]):>7} / {fmt_int(cpu[1]):>7}")
@@ -137,18 +145,26 @@ def ratio_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def speed_targets(report: dict[str, Any], name: str, label: str) -> list[tuple[str, str, bool | None]]:
+    """The latency and throughput targets, read on set `name`."""
+    found: list[tuple[str, str, bool | None]] = []
+    one_conn = single(report, name, 1)
+    for what, key, limit in (("p50", "p50_ns", TARGET_P50_MS), ("p99", "p99_ns", TARGET_P99_MS)):
+        value = one_conn[key] / 1e6 if one_conn and one_conn[key] == one_conn[key] else None
+        found.append((f"{label} {what} < {limit:g} ms, 1 conn", "-" if value is None else f"{value:.3f} ms",
+                      None if value is None else value < limit))
+    sixteen = single(report, name, 16)
+    value = sixteen["ops_per_s"] if sixteen else None
+    found.append((f"{label} >= {TARGET_OPS_16:,.0f} ops/s, 16 conn", fmt_int(value),
+                  None if value is None else value >= TARGET_OPS_16))
+    value = ratio(quorum_writes.ops_per_s(report["sets"], name, "single", 1), (dqlite_load(report, 1) or {}).get("ops_per_s"))
+    found.append((f"{label}/dqlite >= 1, 1 conn", fmt_ratio(value), None if value is None else value >= 1.0))
+    return found
+
+
 def targets(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     sets = report["sets"]
-    found: list[tuple[str, str, bool | None]] = []
-    one_conn = single(report, QUORUM, 1)
-    for label, key, limit in (("p50", "p50_ns", TARGET_P50_MS), ("p99", "p99_ns", TARGET_P99_MS)):
-        value = one_conn[key] / 1e6 if one_conn and one_conn[key] == one_conn[key] else None
-        found.append((f"QUORUM {label} < {limit:g} ms, 1 conn", "-" if value is None else f"{value:.3f} ms",
-                      None if value is None else value < limit))
-    sixteen = single(report, QUORUM, 16)
-    value = sixteen["ops_per_s"] if sixteen else None
-    found.append((f"QUORUM >= {TARGET_OPS_16:,.0f} ops/s, 16 conn", fmt_int(value),
-                  None if value is None else value >= TARGET_OPS_16))
+    found = speed_targets(report, QUORUM, "QUORUM")
     loads = [load for kind in quorum_writes.KINDS for load in sets.get(QUORUM, {}).get("loads", {}).get(kind, {}).values()]
     stalls = sum(load["stalls"] for load in loads) if loads else None
     found.append(("QUORUM stalls > 1 s, all loads = 0", "-" if stalls is None else str(stalls),
@@ -163,17 +179,15 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
                           quorum_writes.ops_per_s(sets, TARANTOOL, kind, nconn))
             found.append((f"{kind} quorum/tarantool_sync >= 1, {nconn} conn", fmt_ratio(value),
                           None if value is None else value >= 1.0))
-    for nconn in CONNECTION_COUNTS:
-        value = ratio(quorum_writes.ops_per_s(sets, QUORUM, "single", nconn),
-                      (dqlite_load(report, nconn) or {}).get("ops_per_s"))
-        found.append((f"single quorum/dqlite >= 1, {nconn} conn", fmt_ratio(value), None if value is None else value >= 1.0))
+    value = ratio(quorum_writes.ops_per_s(sets, QUORUM, "single", 16), (dqlite_load(report, 16) or {}).get("ops_per_s"))
+    found.append(("QUORUM/dqlite >= 1, 16 conn", fmt_ratio(value), None if value is None else value >= 1.0))
     return found
 
 
 def notes(report: dict[str, Any]) -> list[str]:
     """Skipped or failed sets, what each set's checks found, exit codes, the logs."""
     found = []
-    for name in SETS:
+    for name in SETS + FLOORS:
         entry = report["sets"].get(name, {})
         if entry.get("skipped"):
             found.append(f"{name}: skipped: {entry['skipped']}")
@@ -211,7 +225,7 @@ def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
     out.append("")
     out += limits_lines(report["limits"])
     out.append("")
-    out += quorum_writes.report_lines(report["sets"], SETS, MARMOT_REFERENCE)
+    out += quorum_writes.report_lines(report["sets"], SETS, FLOORS, MARMOT_REFERENCE)
     out.append("")
     out += dqlite_peer.report_lines(report["dqlite"])
     out.append("")
@@ -222,6 +236,8 @@ def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
         out.append("")
     out.append("7. TARGETS")
     out += target_lines(targets(report), 42, 11)
+    out.append(f"  the same read on {FLOOR}, a QUORUM commit's messages and fsyncs with no logic:")
+    out += target_lines(speed_targets(report, FLOOR, FLOOR), 42, 11)
     out.append("")
     out += notes_lines(notes(report))
     print("\n".join(out), flush=True)
@@ -252,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                               "sets": {}}
     try:
         report["limits"] = measure_limits(work, args, warmup_s)
+        for name, sync in ((FLOOR, True), (FLOOR_NOSYNC, False)):
+            report["sets"][name] = noop_quorum.run(work, name, sync, args.seconds, warmup_s)
         bench_set(OurSet(work, name=ONE, consistency="one"), args, warmup_s, report)
         bench_set(OurSet(work, name=QUORUM, consistency="quorum"), args, warmup_s, report)
         if binary:

@@ -65,11 +65,16 @@ def our_config_text(options: Mapping[str, Any]) -> str:
     return text
 
 
-class ReplicaSet(Protocol):
+class Members(Protocol):
+    """What a load needs of a set: where its members listen, their pids for CPU time."""
+
     name: str
     ports: list[int]
 
     def pids(self) -> list[int]: ...
+
+
+class ReplicaSet(Members, Protocol):
     def vclock(self, port: int) -> dict[int, int]: ...
     def status(self, port: int) -> str: ...
 

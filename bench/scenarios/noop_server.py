@@ -11,15 +11,26 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+import trio
 
 from bench.kit.procs import HOST
 from bench.kit.report import MIB
 
+Execute = Callable[[], Awaitable[None]]
+Handler = Callable[[trio.SocketStream], Awaitable[None]]
+
 
 def main(port: int) -> int:
-    import trio
+    return serve_clients(port)
 
+
+def serve_clients(port: int, start: Callable[[trio.Nursery], Awaitable[Execute]] | None = None) -> int:
+    """Answer clients on `port` until SIGTERM or the parent is gone. With `start`, it is
+    awaited once in the server's nursery (to connect to peers, start tasks) and returns what
+    every EXECUTE awaits before its "1 row affected": `noop_quorum`'s coordinator."""
     from replicaset import __version__
     from replicaset.iproto.codec import FrameDecoder, encode_error, encode_greeting, encode_ok
     from replicaset.iproto.constants import ErrorCode, Feature, Key, RequestType, SqlInfoKey
@@ -37,6 +48,7 @@ def main(port: int) -> int:
         int(RequestType.EXECUTE), int(RequestType.SELECT), int(RequestType.PING),
         int(RequestType.AUTH), int(RequestType.ID),
     )
+    on_execute: Execute | None = None
 
     def answer(frame: Any) -> bytes:
         kind = frame.request_type
@@ -75,6 +87,8 @@ def main(port: int) -> int:
                         continue
                     if frame is None:
                         break
+                    if on_execute is not None and frame.request_type == execute:
+                        await on_execute()
                     replies.append(answer(frame))
                 if replies:
                     await stream.send_all(b"".join(replies))
@@ -83,10 +97,23 @@ def main(port: int) -> int:
         finally:
             await trio.aclose_forcefully(stream)
 
+    async def begin(nursery: trio.Nursery) -> None:
+        nonlocal on_execute
+        if start is not None:
+            on_execute = await start(nursery)
+
+    return run_until_stopped(port, serve, begin)
+
+
+def run_until_stopped(port: int, handler: Handler, start: Callable[[trio.Nursery], Awaitable[None]]) -> int:
+    """Serve `handler` on `port` (after awaiting `start` in the same nursery), print the
+    port bound as a JSON line, and return on SIGTERM or SIGINT or once the parent is gone."""
+
     async def run() -> None:
         parent = os.getppid()
         async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(functools.partial(trio.serve_tcp, serve, port, host=HOST))
+            await start(nursery)
+            listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, port, host=HOST))
             bound = listeners[0].socket.getsockname()[1]
             print(json.dumps({"event": "listening", "port": bound}), flush=True)
 

@@ -25,7 +25,8 @@ from bench.kit.client import CONNECTION_COUNTS, KEY_RANGE, VALUE_BYTES, Op, Open
 from bench.kit.procfs import CpuMarks
 from bench.kit.procs import HOST
 from bench.kit.report import fmt_int, fmt_ms, progress
-from bench.kit.sets import CLIENT_SOCKET_TIMEOUT_S, CONVERGE_TIMEOUT_S, ReplicaSet, divergent_keys, table_rows, wait_converged
+from bench.kit.sets import (CLIENT_SOCKET_TIMEOUT_S, CONVERGE_TIMEOUT_S, Members, ReplicaSet, divergent_keys, table_rows,
+                            wait_converged)
 from replicaset.iproto.client import Client
 from replicaset.iproto.constants import RequestType
 
@@ -36,6 +37,8 @@ KINDS = ("single", "txn")
 ROUND_TRIPS = {("ours", "single"): 1, ("ours", "txn"): TXN_STATEMENTS + 2, ("tarantool", "single"): 1,
                ("tarantool", "txn"): 1}
 DIVERGENT_SAMPLES_MAX = 5
+FLOOR_NOTE = ("bench.scenarios.noop_quorum, three trio processes that send a QUORUM commit's messages and write its "
+              "records with our codec and do nothing else, with group fsyncs on threads as ours, and without fsyncs")
 
 TARANTOOL_TXN_LUA = """
 function bench_txn(keys, value)
@@ -79,12 +82,12 @@ def tarantool_txn(conn: Any, rnd: random.Random, value: str) -> None:
     conn.call("bench_txn", [rnd.randrange(KEY_RANGE) for _ in range(TXN_STATEMENTS)], value)
 
 
-def server_of(rs: ReplicaSet) -> str:
+def server_of(rs: Members) -> str:
     """'ours' or 'tarantool': which client and transaction a set takes."""
     return "tarantool" if rs.name.startswith("tarantool") else "ours"
 
 
-def run_load(rs: ReplicaSet, kind: str, nconn: int, warmup_s: float, seconds: float, seed: int) -> dict[str, Any]:
+def run_load(rs: Members, kind: str, nconn: int, warmup_s: float, seconds: float, seed: int) -> dict[str, Any]:
     """One load on member 1, with the members' CPU seconds over the measured window."""
     server = server_of(rs)
     op: Op | None = None
@@ -182,13 +185,17 @@ def table_lines(sets: dict[str, Any], names: tuple[str, ...], kind: str) -> list
     return out
 
 
-def report_lines(sets: dict[str, Any], names: tuple[str, ...], marmot_reference: str) -> list[str]:
-    """Sections 2 and 3: single-row commits, then 10-statement transactions."""
+def report_lines(sets: dict[str, Any], names: tuple[str, ...], floors: tuple[str, ...], marmot_reference: str) -> list[str]:
+    """Sections 2 and 3: single-row commits (the sets', then the floors'), then 10-statement
+    transactions (the sets' only: a floor has no streams)."""
     out = [f"2. SINGLE-ROW COMMITS  {SQL_INSERT}  on member 1, keys 0..{KEY_RANGE - 1}, {VALUE_BYTES}-char value, "
            "PyPI tarantool connector, one thread per connection"]
-    out += table_lines(sets, names, "single")
+    out += table_lines(sets, names + floors, "single")
     out += ["  (stalls: requests slower than 1 s, failed ones and the warm-up's included; RTs/op: client round trips per "
-            "operation; CPU: the three members' CPU seconds over the measured window / measured operations)", "",
+            "operation; CPU: the three members' CPU seconds over the measured window / measured operations)"]
+    if floors:
+        out.append(f"  ({', '.join(floors)}: {FLOOR_NOTE})")
+    out += ["",
             f"3. {TXN_STATEMENTS}-STATEMENT TRANSACTIONS  {TXN_STATEMENTS} x {SQL_INSERT} with random keys in one "
             "transaction; ops = transactions",
             "  ours: replicaset.iproto.client, stream BEGIN / 10 EXECUTE / COMMIT (the connector has no streams); "
