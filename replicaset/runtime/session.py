@@ -92,7 +92,7 @@ WAIT_VCLOCK_POLL_S = 0.001
 @dataclass(frozen=True, slots=True)
 class _Options:
     """EXECUTE's and BEGIN's OPTIONS map: `consistency` ("one", "quorum", "all") for
-    writes, `wait_vclock` ({instance id: lsn}) for a read that must see those rows."""
+    writes, `wait_vclock` ({instance id: lsn}) for an EXECUTE that must see those rows."""
 
     level: Level
     wait_vclock: VClock | None
@@ -562,6 +562,8 @@ class Session:
             raise RequestError(ErrorCode.TRANSACTION_TIMEOUT, "Transaction has been aborted by timeout")
         options = _options(frame.body, stream.level if stream.began else self._default_level)
         try:
+            if options.wait_vclock is not None:
+                await self._wait_vclock(options.wait_vclock, holding_writer=stream.txn is not None)
             if stream.began:
                 if stream.txn is None:
                     node.check_writable()
@@ -574,8 +576,6 @@ class Session:
                     raise
                 return
             if node.engine.is_read(sql):
-                if options.wait_vclock is not None:
-                    await self._wait_vclock(options.wait_vclock)
                 result = node.engine.query(sql, binds)
                 if result is not None:
                     self._reply_result(frame, result)
@@ -653,9 +653,17 @@ class Session:
     def _synchro_timeout_s(self) -> float:
         return float(self._node.config["replication.synchro_timeout_s"])
 
-    async def _wait_vclock(self, wanted: VClock) -> None:
-        """Read-your-writes on any member: wait until this member holds `wanted`."""
+    async def _wait_vclock(self, wanted: VClock, *, holding_writer: bool) -> None:
+        """Read-your-writes on any member, for reads and writes alike: wait until this
+        member holds `wanted`, so that a statement naming what a DDL elsewhere created
+        runs once that DDL is here. A stream whose transaction is open holds the writer
+        that applies what it would wait for: it is answered at once instead."""
         engine = self._node.engine
+        if holding_writer and not wanted <= engine.vclock:
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"this member's vclock {engine.vclock.to_dict()} does not "
+                                                         f"reach OPTIONS wait_vclock {wanted.to_dict()}, and this "
+                                                         "stream's open transaction holds the writer that would "
+                                                         "apply it: give wait_vclock with the stream's first statement")
         with trio.move_on_after(self._synchro_timeout_s()):
             while not wanted <= engine.vclock:
                 await trio.sleep(WAIT_VCLOCK_POLL_S)

@@ -72,6 +72,37 @@ def test_any_member_runs_ddl_and_every_member_takes_it(ddl_set) -> None:
     no_errors_logged(first, second, third)
 
 
+def test_a_write_naming_a_new_column_waits_for_the_vclock_of_the_ddl(ddl_set) -> None:
+    """A client that knows which row of member 3's brings a column (here: its next one)
+    writes it on member 1 with that row in wait_vclock: the write waits for the ALTER,
+    sent only while it waits, instead of failing on a column member 1 does not have yet."""
+    rs, (first, second, third) = ddl_set
+    alter_row = {3: rs.info(third)["vclock"].get(3, 0) + 1}
+    outcome: list[object] = []
+
+    def write() -> None:
+        with first.client() as client:
+            try:
+                outcome.append(client.execute("INSERT INTO kv(k, v, extra) VALUES (1, 'a', 'e')",
+                                              options={"wait_vclock": alter_row}))
+            except ServerError as exc:
+                outcome.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        time.sleep(0.3)
+        assert writer.is_alive(), f"the write did not wait for the ALTER: {outcome}"
+        with third.client() as client:
+            client.execute("ALTER TABLE kv ADD COLUMN extra TEXT")
+    finally:
+        writer.join(LEASE_S * 3)
+    assert len(outcome) == 1 and not isinstance(outcome[0], ServerError), outcome
+    rs.wait_converged()
+    assert rows(first) == rows(second) == rows(third) == [[1, "a", 0, "e"]]
+    no_errors_logged(first, second, third)
+
+
 def test_ddl_while_another_member_holds_the_lock_names_the_holder(ddl_set) -> None:
     """Members 1 and 2 hold the DDL lock for a transaction of member 3's (a PREPARE made by
     hand in its name): DDL on member 1 fails naming instance 3. Member 3 knows no such

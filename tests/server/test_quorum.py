@@ -31,6 +31,45 @@ def test_a_quorum_write_is_answered_with_a_vclock_any_member_can_read_at(quorum_
     assert rows(first) == rows(second) == rows(third) == [[1, "q", 0]]
 
 
+def test_a_write_with_a_vclock_not_reached_waits_and_writes_nothing_at_the_timeout(quorum_set) -> None:
+    """wait_vclock holds writes too: one naming a row member 3 never writes is refused
+    after synchro_timeout_s, and nothing of it is anywhere."""
+    rs, (first, second, third) = quorum_set
+    ahead = {3: rs.info(third)["vclock"].get(3, 0) + 100}
+    started = time.monotonic()
+    with first.client() as client, pytest.raises(ServerError) as refused:
+        client.execute("INSERT INTO kv(k, v) VALUES (1, 'too early')", options={"wait_vclock": ahead})
+    assert refused.value.code == ErrorCode.TIMEOUT and "did not reach" in refused.value.message, refused.value
+    assert SYNCHRO_TIMEOUT_S - 0.1 < time.monotonic() - started < SYNCHRO_TIMEOUT_S + 1.5
+    rs.wait_converged()
+    assert rows(first) == rows(second) == rows(third) == []
+
+
+def test_a_stream_waits_for_a_vclock_before_its_first_statement_only(quorum_set) -> None:
+    """The first statement of a stream waits for its wait_vclock before the stream takes
+    the writer; once the transaction is open it holds the writer that would apply what
+    it waits for, so a wait it does not already meet is refused at once, naming why."""
+    rs, (first, second, third) = quorum_set
+    with second.client() as client:
+        written = client.execute("INSERT INTO kv(k, v) VALUES (1, 'from 2')", options=QUORUM)
+    with first.client() as client:
+        client.call(RequestType.BEGIN, {}, stream_id=1)
+        seen = client.execute("SELECT v FROM kv WHERE k = 1", stream_id=1, options={"wait_vclock": written.vclock})
+        assert seen.rows == [["from 2"]]
+        ahead = {2: written.vclock[2] + 1}
+        started = time.monotonic()
+        with pytest.raises(ServerError) as refused:
+            client.execute("INSERT INTO kv(k, v) VALUES (2, 'in the stream')", stream_id=1,
+                           options={"wait_vclock": ahead})
+        assert time.monotonic() - started < 1.0
+        assert refused.value.code == ErrorCode.ILLEGAL_PARAMS, refused.value
+        assert "give wait_vclock with the stream's first statement" in refused.value.message
+        client.execute("INSERT INTO kv(k, v) VALUES (3, 'still open')", stream_id=1)
+        client.call(RequestType.COMMIT, {}, stream_id=1)
+    rs.wait_converged()
+    assert rows(first) == rows(second) == rows(third) == [[1, "from 2", 0], [3, "still open", 0]]
+
+
 def test_a_member_with_the_built_in_configuration_writes_at_quorum(server) -> None:
     """Marmot's default: a write without a level is a QUORUM transaction (here of one
     member, which is its own majority)."""
