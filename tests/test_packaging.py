@@ -1,5 +1,6 @@
 """The packages follow the layers: the server installs and runs without the audit's Spark,
-pyarrow and matplotlib (`pip install replicaset`); `replicaset[audit]` adds them."""
+pyarrow and matplotlib (`pip install replicaset`); `replicaset[audit]` adds them. A member
+loads the metrics client only when it exports metrics."""
 
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ def test_the_server_and_its_tools_never_load_the_audit_packages() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_member_loads_the_metrics_client_only_to_export_metrics() -> None:
+    code = (
+        "import sys, replicaset.cli, replicaset.runtime.node, replicaset.runtime.server; "
+        "print('prometheus_client' in sys.modules); "
+        "import replicaset.runtime.metrics; print('prometheus_client' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]
 
 
 def test_replicaset_audit_without_the_extra_says_how_to_install_it(monkeypatch, capsys, tmp_path: Path) -> None:

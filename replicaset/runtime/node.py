@@ -42,7 +42,6 @@ from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
 from replicaset.runtime.disk import DiskFull, DiskGuard
 from replicaset.runtime.errors import RequestError
-from replicaset.runtime.metrics import serve_metrics
 from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
 from replicaset.runtime.peer_access import PeerCredentials, load_secret, warn_if_exposed
@@ -264,6 +263,10 @@ class Node:
                 self._nursery = nursery
                 self.quorum.restart()  # before the port accepts anyone
                 if self.config.metrics_listen:  # first: it observes every quorum commit from the start
+                    # Imported here: prometheus_client is 2.8 MB of a member's memory, for
+                    # members that export metrics only.
+                    from replicaset.runtime.metrics import serve_metrics
+
                     await nursery.start(serve_metrics, self)
                 if self.server_tls is None:
                     listeners = await nursery.start(partial(trio.serve_tcp, serve_connection, port, host=host))
