@@ -41,7 +41,6 @@ from bench.scenarios.noop_server import Execute, run_until_stopped, serve_client
 PREPARE, COMMIT = 100, 101  # request types of this skeleton's own peer protocol
 RECORD = b"p" * 64  # a PENDING or PREPARED record: txn id, keys, versions
 ROW = b"r" * 160  # a decided row: header and one 100-byte value
-QUORUM = 2  # of 3, the coordinator included
 
 
 class Log:
@@ -130,21 +129,22 @@ def coordinator(port: int, directory: Path, sync: bool, peer_ports: list[int]) -
                 if answered is not None:
                     answered.set()
 
-    async def phase(request_type: int, record: bytes, body: dict[int, Any]) -> None:
-        """Write `record`, ask both participants, and return once it is durable here and one
-        of them answered: QUORUM of 3."""
+    def ask(request_type: int, body: dict[int, Any]) -> trio.Event:
+        """Send a request to both participants: the event is set at the first answer, which
+        with the coordinator itself makes 2 of 3, QUORUM."""
         sync = next(syncs)
         answered = waiting[sync] = trio.Event()
         frame = encode_request(request_type, sync, body)
         for outbox in outboxes:
             outbox.send(frame)
-        await log.write_durably(record)
-        await answered.wait()
+        return answered
 
     async def commit() -> None:
-        await phase(PREPARE, RECORD, {0: 1})
+        voted = ask(PREPARE, {0: 1})
+        await log.write_durably(RECORD)
+        await voted.wait()
         await log.write_durably(ROW)
-        await phase(COMMIT, b"", {0: ROW})
+        await ask(COMMIT, {0: ROW}).wait()
 
     async def start(nursery: trio.Nursery) -> Execute:
         for peer in peer_ports:
