@@ -743,7 +743,12 @@ class _Link:
                     decoder.feed(data)
                     continue
                 self._deliver(frame.sync, frame)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, RemoteProtocolError) as exc:
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            # ClosedResourceError too: the sending task closes the link when a write fails,
+            # and the waiting requests must fail as lost messages, as for any other loss.
+            error = PeerError(ErrorCode.NO_CONNECTION, f"the connection to member {self._member} was lost: "
+                                                      f"{exc or type(exc).__name__}")
+        except RemoteProtocolError as exc:
             error = exc
         finally:
             self._link = None
