@@ -23,6 +23,7 @@ from replicaset.identity import Identity, IdentityError, Joining, parse_uuid
 
 CONFIG_FILE = "config.toml"
 EXIT_STORE_FAILED = 74  # sysexits' EX_IOERR: a store failed a write this process cannot take back
+EXIT_LISTEN_FAILED = 71  # sysexits' EX_OSERR: the listen address cannot be bound
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -179,7 +180,7 @@ def _serve(
     # that captures stderr (tests calling `main`) has no file to give it.
     with contextlib.suppress(io.UnsupportedOperation, ValueError):
         faulthandler.enable()
-    from replicaset.runtime.node import Node
+    from replicaset.runtime.node import ListenFailed, Node
     from replicaset.runtime.server import serve
     from replicaset.storage import EngineFatal
 
@@ -204,7 +205,11 @@ def _serve(
     try:
         trio.run(main)
     except BaseException as exc:
-        failure = _store_failure(exc, (MetaWriteFailed, EngineFatal, DiskFull))
+        cannot_listen = _failure_of(exc, (ListenFailed,))
+        if cannot_listen is not None:
+            node.log.critical("listen_failed", error=str(cannot_listen), exit_code=EXIT_LISTEN_FAILED)
+            return EXIT_LISTEN_FAILED
+        failure = _failure_of(exc, (MetaWriteFailed, EngineFatal, DiskFull))
         if failure is None:
             raise
         # A store that cannot go on in this process (docs/decisions.md, "Full disk"): one
@@ -216,13 +221,13 @@ def _serve(
     return 0
 
 
-def _store_failure(error: BaseException, kinds: tuple[type[Exception], ...]) -> BaseException | None:
+def _failure_of(error: BaseException, kinds: tuple[type[Exception], ...]) -> BaseException | None:
     """The first of `kinds` in `error`, alone or inside (nested) nursery groups."""
     if isinstance(error, kinds):
         return error
     if isinstance(error, BaseExceptionGroup):
         for inner in error.exceptions:
-            found = _store_failure(inner, kinds)
+            found = _failure_of(inner, kinds)
             if found is not None:
                 return found
     return None

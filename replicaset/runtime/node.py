@@ -75,6 +75,11 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class ListenFailed(Exception):
+    """The listen address cannot be bound (in use, not this host's): the member cannot
+    serve, and says so in one line rather than a traceback."""
+
+
 @dataclass(frozen=True)
 class Listening:
     host: str
@@ -268,13 +273,16 @@ class Node:
                     from replicaset.runtime.metrics import serve_metrics
 
                     await nursery.start(serve_metrics, self)
-                if self.server_tls is None:
-                    listeners = await nursery.start(partial(trio.serve_tcp, serve_connection, port, host=host))
-                    sockname = listeners[0].socket.getsockname()
-                else:
-                    listeners = await nursery.start(partial(trio.serve_ssl_over_tcp, serve_connection, port,
-                                                            self.server_tls, host=host))
-                    sockname = listeners[0].transport_listener.socket.getsockname()
+                try:
+                    if self.server_tls is None:
+                        listeners = await nursery.start(partial(trio.serve_tcp, serve_connection, port, host=host))
+                        sockname = listeners[0].socket.getsockname()
+                    else:
+                        listeners = await nursery.start(partial(trio.serve_ssl_over_tcp, serve_connection, port,
+                                                                self.server_tls, host=host))
+                        sockname = listeners[0].transport_listener.socket.getsockname()
+                except OSError as exc:
+                    raise ListenFailed(f"cannot listen on {self.config.listen}: {exc.strerror or exc}") from exc
                 self.listen_address = f"{sockname[0]}:{sockname[1]}"
                 warn_if_exposed(self.log, sockname[0], self.cluster_secret)
                 if not self.isolated and not self.identity.anonymous:  # a follower is in no one's view

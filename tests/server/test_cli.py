@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import signal
+import socket
 import subprocess
 import sys
 
@@ -11,6 +13,7 @@ import yaml
 
 from replicaset.iproto.errors import ServerError
 from replicaset.runtime.node import CLEAN_STOP_FILE
+from replicaset.testing.processes import free_port
 from tests.server.conftest import BOOTSTRAP_ROWS, Server
 
 
@@ -86,6 +89,20 @@ def test_invalid_config_is_refused_at_start_naming_the_option(tmp_path):
     assert out.returncode == 2 and "wal_mode" in out.stderr
     missing = cli("serve", "--data-dir", str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "bootstrap" in missing.stderr
+
+
+def test_a_listen_address_in_use_stops_the_member_with_one_line_and_exit_code_71(tmp_path):
+    """An operator starting a member on a port another process holds reads why, not a
+    traceback, and a supervisor gets an exit code that says "operating system error"."""
+    port = free_port()
+    with socket.create_server(("127.0.0.1", port)):
+        out = cli("bootstrap", "--data-dir", str(tmp_path / "i1"), "--listen", f"127.0.0.1:{port}")
+    assert out.returncode == 71, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    (critical,) = [json.loads(line) for line in (out.stdout + out.stderr).splitlines()
+                   if '"level": "critical"' in line]
+    assert critical["event"] == "listen_failed", critical
+    assert f"cannot listen on 127.0.0.1:{port}" in critical["error"] and "in use" in critical["error"], critical
 
 
 def test_read_only_refuses_writes_but_serves_reads(tmp_path):
