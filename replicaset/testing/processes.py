@@ -4,6 +4,7 @@ caller's to stop."""
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import ssl
@@ -15,12 +16,40 @@ from pathlib import Path
 from replicaset.iproto.client import Client
 
 START_TIMEOUT_S = 30.0
+FREE_PORTS_LOW = 10_000
+EPHEMERAL_PORTS_LOW_DEFAULT = 32_768
+FREE_PORT_ATTEMPTS_MAX = 200
+_ports = random.Random()  # its own generator: a seeded global one (chaos, hypothesis) stays as seeded
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port of 127.0.0.1 free for TCP and UDP (a member's iproto and SWIM), for a server
+    that may stop and start again on it. It is taken below the OS's ephemeral range: a
+    port the kernel hands out (bind to 0) is one an outgoing connection may take as its
+    local port while the server is down, and the server's restart then fails with
+    "Address already in use" (a chaos run, seed 6262)."""
+    high = _ephemeral_ports_low()
+    for _ in range(FREE_PORT_ATTEMPTS_MAX):
+        port = _ports.randrange(FREE_PORTS_LOW, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp, \
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            try:
+                tcp.bind(("127.0.0.1", port))
+                udp.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no port of {FREE_PORTS_LOW}..{high - 1} free for TCP and UDP "
+                       f"after {FREE_PORT_ATTEMPTS_MAX} attempts")
+
+
+def _ephemeral_ports_low() -> int:
+    """The first port of the OS's ephemeral range (Linux's default where it cannot be read)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_PORTS_LOW_DEFAULT
+    return low if low > FREE_PORTS_LOW + 1000 else EPHEMERAL_PORTS_LOW_DEFAULT
 
 
 def start_instance(args: list[str], log_path: Path, port: int | None = None, *,

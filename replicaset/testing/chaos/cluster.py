@@ -18,8 +18,8 @@ from typing import Any
 
 from replicaset.iproto.client import Client
 from replicaset.storage.schema import is_internal
-from replicaset.testing.chaos.proxy import HOST, Network, free_port_pair
-from replicaset.testing.processes import start_instance, stop_instance
+from replicaset.testing.chaos.proxy import HOST, Network
+from replicaset.testing.processes import free_port, start_instance, stop_instance
 
 REPLICASET_UUID = "c4a05000-0000-4000-8000-00000000c4a0"
 CLIENT_TIMEOUT_S = 5.0
@@ -126,7 +126,7 @@ class Cluster(Signalled):
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self.network = Network(self.seed)
-        ports = [free_port_pair() for _ in range(self.size)]
+        ports = [free_port() for _ in range(self.size)]
         for n, port in enumerate(ports, start=1):
             self.members.append(Member(n=n, port=port, data_dir=self.root / f"m{n}", log_path=self.root / f"m{n}.log",
                                        config_path=self.root / f"m{n}.toml"))

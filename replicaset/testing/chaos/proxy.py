@@ -306,15 +306,6 @@ def _close(stream: trio.SocketStream, *, reset: bool) -> None:
     stream.socket.close()
 
 
-def free_port_pair() -> int:
-    """A port of 127.0.0.1 free for both TCP and UDP (a member's iproto and SWIM), now."""
-    listener, udp = _bind_pair()
-    port = listener.getsockname()[1]
-    listener.close()
-    udp.close()
-    return port
-
-
 def _bind_pair() -> tuple[socket.socket, socket.socket]:
     """A listening TCP socket and a UDP socket on one free port of 127.0.0.1."""
     for _ in range(BIND_ATTEMPTS_MAX):

@@ -25,7 +25,8 @@ from typing import Any
 import tarantool
 
 from replicaset.testing.chaos.cluster import POLL_S, STOP_TIMEOUT_S, Process, Signalled
-from replicaset.testing.chaos.proxy import HOST, Network, free_port_pair
+from replicaset.testing.chaos.proxy import HOST, Network
+from replicaset.testing.processes import free_port
 
 START_TIMEOUT_S = 60.0
 READY = "CHAOS_READY"
@@ -107,7 +108,7 @@ class TarantoolCluster(Signalled):
         self.root.mkdir(parents=True, exist_ok=True)
         self.network = Network(self.seed)
         for n in range(1, self.size + 1):
-            self.members.append(TarantoolMember(n=n, port=free_port_pair(), data_dir=self.root / f"t{n}",
+            self.members.append(TarantoolMember(n=n, port=free_port(), data_dir=self.root / f"t{n}",
                                                 log_path=self.root / f"t{n}.log", init_path=self.root / f"t{n}.lua"))
         for src in self.members:
             for dst in self.members:
