@@ -192,6 +192,11 @@ class Cluster(Signalled):
         with member.client() as client:
             return client.eval("box.info")[0]
 
+    def registered(self, member: Member, instance_id: int) -> bool:
+        """Whether `member`'s `_cluster` still holds `instance_id`."""
+        with member.client() as client:
+            return bool(client.execute("SELECT 1 FROM _cluster WHERE id = ?", [instance_id]).rows)
+
     def vclock(self, member: Member) -> dict[int, int]:
         """The replicated part of the member's vclock (origin 0 counts its local rows)."""
         return {int(o): lsn for o, lsn in self.info(member)["vclock"].items() if int(o) != 0}

@@ -158,10 +158,17 @@ def remove_rejoin(cluster: Cluster, fault: Fault, record: Injected) -> Callable[
             record.notes.append(f"removed through member {through.n}: {answer}")
             removed = True
         except ServerError as exc:
-            if time.monotonic() > deadline:
+            # A removal committed but not confirmed by a quorum in time is answered with
+            # ER_TIMEOUT, and every later attempt with "not registered": the `_cluster`
+            # row says whether it went.
+            if not cluster.registered(through, member.n):
+                record.notes.append(f"removed through member {through.n}, answered: {exc}")
+                removed = True
+            elif time.monotonic() > deadline:
                 record.notes.append(f"box.remove({member.n}) refused until the deadline: {exc}")
                 break
-            time.sleep(REMOVE_POLL_S)
+            else:
+                time.sleep(REMOVE_POLL_S)
 
     def heal() -> None:
         if not removed:

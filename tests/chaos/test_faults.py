@@ -1,0 +1,90 @@
+"""The remove-rejoin fault takes a removal as done once the member's `_cluster` row is gone,
+whatever the request was answered: a removal committed but confirmed by a quorum only after
+`synchro_timeout_s` is answered with ER_TIMEOUT, and every retry with "not registered".
+Taking those for refusals, the harness restarted the removed member instead of joining a
+new one, and the run failed on a member no longer in the set (`--members 5 --seed 1010`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from replicaset.iproto.constants import ErrorCode
+from replicaset.iproto.errors import ServerError
+from replicaset.testing.chaos import faults
+from replicaset.testing.chaos.schedule import Fault, Injected
+
+
+@dataclass
+class _Member:
+    n: int
+    data_dir: Path
+    answers: list[Exception] = field(default_factory=list)
+    running: bool = True
+    paused: bool = False
+    on_tmpfs: bool = False
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[_Member]:
+        yield self
+
+    def eval(self, expr: str) -> list[object]:
+        raise self.answers.pop(0)
+
+
+@dataclass
+class _Cluster:
+    members: list[_Member]
+    cluster_rows: set[int]
+    calls: list[str] = field(default_factory=list)
+
+    def member(self, n: int) -> _Member:
+        return next(m for m in self.members if m.n == n)
+
+    def kill(self, member: _Member) -> None:
+        member.running = False
+        self.calls.append(f"kill {member.n}")
+
+    def registered(self, member: _Member, instance_id: int) -> bool:
+        return instance_id in self.cluster_rows
+
+    def join(self, member: _Member, through: _Member) -> int:
+        self.calls.append(f"join {member.n} through {through.n}")
+        return 6
+
+    def restart(self, member: _Member) -> None:
+        self.calls.append(f"restart {member.n}")
+
+
+def test_a_removal_answered_with_a_timeout_is_taken_once_the_row_is_gone(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(faults, "REMOVE_WAIT_S", 0.5)
+    monkeypatch.setattr(faults, "REMOVE_POLL_S", 0.01)
+    (tmp_path / "m3").mkdir()
+    first = _Member(1, tmp_path / "m1", answers=[
+        ServerError(ErrorCode.TIMEOUT, "transaction 0x1 committed as row 1:40, but fewer than 3 of 5 members "
+                                       "confirmed it durable within 2.0 s")])
+    cluster = _Cluster([first, _Member(3, tmp_path / "m3")], cluster_rows={1, 2, 4, 5})
+    fault = Fault(at_s=0.0, kind="remove-rejoin", duration_s=1.0, members=(3,))
+    record = Injected(fault, 0.0)
+    heal = faults.remove_rejoin(cluster, fault, record)  # type: ignore[arg-type]
+    assert len(record.notes) == 1 and record.notes[0].startswith("removed through member 1, answered: "), record.notes
+    assert "committed as row 1:40" in record.notes[0], record.notes
+    heal()
+    assert cluster.calls == ["kill 3", "join 3 through 1"], cluster.calls
+    assert not (tmp_path / "m3").exists(), "the removed member's data went before it joined as a new instance"
+
+
+def test_a_removal_refused_while_the_row_stays_is_retried_then_given_up(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(faults, "REMOVE_WAIT_S", 0.1)
+    monkeypatch.setattr(faults, "REMOVE_POLL_S", 0.01)
+    alive = ServerError(ErrorCode.ILLEGAL_PARAMS, "instance 3 is suspect: stop it first, or box.remove(ID, {force = true})")
+    first = _Member(1, tmp_path / "m1", answers=[alive] * 1000)
+    cluster = _Cluster([first, _Member(3, tmp_path / "m3")], cluster_rows={1, 2, 3})
+    fault = Fault(at_s=0.0, kind="remove-rejoin", duration_s=1.0, members=(3,))
+    record = Injected(fault, 0.0)
+    heal = faults.remove_rejoin(cluster, fault, record)  # type: ignore[arg-type]
+    assert record.notes and record.notes[-1].startswith("box.remove(3) refused until the deadline"), record.notes
+    heal()
+    assert cluster.calls == ["kill 3", "restart 3"], cluster.calls
