@@ -14,7 +14,9 @@ RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 def test_a_free_port_is_below_the_ephemeral_range_and_free_for_tcp_and_udp() -> None:
     low = int(RANGE.read_text().split()[0]) if RANGE.exists() else 32_768
-    ports = {free_port() for _ in range(20)}
+    handed = [free_port() for _ in range(20)]
+    ports = set(handed)
+    assert len(ports) == len(handed), "a port asked for but not bound yet is not handed out again"
     assert all(port < low for port in ports), (sorted(ports), low)
     for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp, \

@@ -20,6 +20,7 @@ FREE_PORTS_LOW = 10_000
 EPHEMERAL_PORTS_LOW_DEFAULT = 32_768
 FREE_PORT_ATTEMPTS_MAX = 200
 _ports = random.Random()  # its own generator: a seeded global one (chaos, hypothesis) stays as seeded
+_handed_out: set[int] = set()  # never handed out twice by one process: a port asked for a server may still be free
 
 
 def free_port() -> int:
@@ -31,6 +32,8 @@ def free_port() -> int:
     high = _ephemeral_ports_low()
     for _ in range(FREE_PORT_ATTEMPTS_MAX):
         port = _ports.randrange(FREE_PORTS_LOW, high)
+        if port in _handed_out:  # free now, but maybe for a server not started yet
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp, \
                 socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
             try:
@@ -38,6 +41,7 @@ def free_port() -> int:
                 udp.bind(("127.0.0.1", port))
             except OSError:
                 continue
+        _handed_out.add(port)
         return port
     raise RuntimeError(f"no port of {FREE_PORTS_LOW}..{high - 1} free for TCP and UDP "
                        f"after {FREE_PORT_ATTEMPTS_MAX} attempts")
