@@ -8,11 +8,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
 from types import SimpleNamespace
+from typing import Any
 
 import trio
 
 from replicaset.core import quorum as q
-from replicaset.iproto.codec import FrameDecoder, encode_greeting, encode_ok
+from replicaset.iproto.codec import Frame, FrameDecoder, encode_greeting, encode_ok
 from replicaset.iproto.constants import GREETING_VERSION, Key, RequestType
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.links import PeerError
@@ -23,6 +24,16 @@ WAIT_S = 10.0
 
 async def _greet(stream: trio.SocketStream) -> None:
     await stream.send_all(encode_greeting(version=GREETING_VERSION, instance_uuid=str(uuid.uuid4()), salt=bytes(32)))
+
+
+async def _answer_each(stream: trio.SocketStream, body: Callable[[Frame], dict[int, Any]] = lambda frame: {}) -> None:
+    """A fake peer that answers every request with OK and `body` of it."""
+    await _greet(stream)
+    decoder = FrameDecoder(1 << 20)
+    while data := await stream.receive_some():
+        decoder.feed(data)
+        while (frame := decoder.next_frame()) is not None:
+            await stream.send_all(encode_ok(sync=frame.sync, schema_version=1, body=body(frame)))
 
 
 async def _link_to(nursery: trio.Nursery, peer: Callable[[trio.SocketStream], Awaitable[None]]) -> _Link:
@@ -89,17 +100,9 @@ def test_a_request_whose_write_fails_fails_as_a_lost_message() -> None:
     member 3 of a chaos run (seed 4242) that was coordinating a transaction."""
 
     async def main() -> None:
-        async def peer(stream: trio.SocketStream) -> None:
-            await _greet(stream)
-            decoder = FrameDecoder(1 << 20)
-            while data := await stream.receive_some():
-                decoder.feed(data)
-                while (frame := decoder.next_frame()) is not None:
-                    await stream.send_all(encode_ok(sync=frame.sync, schema_version=1))
-
         with trio.fail_after(WAIT_S):
             async with trio.open_nursery() as nursery:
-                link = await _link_to(nursery, peer)
+                link = await _link_to(nursery, _answer_each)
                 await link.request(RequestType.PING, {})  # the link is open and answered
                 assert link._link is not None
                 link._link.stream = _SendsFail(link._link.stream)  # type: ignore[assignment]
@@ -122,15 +125,7 @@ def test_requests_made_together_leave_in_one_write_and_each_gets_its_own_answer(
     still gets the answer to its own sync."""
 
     async def main() -> None:
-        async def peer(stream: trio.SocketStream) -> None:
-            await _greet(stream)
-            decoder = FrameDecoder(1 << 20)
-            while data := await stream.receive_some():
-                decoder.feed(data)
-                while (frame := decoder.next_frame()) is not None:  # answered in reverse order of the syncs
-                    await stream.send_all(encode_ok(sync=frame.sync, schema_version=1,
-                                                    body={Key.DATA: [frame.body[Key.DATA]]}))
-
+        peer = partial(_answer_each, body=lambda frame: {Key.DATA: [frame.body[Key.DATA]]})
         answers: dict[int, object] = {}
 
         async def request(link: _Link, n: int) -> None:
