@@ -126,8 +126,10 @@ class TxnRecords:
         actions: list[Action] = []
         for record in list(txns.records(self.meta)):
             if record.coordinator == self._member:
+                committed = record.status is TxnStatus.COMMITTED and record.origin is not None and record.lsn is not None
                 actions += driver.txn_recover(now_s, record.txn_id, members=record.members, level=record.level,
-                                              aborted=record.status is TxnStatus.ABORTED)
+                                              aborted=record.status is TxnStatus.ABORTED,
+                                              committed_at=(record.origin, record.lsn) if committed else None)
         rows = {record.txn_id: store.quorum_row(record.txn_id) for record in txns.pending(self.meta)}
         self._undurable = [(txn_id, *row) for txn_id, row in rows.items() if row is not None]
         self.synced(driver, now_s, store.durable_vclock.to_dict())

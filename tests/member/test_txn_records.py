@@ -118,6 +118,25 @@ def test_rows_a_restart_finds_count_at_the_first_sync(meta: CountingMeta) -> Non
     assert txns.txn(meta, TXN).status is TxnStatus.COMMITTED  # type: ignore[union-attr]
 
 
+def test_a_restart_keeps_a_committed_transaction_of_its_own_whose_row_the_store_lost(meta: CountingMeta) -> None:
+    """Found by the fault harness (`tools/chaos.py --seed 6161 --seconds 90`, a torn WAL
+    tail): the coordinator's record says COMMITTED at (2, 7), but the cut tail took the row,
+    so the store holds none. The decision is durable and may have reached clients and
+    peers: a decided transaction is never aborted. The restart aborted it, and the
+    participant, which knew it committed, stopped the member with RemoteProtocolError."""
+    store = QuorumStore()
+    records = TxnRecords(meta, OWN)
+    own = pack_stamp(1_000, OWN, 0)
+    records.begun(own, members=MEMBERS, level=q.Level.QUORUM, keys=[KEY], sync=True)
+    records.decided(own, TxnStatus.COMMITTED, (OWN, 7))
+    restarted = driver_for(meta, store)
+    actions = records.restart(restarted, store, 5.0, MEMBERS)
+    assert not [a for a in actions if isinstance(getattr(a, "action", None), (q.DecideAbort, q.SendAbort))], actions
+    # Asked, it never answers ABORT: it waits until the row is back here and durable.
+    assert restarted.txn_query(5.0, own, coordinator=OWN, asker=COORDINATOR) == []
+    assert txns.txn(meta, own).status is TxnStatus.COMMITTED  # type: ignore[union-attr]
+
+
 def test_the_collection_deletes_a_decided_record_once_every_member_applied_its_row(meta: CountingMeta) -> None:
     records, store = TxnRecords(meta, OWN), QuorumStore()
     driver = driver_for(meta, store)
