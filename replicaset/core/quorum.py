@@ -629,11 +629,16 @@ class Coordinator:
         return [action for txn in self._in(T.PREPARING, T.COMMITTING) for action in txn.restart(rows_written.get(txn.txn_id))]
 
     def recover(self, now_s: float, txn_id: int, members: frozenset[int], level: Level,
-                row: tuple[int, int] | None, aborted: bool) -> list[Action]:
+                row: tuple[int, int] | None, aborted: bool,
+                committed_at: tuple[int, int] | None = None) -> list[Action]:
         """A transaction this member began before it restarted, from its durable record: the
         memory of it is gone, the decision is not. Undecided (not `aborted`), it is committed
         when its row is here and aborted otherwise (spec Restart); either way a member that
-        asks later gets the decision, never a fresh ABORT."""
+        asks later gets the decision, never a fresh ABORT. A record decided COMMITTED names
+        its row (`committed_at`), which stands when the store lost it (a torn WAL tail took
+        it after it was durable): a decided transaction is never aborted, and the row comes
+        back from the peers that hold it."""
+        row = row or committed_at
         if txn_id in self.txns:
             raise LocalProtocolError(f"{self}: transaction {txn_id:#x} is known already")
         txn = Transaction(txn_id=txn_id, coordinator=self.member, members=members, level=level, deadline_s=now_s,

@@ -753,12 +753,10 @@ class MemberDriver:
     def txn_recover(self, now_s: float, txn_id: int, *, members: frozenset[int], level: quorum.Level,
                     aborted: bool, committed_at: tuple[int, int] | None = None) -> list[Action]:
         """A transaction this member coordinated before it restarted, from its record (the
-        aborts this decides are the spec's Restart, which the host traces). A record decided
-        COMMITTED names its row (`committed_at`), which stands when the store lost it (a torn
-        WAL tail took it after it was durable): a decided transaction is never aborted, and
-        the row comes back from the peers that hold it."""
-        row = self._store.quorum_row(txn_id) or committed_at
-        return self._of_quorum(self.coordinator.recover(now_s, txn_id, members, level, row, aborted))
+        aborts this decides are the spec's Restart, which the host traces); `committed_at`
+        is the row a record decided COMMITTED names."""
+        return self._of_quorum(self.coordinator.recover(now_s, txn_id, members, level, self._store.quorum_row(txn_id),
+                                                        aborted, committed_at))
 
     def _answered_by(self, now_s: float, member: int, answer: quorum.Prepared | quorum.Conflicted) -> list[Action]:
         if isinstance(answer, quorum.Prepared):
