@@ -16,7 +16,7 @@ from wal import fsync_path
 T = TypeVar("T")
 
 FILE_NAME = "instance.toml"
-# Kept from the join until a majority of members hold the joiner's `_cluster` row (DESIGN 4.7).
+# Kept from the join until a majority of members hold the joiner's `_cluster` row (docs/design/README.md §4.7).
 PENDING_REGISTRATION_FILE = "registration.toml"
 # The member a join went through, followed by its UUID until `_cluster` names it: the
 # checkpoint the joiner got may be old enough that every member its `_cluster` names has

@@ -23,7 +23,7 @@ the reference model of last-writer-wins (`replicaset.testing.lww`) computes.
 
 Under `wal_mode = "fsync"` every flush is durable: an OS crash loses nothing and a
 restarted member takes writes at once. Under `"write"` a restarted member first fetches
-the rows of its own origin from every peer (DESIGN 4.4).
+the rows of its own origin from every peer (docs/design/README.md §4.4).
 
 The run can write a trace: one dict per step, named and parameterised as the actions of
 `specs/VClockReplication.tla`, which `specs/check_trace.py` checks against the spec. The

@@ -1,8 +1,8 @@
 -------------------------------- MODULE Swim --------------------------------
 (***************************************************************************)
-(* SWIM membership (DESIGN 4.8): what each member believes of the others.  *)
-(* The core is replicaset/core/swim.py; actions carry its event names      *)
-(* (docs/design/swim.md maps them).                                        *)
+(* SWIM membership (docs/design/README.md §4.8): what each member believes *)
+(* of the others.  The core is replicaset/core/swim.py; actions carry its  *)
+(* event names (docs/design/swim.md maps them).                            *)
 (*                                                                         *)
 (* Every member holds a view: for each member a state and an incarnation.  *)
 (* Its own entry is ALIVE (JOINING until it caught up) at its own          *)

@@ -1,8 +1,8 @@
 ---------------------------- MODULE TombstonePurge ----------------------------
 (***************************************************************************)
-(* Purging tombstones (DESIGN 4.2 and 4.8): when may a member forget the   *)
-(* tombstone a delete left in `_rs_version`, so that a late row can never  *)
-(* bring the deleted row back?                                             *)
+(* Purging tombstones (docs/design/README.md §4.2 and §4.8): when may a    *)
+(* member forget the tombstone a delete left in `_rs_version`, so that a   *)
+(* late row can never bring the deleted row back?                          *)
 (*                                                                         *)
 (* Every member takes writes; rows stream between members in per-origin    *)
 (* LSN order and are applied once, merging by last-writer-wins on (hlc,    *)
@@ -156,7 +156,8 @@ Init ==
 
 (* A client writes v (a value, or DELETE) to key k on m: the next LSN of   *)
 (* m's origin and a stamp above m's clock and above the stored version of  *)
-(* k (DESIGN 4.2; the receive rule already keeps the clock above it).      *)
+(* k (docs/design/README.md §4.2; the receive rule already keeps the clock *)
+(* above it).                                                              *)
 LocalWrite(m, k, v) ==
     /\ m \in Writers
     /\ writes < MaxWrites

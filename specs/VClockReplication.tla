@@ -1,11 +1,11 @@
 -------------------------- MODULE VClockReplication --------------------------
 (***************************************************************************)
-(* Replication of WAL rows between the members of a replica set (DESIGN    *)
-(* sections 4.2 to 4.4): every member takes writes, rows stream through a  *)
-(* full mesh of relays and appliers over a network that drops, duplicates  *)
-(* and reorders, and each member applies every (origin, lsn) exactly once, *)
-(* in LSN order per origin, merging rows by last-writer-wins on            *)
-(* (hlc, origin) with tombstones.                                          *)
+(* Replication of WAL rows between the members of a replica set            *)
+(* (docs/design/README.md §4.2 to §4.4): every member takes writes, rows   *)
+(* stream through a full mesh of relays and appliers over a network that   *)
+(* drops, duplicates and reorders, and each member applies every (origin,  *)
+(* lsn) exactly once, in LSN order per origin, merging rows by             *)
+(* last-writer-wins on (hlc, origin) with tombstones.                      *)
 (*                                                                         *)
 (* Durability follows WalMode.  A group commit first queues rows in the    *)
 (* writer's batch (they count in the pending vclock), then WalFlush writes *)
@@ -70,9 +70,9 @@ ASSUME MaxWrites \in Nat /\ MaxCrashes \in Nat
 DELETE == "DELETE"    \* the value a delete writes: a tombstone
 NoVersion == [val |-> "none", hlc |-> 0, origin |-> 0]
 
-(* A client transaction's changes: an upsert, a delete, or a primary-key  *)
-(* change (a delete of the old key and an insert of the new one in one    *)
-(* row, DESIGN 4.1).                                                      *)
+(* A client transaction's changes: an upsert, a delete, or a primary-key   *)
+(* change (a delete of the old key and an insert of the new one in one     *)
+(* row, docs/design/README.md §4.1).                                       *)
 WriteOps ==
     {{[key |-> k, val |-> v]} : k \in Keys, v \in Values}
     \cup {{[key |-> k, val |-> DELETE]} : k \in Keys}

@@ -1,12 +1,13 @@
 ----------------------- MODULE VClockReplication_NoFence -----------------------
 (***************************************************************************)
-(* DESIGN 4.4 AS WRITTEN (finding F1 in docs/design/FINDINGS.md).  The     *)
-(* recovering member fetches its own rows from every peer and waits for   *)
-(* all of them, but the peers do not fence the crashed incarnation: a row  *)
-(* that was still in flight from it reaches a peer after that peer        *)
-(* answered, and the recovered member writes another row at the same LSN. *)
-(* VClockReplication_NoFence.cfg replaces Fenced with NeverFenced; TLC     *)
-(* must report Agreement violated.                                         *)
+(* The recovery fetch as first written (finding F1 in                      *)
+(* docs/design/FINDINGS.md; docs/design/README.md §4.3 holds the rule the  *)
+(* code follows).  The recovering member fetches its own rows from every   *)
+(* peer and waits for all of them, but the peers do not fence the crashed  *)
+(* incarnation: a row that was still in flight from it reaches a peer      *)
+(* after that peer answered, and the recovered member writes another row   *)
+(* at the same LSN.  VClockReplication_NoFence.cfg replaces Fenced with    *)
+(* NeverFenced; TLC must report Agreement violated.                        *)
 (***************************************************************************)
 EXTENDS VClockReplication
 

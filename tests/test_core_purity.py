@@ -1,4 +1,4 @@
-"""Sans-IO cores import no trio, socket, os, time or global random (STYLE.md rule 1)."""
+"""Sans-IO cores import no trio, socket, os, time or global random (docs/design/style.md §1)."""
 
 import ast
 from pathlib import Path

@@ -1,5 +1,5 @@
 """`instance.toml` and the pending registration survive an OS crash once written
-(DESIGN 4.7, FINDINGS F5: a registration that vanishes lets an id be given twice)."""
+(docs/design/README.md §4.7, FINDINGS F5: a registration that vanishes lets an id be given twice)."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def check_convergence(spark: Any, members: list[MemberInput], ends: dict[str, di
         if not o["ok"]:
             result.add({"member": o["member"], "origin": None, "lsn": None, "detail": o["detail"],
                         "tables": o.get("tables", []), "rows": o.get("rows", [])})
-    # Members at one vclock hold one set of tables (DESIGN 4.2).
+    # Members at one vclock hold one set of tables (docs/design/README.md §4.2).
     by_vclock: dict[str, list[dict[str, Any]]] = {}
     for o in outcomes:
         if "digest" in o:

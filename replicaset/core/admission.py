@@ -1,6 +1,6 @@
 """Apply-once admission: the one rule that decides whether a row of an origin is taken.
 
-Rows of one origin are taken in LSN order with no hole, each once (DESIGN 4.3). The engine
+Rows of one origin are taken in LSN order with no hole, each once (docs/design/README.md §4.3). The engine
 asks it of the rows it applies (against its pending vclock), the relay of the rows it sends
 (against what it sent): a copy of a row held already is dropped, the next row is taken, and
 a row past the next one is a gap that must never be papered over.

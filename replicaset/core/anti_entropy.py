@@ -1,4 +1,4 @@
-"""Anti-entropy: how a member that is behind a peer catches up (DESIGN 4.8, Marmot's
+"""Anti-entropy: how a member that is behind a peer catches up (docs/design/README.md §4.8, Marmot's
 delta sync or snapshot transfer).
 
 Theory of operation. The applier following a peer is the delta sync: after SUBSCRIBE it

@@ -1,4 +1,4 @@
-"""WAL garbage collection: which segments of the log may go (DESIGN 4.8, Tarantool's GC
+"""WAL garbage collection: which segments of the log may go (docs/design/README.md §4.8, Tarantool's GC
 consumers, Marmot's retention window).
 
 Theory of operation:

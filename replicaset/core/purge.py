@@ -1,5 +1,5 @@
 """Tombstone purge: when a member may forget the tombstones that deletes left in
-`_rs_version` (DESIGN 4.2 and 4.8; `specs/TombstonePurge.tla`, whose names this module
+`_rs_version` (docs/design/README.md §4.2 and 4.8; `specs/TombstonePurge.tla`, whose names this module
 shares; docs/design/tombstone-purge.md).
 
 Theory of operation:

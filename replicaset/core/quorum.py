@@ -1,4 +1,4 @@
-"""Quorum transactions (DESIGN 4.5): the coordinator and participant cores of two-phase commit.
+"""Quorum transactions (docs/design/README.md §4.5): the coordinator and participant cores of two-phase commit.
 
 Theory of operation (`specs/QuorumCommit.tla`; methods and actions carry its names):
 - A client's QUORUM or ALL transaction starts at one member, its coordinator (`begin`,

@@ -1,6 +1,6 @@
 """The replica-set core: what one member decides about the set it belongs to.
 
-Theory of operation (DESIGN 4.4, 4.7; Tarantool's box.info.status):
+Theory of operation (docs/design/README.md §4.4, 4.7; Tarantool's box.info.status):
 - A member starts RECOVERING when it stopped uncleanly under `wal_mode = write` and has
   peers: it may have lost rows of its own origin that a peer holds, so it fetches them
   (its appliers subscribe with `include_own`) and takes no write until every other member
@@ -171,7 +171,7 @@ def must_recover(*, unclean: bool, wal_mode_write: bool, has_peers: bool, force_
 def allocate_id(members: Iterable[tuple[int, str]], uuid: str, *, retired: Iterable[int] = ()) -> tuple[int, bool]:
     """The id for `uuid` and whether it is new: its old one, or the smallest free one that
     is not `retired`. A removed member's id whose origin holds rows is retired: an instance
-    given it would drop those rows as its own (DESIGN 4.3) and wait for them for good."""
+    given it would drop those rows as its own (docs/design/README.md §4.3) and wait for them for good."""
     taken = dict(members)
     for instance_id, member_uuid in taken.items():
         if member_uuid == uuid:

@@ -1,6 +1,6 @@
 """Replication cores: the applier (receiving side) and the relay (sending side).
 
-Theory of operation (DESIGN 4.3, Tarantool's relay/applier):
+Theory of operation (docs/design/README.md §4.3, Tarantool's relay/applier):
 - An applier follows one upstream peer. It connects, subscribes with its vclock and, per
   origin, the `(lsn, txn_id)` of the last row it holds, then receives rows. Rows go to the
   single writer (`ApplyRows`), which applies each `(origin, lsn)` once against its pending
@@ -13,7 +13,7 @@ Theory of operation (DESIGN 4.3, Tarantool's relay/applier):
   `APPLY_FAILURES_MAX` times in a row (a gap, a schema that never comes, a bug) stops it
   too, naming the row: retrying a deterministic failure forever helps no one.
 - A data row whose schema (a DDL row of another origin) the member does not hold yet
-  waits for it (DESIGN 4.6): the writer says so (`schema_pending`), the applier keeps that
+  waits for it (docs/design/README.md §4.6): the writer says so (`schema_pending`), the applier keeps that
   row and every row after it, and hands them back (`ApplyRows`) once the member holds the
   schema, which another upstream brings. A wait longer than the silence timeout breaks the
   link, and counts against the row. While it waits the applier reads nothing from its
@@ -227,7 +227,7 @@ class Applier:
     @transition(APPLIER_TRANSITIONS)
     def removed(self, now_s: float) -> list[Action]:
         """The upstream was removed from the replica set: nothing it sends is taken from
-        now on (a removed member that still writes forks from the set, DESIGN 4.7)."""
+        now on (a removed member that still writes forks from the set, docs/design/README.md §4.7)."""
         linked = self.state in (S.AUTH, S.SYNC, S.FOLLOW)
         if self.state is not S.STOPPED:
             self.state, self.message, self.waiting = S.STOPPED, "removed from the replica set", None

@@ -1,4 +1,4 @@
-"""SWIM membership (DESIGN 4.8): one member's failure detector and its view of the set.
+"""SWIM membership (docs/design/README.md §4.8): one member's failure detector and its view of the set.
 
 Theory of operation (the SWIM paper with Marmot's states and timeouts; spec
 `specs/Swim.tla`, decisions in `docs/design/swim.md`):
@@ -32,7 +32,7 @@ Theory of operation (the SWIM paper with Marmot's states and timeouts; spec
   learns it was removed goes silent.
 - The view steers relays, anti-entropy and whom a coordinator waits for. It never
   changes a quorum's size, which stays counted on the total registered membership
-  (DESIGN 4.5): nothing here counts the live members.
+  (docs/design/README.md §4.5): nothing here counts the live members.
 
 Time is an argument (`now_s`), randomness an injected `Shuffler` (`random.Random` in the
 runtime, a seeded one in tests); actions are returned, never performed.

@@ -1,4 +1,4 @@
-"""Transition tables for the cores (h11's `_state.py`, STYLE rule 3).
+"""Transition tables for the cores (h11's `_state.py`, docs/design/style.md §3).
 
 A core that owns a state keeps its moves as data: state -> event -> the states the event
 may leave it in. The `transition(table)` decorator makes that table the only way to move:

@@ -1,6 +1,6 @@
 """Peer-to-peer messages: Tarantool's codes where one exists, a private range otherwise.
 
-Quorum transactions (DESIGN 4.5) add PREPARE, COMMIT (carrying the exact WAL row), ABORT,
+Quorum transactions (docs/design/README.md §4.5) add PREPARE, COMMIT (carrying the exact WAL row), ABORT,
 the question for a decision and the coordinator's heartbeat, each from a registered member
 naming itself by id and UUID.
 

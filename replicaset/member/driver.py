@@ -1,7 +1,7 @@
 """One member's driver: it feeds the member's replication cores their events and hands
 back their actions, for the host (the trio node, or the simulator) to carry out.
 
-Theory of operation (etcd raft's RawNode; DESIGN section 3):
+Theory of operation (etcd raft's RawNode; docs/design/README.md §3):
 - The host owns the clock, the network and the disk; the driver owns the cores: the
   member's `ReplicaSet`, one `Applier` per upstream (keyed by the host's upstream key) and
   one `Relay` per subscribed connection (keyed by the host's connection id). It reads the

@@ -1,4 +1,4 @@
-"""Layer 3, the metastore (DESIGN 3): what a member must remember across a crash besides
+"""Layer 3, the metastore (docs/design/README.md §3): what a member must remember across a crash besides
 its WAL and its SQLite copy. Transaction records and their indexes, write intents with an
 in-memory filter in front, replication state per peer, on rocksdict
 (`docs/design/metastore.md`). The DDL lock is an intent (`docs/decisions.md`).

@@ -1,7 +1,7 @@
 """The fast path in front of the intents: most PREPAREs touch rows no intent holds, and
 this answers that without a RocksDB read.
 
-DESIGN names a cuckoo filter. This is a counted set of 64-bit xxh3 digests instead, one
+Marmot's design names a cuckoo filter. This is a counted set of 64-bit xxh3 digests instead, one
 int per live intent: exact (a "no" is always right, a "maybe" is wrong only when two keys
 share a digest, about 2**-64 a pair), O(1) for a lookup, an insert and a delete, and
 nothing to tune or to overflow. The count keeps two keys that share a digest correct: the

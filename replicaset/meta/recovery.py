@@ -1,4 +1,4 @@
-"""A member's participant, rebuilt from its metastore at start (DESIGN 4.5: pending
+"""A member's participant, rebuilt from its metastore at start (docs/design/README.md §4.5: pending
 transactions are recovered and resolved by asking their members).
 
 The host writes in this order: at PREPARE the intents, then the PENDING record (synced,

@@ -1,5 +1,5 @@
 """Replication state per peer: the vclock each peer acknowledged, which WAL GC will keep
-rows for (a GC consumer per peer, DESIGN 4.8).
+rows for (a GC consumer per peer, docs/design/README.md §4.8).
 
 Written unsynced: a crash that loses the newest acknowledgement leaves an older vclock,
 which only keeps more WAL; the peer acknowledges again after it reconnects.

@@ -4,7 +4,7 @@ The audit's convergence check (`replicaset.audit.replay`) and restore both repla
 plus WAL rows with the engine's own `Engine.apply`, and start the same way. The engine is
 opened on a directory whose WAL is created first at the base vclock, as `replicaset join`
 does: `Engine.open` on a database ahead of an empty WAL would take it for an OS crash and
-rebuild it from nothing (DESIGN 4.4).
+rebuild it from nothing (docs/design/README.md §4.4).
 """
 
 from __future__ import annotations

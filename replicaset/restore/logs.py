@@ -8,8 +8,8 @@ Theory of operation.
   segment, a corrupt record followed by valid ones and a bad segment header are damage that
   recovery refuses to start on, and so does restore (`WalError`). Only where a row is and what
   orders it are kept, never its payload: rows are read back one by one as they are applied.
-- Merging. Several WALs merge by (origin, lsn), apply-once as the writer admits rows (DESIGN
-  4.3): the first copy read is kept, WALs in the order given, and every other copy must carry
+- Merging. Several WALs merge by (origin, lsn), apply-once as the writer admits rows (docs/design/README.md
+  §4.3): the first copy read is kept, WALs in the order given, and every other copy must carry
   the same txn id and payload digest (one (origin, lsn) has one digest everywhere), or the
   WALs come from members that diverged and there is no one history to restore. Rows of
   origin 0 (local tables) are one member's own: they are taken from that member's WAL only.

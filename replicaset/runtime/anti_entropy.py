@@ -1,4 +1,4 @@
-"""Anti-entropy on the server: the host of the driver's `core.anti_entropy` (DESIGN 4.8).
+"""Anti-entropy on the server: the host of the driver's `core.anti_entropy` (docs/design/README.md §4.8).
 
 Every `[replication] anti_entropy_interval_seconds` the driver compares the member with
 each peer SWIM holds alive (every peer it follows, without SWIM). A delta sync is what

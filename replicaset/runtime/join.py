@@ -77,7 +77,7 @@ def join(
     registration = joined.registration
     if not anonymous:
         # Before the identity, which marks the join done: a joiner that stopped in between
-        # must not take writes before a majority holds its row (DESIGN 4.7).
+        # must not take writes before a majority holds its row (docs/design/README.md §4.7).
         save_pending_registration(data_dir, registration.pending)
     JoinUpstream(uuid=joined.peer_uuid, address=peer).save(data_dir)
     identity = Identity(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid,

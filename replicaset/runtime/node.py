@@ -186,7 +186,7 @@ class Node:
     def open_member(self) -> MemberDriver:
         """The member's driver over the open engine. Its replica-set core waits for `run`
         to know the peers and whether it must recover; until then it takes no write. A
-        pending registration waits for a majority to hold our `_cluster` row (DESIGN 4.7).
+        pending registration waits for a majority to hold our `_cluster` row (docs/design/README.md §4.7).
         The metastore opens with it: the driver's participant is what it recovers."""
         cfg = self.config
         self.quorum = QuorumHost(self)
@@ -373,7 +373,7 @@ class Node:
     def members(self) -> list[tuple[int, str, str]]:
         """The registered members, `(id, uuid, address)`. Empty only before the bootstrap
         member created `_cluster`; any other failure propagates: an empty answer here would
-        make a majority of one (STYLE: errors propagate). Read again only after a commit
+        make a majority of one (docs/design/style.md §9). Read again only after a commit
         that may have changed `_cluster`: every peer request asks, and two queries each
         cost more than the request."""
         engine = self.engine
@@ -484,7 +484,7 @@ class Node:
 
     async def remove_member(self, instance_id: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """`box.remove(ID)`: delete the member's `_cluster` row by a QUORUM transaction
-        (DESIGN 4.7), shrinking total membership. Refused for this member itself, an id not
+        (docs/design/README.md §4.7), shrinking total membership. Refused for this member itself, an id not
         registered, and a member SWIM holds alive unless `{force = true}`: a live member
         removed goes on taking writes that no one takes any more."""
         # The console hands over whatever the expression held: check it before using it.
@@ -517,7 +517,7 @@ class Node:
     async def _rejoin_if_needed(self) -> None:
         """No member has the rows we lack (their logs start later): only a new checkpoint
         can bring us back. Our own rows beyond it must first be held by the member we
-        re-join through (DESIGN 4.4), or they would be thrown away."""
+        re-join through (docs/design/README.md §4.4), or they would be thrown away."""
         while True:
             actions = self.driver.check_rejoin(trio.current_time(), rejoin_timeout_s=self.config.replication_connect_timeout)
             for action in _set_actions(actions):

@@ -1,4 +1,4 @@
-"""Quorum transactions on the server (DESIGN 4.5): the host of the member driver's
+"""Quorum transactions on the server (docs/design/README.md §4.5): the host of the member driver's
 coordinator and participant.
 
 Theory of operation. The cores decide; this module does what their actions say and

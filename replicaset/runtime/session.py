@@ -642,8 +642,8 @@ class Session:
         await self._flush_outbox()
 
     async def _commit_captured(self, captured: Captured, level: Level) -> None:
-        """Decide a captured transaction at `level`. A DDL statement's (the DDL lock, DESIGN
-        4.6) may take up to `[ddl] lock_lease_seconds` to be decided, any other
+        """Decide a captured transaction at `level`. A DDL statement's (the DDL lock, docs/design/README.md
+        §4.6) may take up to `[ddl] lock_lease_seconds` to be decided, any other
         `synchro_timeout_s`."""
         if captured.ddl is not None:
             await self._node.quorum.commit(captured, level, float(self._node.config["ddl.lock_lease_seconds"]))

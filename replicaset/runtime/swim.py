@@ -1,4 +1,4 @@
-"""SWIM on the server: the host of `core.swim` over UDP on the listen address (DESIGN 4.8).
+"""SWIM on the server: the host of `core.swim` over UDP on the listen address (docs/design/README.md §4.8).
 
 Theory of operation. One datagram socket, bound to the same host and port as the iproto
 listener, carries pings, acks and ping-reqs between members; the core decides whom to

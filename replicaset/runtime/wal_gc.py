@@ -1,4 +1,4 @@
-"""WAL GC on the server: the host of the driver's `core.gc` (DESIGN 4.8).
+"""WAL GC on the server: the host of the driver's `core.gc` (docs/design/README.md §4.8).
 
 Theory of operation. Every `[gc] interval_s` a pass hands the core the log's segments
 (with their files' modification times: when each was last written), the kept

@@ -197,7 +197,7 @@ class Writer:
     async def capture(self, sql: str, binds: Sequence[Any] | dict[str, Any] = (), *,
                       trusted: bool = False) -> tuple[StatementResult, Captured]:
         """Run one statement of a QUORUM or ALL transaction and take its rows back out with
-        the versions read: they reach SQLite only once decided (DESIGN 4.5). `trusted`
+        the versions read: they reach SQLite only once decided (docs/design/README.md §4.5). `trusted`
         for the node's own statements on system tables."""
         async with self.token:
             txn, result = await self._execute_one(sql, binds, quorum=True, trusted=trusted)
@@ -429,7 +429,7 @@ class Writer:
 
     async def open_newest_checkpoint(self) -> tuple[BinaryIO, VClock]:
         """The newest checkpoint whose later rows the WAL still holds, opened, with its
-        vclock; a new one only when there is none (DESIGN 4.4: a join is served from it,
+        vclock; a new one only when there is none (docs/design/README.md §4.4: a join is served from it,
         then from the log). Opened under the checkpoint lock, since making a checkpoint
         removes the oldest ones: once open, the file stays readable whatever happens."""
         async with self.checkpoint_lock:

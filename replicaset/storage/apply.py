@@ -1,4 +1,4 @@
-"""Apply captured rows by version: last-writer-wins on `(hlc, origin)` (DESIGN 4.2).
+"""Apply captured rows by version: last-writer-wins on `(hlc, origin)` (docs/design/README.md §4.2).
 
 Every key has one latest version in `_rs_version`; a row of another origin applies when
 its version is at least the stored one (equal versions only come from earlier rows of the

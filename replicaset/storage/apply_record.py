@@ -1,13 +1,13 @@
 """Applying WAL records: rows of other origins, and our own at replay, each exactly once.
 
-Apply-once (DESIGN 4.3) is decided by the one admission rule (`replicaset.core.admission`)
+Apply-once (docs/design/README.md §4.3) is decided by the one admission rule (`replicaset.core.admission`)
 against the pending vclock, which counts what is applied or queued in the open batch: a
 copy of a record held already is dropped, the next one is taken, and one past the next is
 a gap, never papered over. A data row also waits (SchemaPending) until the DDL row it was
 written against is held here. Each record runs in its own SAVEPOINT of the apply batch, so
 one that fails leaves nothing behind and the batch goes on without it. A DDL row carries
 the schema hash before and after it: a member whose schema differs stops that stream
-rather than diverge silently (DESIGN 4.6). The rows themselves are applied by version in
+rather than diverge silently (docs/design/README.md §4.6). The rows themselves are applied by version in
 `apply.py`. The row of a quorum transaction (a DDL row too, decided under the DDL lock)
 also enters `_rs_quorum`, in the same savepoint: which transactions have their row here
 is then exactly what SQLite holds, crash or not, and a restarted coordinator reads its

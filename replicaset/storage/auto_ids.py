@@ -1,4 +1,4 @@
-"""Auto-increment ids no two members can both produce (DESIGN 4.1).
+"""Auto-increment ids no two members can both produce (docs/design/README.md §4.1).
 
 Every member takes writes, so SQLite's own rowid choice would hand two members the same
 id. An INSERT that leaves an INTEGER PRIMARY KEY to the database is rewritten by a temp

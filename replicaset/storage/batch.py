@@ -1,6 +1,6 @@
 """Batches: group commit of the engine's writes, one SQLite transaction and one WAL append.
 
-Theory of operation (DESIGN 4.3, 4.4). One batch is open at a time, of one kind: client
+Theory of operation (docs/design/README.md §4.3, 4.4). One batch is open at a time, of one kind: client
 transactions on the writer connection (LOCAL) or rows of other origins on the apply
 connection (APPLY); two connections cannot share a transaction, so a caller flushes one
 kind before it opens the other. Two vclocks describe the state:

@@ -108,7 +108,7 @@ def make(
 def adopt(source: Path, snap_dir: Path) -> Path:
     """Keep a copy of `source`, a checkpoint file received whole (a join's), as this
     member's own checkpoint. Without it a joiner has nothing to rebuild from when its
-    SQLite is found ahead of its WAL (a torn tail after an OS crash, DESIGN 4.4), and would
+    SQLite is found ahead of its WAL (a torn tail after an OS crash, docs/design/README.md §4.4), and would
     not start again; Tarantool's replica likewise writes a snapshot at the end of its join.
     The caller has already made the WAL start at this vclock (FINDINGS F2)."""
     snap_dir.mkdir(parents=True, exist_ok=True)

@@ -2,10 +2,10 @@
 
 - The writer runs client transactions. WAL journal mode lets readers and the writer go on
   together; `synchronous=NORMAL` is enough because durability comes from our own WAL
-  (DESIGN 4.4); foreign keys are on, as clients expect. Opening it creates the internal
+  (docs/design/README.md §4.4); foreign keys are on, as clients expect. Opening it creates the internal
   tables.
 - The applier applies rows of other origins with triggers and foreign keys off: the
-  captured rows already hold what triggers and cascades did on their origin (DESIGN 4.2).
+  captured rows already hold what triggers and cascades did on their origin (docs/design/README.md §4.2).
 - The reader is read-only: queries and inspection never see a batch before its commit.
 """
 

@@ -1,6 +1,6 @@
 """The SQLite engine: one writer, captured changes, the WAL first, versioned apply.
 
-Theory of operation (DESIGN 4.1-4.4):
+Theory of operation (docs/design/README.md §4.1-4.4):
 - The writer connection runs client statements, each in its own SAVEPOINT inside the
   SAVEPOINT of its transaction, inside one SQLite transaction shared by a batch of
   transactions (group commit). The preupdate hook captures every row they change.
@@ -279,7 +279,7 @@ class Engine:
     def apply(self, record: Record, *, own_allowed: bool = False) -> bool:
         """Apply a row of another origin once; False when it is a copy already held.
         `own_allowed` admits rows of our own origin: only the start-up fetch of rows we
-        lost (DESIGN 4.4) may use it."""
+        lost (docs/design/README.md §4.4) may use it."""
         return self._records.apply(record, log_records=True, own_allowed=own_allowed)
 
     def committed_copy(self, record: Record, *, own_allowed: bool = False) -> bool:
@@ -380,7 +380,7 @@ class Engine:
 
     def newest_checkpoint(self) -> tuple[Path, VClock] | None:
         """The newest checkpoint whose later rows are all still in the WAL, with its vclock:
-        what a join can be served from (DESIGN 4.4). None when the log no longer reaches
+        what a join can be served from (docs/design/README.md §4.4). None when the log no longer reaches
         back to any checkpoint."""
         return checkpoints.newest_usable(self.config.snap_dir, self.log_start(), self._wal.vclock)
 

@@ -19,7 +19,7 @@ class BatchAbandoned(StatementTimeout):
 
 class DdlNeedsLock(SqlError):
     """A replicated DDL statement ran outside the set's DDL lock: it was undone, and is to
-    be run again as a quorum transaction, which takes the lock (DESIGN 4.6)."""
+    be run again as a quorum transaction, which takes the lock (docs/design/README.md §4.6)."""
 
 
 class ApplyError(Exception):

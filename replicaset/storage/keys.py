@@ -1,6 +1,6 @@
 """Intent keys: one text key per row, the same on every member.
 
-Layout (DESIGN section 5, Marmot v2): `table:123` for a single integer primary key,
+Layout (docs/design/README.md §5, Marmot v2): `table:123` for a single integer primary key,
 `table:b64:<base64(msgpack(value))>` for any other single value (msgpack keeps the
 type, so the integer 5 and the text '5' stay distinct keys), `table:c:<b64>:<b64>...`
 for a composite key with the columns sorted by name, and `table:\\x00NULL\\x00` when a
@@ -17,7 +17,7 @@ import msgpack
 
 NULL_SENTINEL = "\x00NULL\x00"
 
-# The key a DDL statement's quorum transaction holds: the set's DDL lock (DESIGN 4.6). Its
+# The key a DDL statement's quorum transaction holds: the set's DDL lock (docs/design/README.md §4.6). Its
 # version is the schema id, the last replicated DDL row; no table has this key.
 SCHEMA_KEY = ("_rs_schema", "_rs_schema:ddl")
 

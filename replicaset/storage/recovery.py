@@ -1,4 +1,4 @@
-"""Opening the engine's files and bringing SQLite and the WAL to agree (DESIGN 4.4).
+"""Opening the engine's files and bringing SQLite and the WAL to agree (docs/design/README.md §4.4).
 
 Theory of operation. SQLite commits a batch only after the WAL holds it, so at start
 SQLite's `_rs_vclock` is at or behind the WAL's, and the rows it lacks are replayed from

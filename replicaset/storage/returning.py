@@ -1,4 +1,4 @@
-"""RETURNING for the rows whose key the auto-id trigger assigned (DESIGN 4.1).
+"""RETURNING for the rows whose key the auto-id trigger assigned (docs/design/README.md §4.1).
 
 Theory of operation. The trigger of auto_ids.py inserts such a row itself, one trigger
 level down, and makes SQLite skip the client's own insert of it; SQLite's RETURNING, which

@@ -1,12 +1,12 @@
 """The payloads of WAL rows: captured row changes and DDL statements.
 
 A DML payload is `{"h": commit hlc, "s": [schema origin, schema lsn], "r": [row, ...]}`,
-with `"q": txn id` when a quorum transaction wrote it (DESIGN 4.5: the row is its decision);
+with `"q": txn id` when a quorum transaction wrote it (docs/design/README.md §4.5: the row is its decision);
 each row is `{"t": table, "op": op, "k": intent key, "o": old image, "n": new image}` with
-full images by column name (DESIGN section 5); rows of a table without a primary key
+full images by column name (docs/design/README.md §5); rows of a table without a primary key
 (allowed for local tables only) also carry their rowid under `"rowid"`.
 A DDL payload is `{"h": hlc, "sql": text as written, "hb": hash before, "ha": hash after}`,
-with `"q"` likewise when the DDL lock's quorum transaction wrote it (DESIGN 4.6).
+with `"q"` likewise when the DDL lock's quorum transaction wrote it (docs/design/README.md §4.6).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class DmlPayload:
 
 @dataclass(slots=True, kw_only=True, frozen=True)
 class DdlPayload:
-    """`quorum_txn`: the DDL lock's transaction whose decision this row is (DESIGN 4.6)."""
+    """`quorum_txn`: the DDL lock's transaction whose decision this row is (docs/design/README.md §4.6)."""
 
     hlc: int
     sql: str

@@ -1,6 +1,6 @@
 """Client SQL cut into tokens by SQLite's own rules, for the few places the engine must
 read a statement's text rather than ask SQLite (RETURNING for rows whose key we assign,
-DESIGN 4.1).
+docs/design/README.md §4.1).
 
 A regular expression over the raw text cannot tell `RETURNING` the keyword from the same
 word inside a string literal, a quoted identifier or a comment; the tokenizer can, as

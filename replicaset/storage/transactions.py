@@ -1,6 +1,6 @@
 """Client transactions on the writer connection, from BEGIN to their queued WAL records.
 
-Theory of operation (DESIGN 4.1, 4.2). A transaction is a SAVEPOINT inside the open local
+Theory of operation (docs/design/README.md §4.1, 4.2). A transaction is a SAVEPOINT inside the open local
 batch's SQLite transaction, and each statement of a stream transaction a SAVEPOINT inside
 that: a failed statement is rolled back alone, with the rows the preupdate hook captured
 for it, and leaves its transaction as it was. A statement that changed the schema is
@@ -328,7 +328,7 @@ class Transactions:
     def capture(self, txn: LocalTxn) -> Captured:
         """The rows of a QUORUM or ALL transaction with the versions read, then the
         transaction rolled back: its changes reach SQLite only as its decided row, on every
-        member alike (DESIGN 4.5)."""
+        member alike (docs/design/README.md §4.5)."""
         if txn.done:
             raise SqlError("the transaction is already finished")
         rows = tuple(self._capture.rows[txn.capture_mark:])
@@ -353,7 +353,7 @@ class Transactions:
         return Captured(rows=rows, reads=reads)
 
     def _resolve_unique_locally(self, rows: list[CapturedRow]) -> None:
-        """Settle latent rows as appliers will (DESIGN 4.2): not captured, no triggers.
+        """Settle latent rows as appliers will (docs/design/README.md §4.2): not captured, no triggers.
         Only tables with a UNIQUE constraint beyond a rowid key can hold latent rows, and
         turning triggers off and on expires every prepared statement of the connection
         (SQLite re-prepares, and re-authorizes, each on its next use): most writes touch

@@ -1,4 +1,4 @@
-"""A reference model of last-writer-wins, written apart from the engine (DESIGN 4.2).
+"""A reference model of last-writer-wins, written apart from the engine (docs/design/README.md §4.2).
 
 Randomized checks that compare members with each other cannot see a rule that is wrong the
 same way everywhere. This model says what every member must hold, given the WAL rows of the
@@ -17,9 +17,9 @@ Theory of operation.
    primary key or of a UNIQUE index (a NULL holds nothing; the index's collation says what
    is equal) that a newer visible image holds. An image that is not visible is latent: no
    tombstone is written for it, and it is visible again as soon as nothing newer holds its
-   values (docs/decisions.md, "Secondary UNIQUE collisions: latent rows"; DESIGN 4.2 still
-   says the loser is deleted with a tombstone at the winner's version, which is the first
-   design the simulator proved wrong).
+   values (docs/decisions.md, "Secondary UNIQUE collisions: latent rows"; docs/design/README.md §4.2;
+   the first design, which deleted the loser with a tombstone at the winner's version, is
+   what the simulator proved wrong).
 3. Schema. DDL rows run in version order on an in-memory database of the standard
    library's `sqlite3`, only to learn each table's columns, primary key, UNIQUE indexes
    (with collations) and column defaults. A table holds the rows written since its last
@@ -29,7 +29,7 @@ Theory of operation.
 The order in which records are given does not matter. One `(origin, lsn)` given twice with
 different bytes is an error (`ModelError`): the set disagrees on that row.
 
-The model decodes payloads from the WAL row format itself (DESIGN 5: DML `{"h", "s", "r": [{"t",
+The model decodes payloads from the WAL row format itself (docs/design/README.md §5: DML `{"h", "s", "r": [{"t",
 "op", "k", "o", "n"}]}`, DDL `{"h", "sql", "hb", "ha"}`) and imports nothing from
 `replicaset.storage` (`tests/sim/test_lww_model.py` checks that), so a bug in the engine's
 decoding or applying cannot hide in both.
@@ -51,7 +51,7 @@ from typing import Any, Protocol
 
 import msgpack
 
-DML, DDL = 1, 2  # wal.RecordType values (WAL format, DESIGN 5)
+DML, DDL = 1, 2  # wal.RecordType values (WAL format, docs/design/README.md §5)
 OP_DELETE = 3  # captured row ops: 0 insert, 1 replace, 2 update, 3 delete
 LOCAL_ORIGIN = 0
 # `_rs_version` stores stamps shifted down by 2^63 (unsigned stamps in signed SQLite integers).

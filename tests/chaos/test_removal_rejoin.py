@@ -1,7 +1,7 @@
 """Found by the fault harness (`tools/chaos.py --seed 4 --seconds 20 --faults remove-rejoin`):
 a member removed with `box.remove(3)` and replaced by a fresh instance: the new instance
 takes the freed id 3 and treats the removed one's rows (origin 3) as its own. It drops them
-as "own rows from a peer" (DESIGN 4.3), so it never holds what the removed member wrote; and
+as "own rows from a peer" (docs/design/README.md §4.3), so it never holds what the removed member wrote; and
 its registration's barrier names those rows (origin 3 at the removed member's last LSN), so
 it never reaches the barrier and stays in status `loading` for good, taking no write and no
 vote. In the harness's run the new member 3 lacked 16 acknowledged inserts, a later

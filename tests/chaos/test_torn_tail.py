@@ -2,7 +2,7 @@
 torn-tail among the faults at the time): a member that joined from a checkpoint, killed -9
 and restarted with the last bytes of its WAL cut (a torn tail, as an OS crash under
 `wal_mode = write` can leave it), did not start again. Its SQLite holds rows the cut WAL
-no longer does ("SQLite ahead": DESIGN 4.4 says rebuild from the newest checkpoint and the
+no longer does ("SQLite ahead": docs/design/README.md §4.4 says rebuild from the newest checkpoint and the
 WAL), but a joiner kept no checkpoint in `snap/`: the one it joined from became its
 `db.sqlite`, so recovery found nothing between its WAL start and end and stopped with
 EngineFatal ("restore or re-join"). A joiner now keeps that checkpoint (`checkpoint.adopt`)."""

@@ -188,7 +188,7 @@ def test_applier_disconnects_a_silent_peer_and_stops_on_a_conflict():
 
 
 def test_rows_wait_for_their_schema_then_go_with_every_row_received_meanwhile():
-    """DESIGN 4.6: a data row waits for the DDL row it was written under, which another
+    """docs/design/README.md §4.6: a data row waits for the DDL row it was written under, which another
     upstream brings; nothing is lost, nothing reconnects, and no silence timeout runs
     while the applier reads nothing."""
     applier = subscribed_applier(VClock(), VClock({3: 3}))

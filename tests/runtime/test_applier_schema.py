@@ -1,4 +1,4 @@
-"""The applier task while rows wait for their schema (DESIGN 4.6), on virtual time: the
+"""The applier task while rows wait for their schema (docs/design/README.md §4.6), on virtual time: the
 wait is the applier core's, the task only looks again until the core lets the rows go."""
 
 from __future__ import annotations

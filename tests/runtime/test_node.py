@@ -1,4 +1,4 @@
-"""The node's membership duties, driven without a server socket (DESIGN 4.7)."""
+"""The node's membership duties, driven without a server socket (docs/design/README.md §4.7)."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def test_a_registration_without_a_quorum_is_an_error_reply_naming_who_answered(t
 
 
 def test_a_join_is_served_from_the_newest_checkpoint_the_wal_still_continues(tmp_path: Path) -> None:
-    """DESIGN 4.4: made on demand only when there is none, or when the log no longer holds
+    """docs/design/README.md §4.4: made on demand only when there is none, or when the log no longer holds
     the rows after it (the joiner could never catch up from it)."""
     node = make_node(tmp_path, wal_max_size=65536)
 
@@ -244,7 +244,7 @@ def test_a_failing_read_of_the_members_propagates_and_keeps_a_pending_registrati
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An empty member list would make a majority of one and clear the registration the
-    joiner still waits for (DESIGN 4.7): the error must reach the caller instead. The
+    joiner still waits for (docs/design/README.md §4.7): the error must reach the caller instead. The
     members are read again after a commit (`Node.members` keeps them until one), so the
     failing read is one that follows a change of `_cluster`."""
     from replicaset.identity import PENDING_REGISTRATION_FILE, save_pending_registration

@@ -1,4 +1,4 @@
-"""The single writer: what it makes durable, and when (DESIGN 4.4)."""
+"""The single writer: what it makes durable, and when (docs/design/README.md §4.4)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """How the writer flushes: concurrent transactions share WAL appends within the group-commit
 bounds, each client is answered only once its rows are in the WAL, and a failed SQLite
-commit stops the writer instead of answering anyone (DESIGN 4.4)."""
+commit stops the writer instead of answering anyone (docs/design/README.md §4.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Leaderless DDL (DESIGN 4.6) on real processes: any member accepts a DDL statement by
+"""Leaderless DDL (docs/design/README.md §4.6) on real processes: any member accepts a DDL statement by
 taking the set's DDL lock through the quorum path; a DDL elsewhere while the lock is held
 fails naming the holder; a minority changes no schema; and members end with one schema."""
 

@@ -1,4 +1,4 @@
-"""Quorum writes on real processes (DESIGN 4.5): a write at QUORUM or ALL is answered once
+"""Quorum writes on real processes (docs/design/README.md §4.5): a write at QUORUM or ALL is answered once
 the level's members hold it, counted on the total membership; a minority commits nothing;
 a row held by a live transaction's intent refuses another transaction with a conflict
 error naming it; and members agree whatever happened."""
@@ -327,7 +327,7 @@ def test_a_join_under_quorum_writes_on_every_member_loses_nothing(quorum_set) ->
 def test_returning_at_quorum_gives_the_keys_every_member_holds(quorum_set) -> None:
     """The reply of a QUORUM write comes from the run that was captured: the keys it
     returns are those of the decided row, on every member, in the residue of the member
-    that ran it (DESIGN 4.1)."""
+    that ran it (docs/design/README.md §4.1)."""
     rs, (first, second, third) = quorum_set
     with second.client() as client:
         written = client.execute("INSERT INTO kv(k, v) VALUES (NULL, 'a'), (5, 'b'), (NULL, 'c') RETURNING k, v, n",

@@ -1,4 +1,4 @@
-"""Quorum writes on real processes under faults (DESIGN 4.5): a coordinator or a
+"""Quorum writes on real processes under faults (docs/design/README.md §4.5): a coordinator or a
 participant killed with -9 around the decision, rivals on one row, a 6-member set split
 3/3, bank transfers while members die and hang, and 10-statement stream transactions.
 Whatever happens, a transaction is on every member or on none, an acknowledged one is on

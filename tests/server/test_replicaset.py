@@ -411,7 +411,7 @@ def test_two_joins_at_once_through_two_members_get_distinct_ids(trio_set):
 
 
 def test_a_join_after_a_snapshot_is_served_from_that_checkpoint(replicaset):
-    """DESIGN 4.4: no new checkpoint per join; the rows after the snapshot come from the log."""
+    """docs/design/README.md §4.4: no new checkpoint per join; the rows after the snapshot come from the log."""
     first = replicaset.bootstrap()
     with first.client() as client:
         client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
@@ -428,7 +428,7 @@ def test_a_join_after_a_snapshot_is_served_from_that_checkpoint(replicaset):
 
 
 def test_after_an_unclean_stop_a_member_fetches_its_rows_from_every_member_that_answers(trio_set):
-    """DESIGN 4.4 with F1: a peer never holds a row of ours we can have lost, so the fetch
+    """docs/design/README.md §4.4 with F1: a peer never holds a row of ours we can have lost, so the fetch
     of our own rows waits for the members that answer, not for one that hangs (member 2,
     SIGSTOPped: its link times out). The connect quorum is one peer here, so only this
     rule keeps member 3 orphan at first. `--force-recovery` skips the fetch."""

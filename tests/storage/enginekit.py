@@ -139,5 +139,5 @@ def versions(engine: Engine, table: str) -> dict[str, tuple[int, int, int]]:
 
 
 def b64(value: Any) -> str:
-    """base64 of msgpack, the encoding of non-integer key values (DESIGN section 5)."""
+    """base64 of msgpack, the encoding of non-integer key values (docs/design/README.md §5)."""
     return base64.b64encode(msgpack.packb(value, use_bin_type=True)).decode("ascii")

@@ -1,6 +1,6 @@
 """Apply: each (origin, LSN) once and in order, last-writer-wins by version, and members that
 hold the same rows hold the same tables and versions whatever order the rows came in
-(DESIGN 4.2, 4.3, 4.6)."""
+(docs/design/README.md §4.2, 4.3, 4.6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Capture: every committed client change becomes exactly the WAL rows that reproduce it
-(DESIGN 4.1, 4.6 and section 5), and refused or failed statements leave nothing behind."""
+(docs/design/README.md §4.1, 4.6 and §5), and refused or failed statements leave nothing behind."""
 
 from pathlib import Path
 

@@ -1,5 +1,5 @@
 """A SQLite commit that fails after the WAL append is fatal, and the WAL keeps the batch
-for the restart to replay (DESIGN 4.4)."""
+for the restart to replay (docs/design/README.md §4.4)."""
 
 from __future__ import annotations
 

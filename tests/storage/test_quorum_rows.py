@@ -1,6 +1,6 @@
 """A quorum transaction in the engine: its rows captured with the versions read and taken
 back out, then written when decided as our own next row, which every member applies the
-same way and whose txn id each member records with it (DESIGN 4.5)."""
+same way and whose txn id each member records with it (docs/design/README.md §4.5)."""
 
 from __future__ import annotations
 

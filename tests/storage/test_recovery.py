@@ -1,4 +1,4 @@
-"""Durability and recovery: the state is the newest checkpoint plus the WAL (DESIGN 4.4)."""
+"""Durability and recovery: the state is the newest checkpoint plus the WAL (docs/design/README.md §4.4)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """RETURNING on the writer answers what SQLite answers: each statement runs on an engine and
 on a plain apsw connection with the same schema, and the answers must be equal once the
-keys the engine assigned (its own ids, DESIGN 4.1) are mapped to those SQLite chose; the
+keys the engine assigned (its own ids, docs/design/README.md §4.1) are mapped to those SQLite chose; the
 assigned keys are the ones SQL_INFO reports, and rows are counted as SQLite counts them."""
 
 from __future__ import annotations

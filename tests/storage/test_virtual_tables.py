@@ -117,7 +117,7 @@ def test_a_row_written_on_two_members_at_once_is_one_row_everywhere_index_includ
 
 
 def test_unique_resolution_keeps_the_external_index_in_step(members: list[Engine]) -> None:
-    """Two members take the same UNIQUE title: the loser waits latent (DESIGN 4.2), moved by
+    """Two members take the same UNIQUE title: the loser waits latent (docs/design/README.md §4.2), moved by
     the apply path and the writer's resolution with triggers off; its words must leave the
     index with it, and come back when it does."""
     a, b, _ = members

@@ -77,7 +77,7 @@ def cut_wal_tail(wal_dir: Path, cut_bytes: int) -> str:
 
 def ddl(cluster: Cluster, fault: Fault, record: Injected) -> Callable[[], None]:
     """One DDL statement through the member while the workloads write: it takes the
-    set-wide DDL lock through the quorum path (DESIGN 4.6)."""
+    set-wide DDL lock through the quorum path (docs/design/README.md §4.6)."""
     member = cluster.member(fault.members[0])
     tables = set(cluster.tables(member))
     suffix = int(fault.at_s * 1000)

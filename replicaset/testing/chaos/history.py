@@ -18,7 +18,7 @@ from replicaset.iproto.constants import ErrorCode
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
 
-# Error replies that say the write did not happen (DESIGN 4.5: an aborted transaction
+# Error replies that say the write did not happen (docs/design/README.md §4.5: an aborted transaction
 # consumes nothing; a conflict, a deadline or a member not taking writes aborts it).
 FAILED_CODES = frozenset({ErrorCode.READONLY, ErrorCode.TRANSACTION_CONFLICT, ErrorCode.SYNC_QUORUM_TIMEOUT,
                           ErrorCode.SYNC_ROLLBACK, ErrorCode.QUORUM_WAIT, ErrorCode.TXN_ROLLBACK, ErrorCode.LOADING,
