@@ -16,8 +16,11 @@ affected. Each kind gets the closest Tarantool description:
   columns, keyed by the first (its rowid); a shadow table of either is a plain table;
 - a view: its columns, no index, and Tarantool's `{"view": true, "sql": ...}` flags;
 - a local table (`local_tables`) carries Tarantool's flag of a local space, `group_id` 1.
-Objects are numbered from 512 in name order; the engine's `_rs_*` tables and SQLite's
-own catalog (`sqlite_*`) are not spaces.
+Client objects are numbered from 512 in name order; the system tables, which clients read
+and never write, get ids below that, as Tarantool's system spaces do: `_cluster` its
+Tarantool id, 320, and the engine's `_rs_*` tables 400 on, in name order (docs/decisions.md,
+"The engine's tables are shown read-only"). SQLite's own catalog (`sqlite_*`) is not a
+space: Tarantool's catalog is these views themselves.
 """
 
 from __future__ import annotations
@@ -29,10 +32,13 @@ import apsw
 
 from replicaset.iproto.sql_wire import sql_type_name
 from replicaset.iproto.system_views import Field, Space
-from replicaset.storage.schema import is_internal, quote
+from replicaset.storage.schema import INTERNAL_PREFIX, is_internal, quote
 from replicaset.storage.virtual import declared
 
 USER_SPACE_ID_MIN = 512
+#: Tarantool's own id of `_cluster`; the engine's tables come after Tarantool's system spaces.
+SYSTEM_SPACE_IDS = {"_cluster": 320}
+ENGINE_SPACE_ID_MIN = 400
 LOCAL_FLAGS = {"group_id": 1}  # Tarantool's is_local space
 _ROWID = Field(name="rowid", type="integer", is_nullable=False)
 
@@ -52,11 +58,16 @@ def describe_spaces(conn: apsw.Connection, *, local_tables: frozenset[str], skip
     except apsw.Error as exc:  # it describes every table at once: one it cannot must not hide the others
         skipped("pragma_table_list", exc)
         strict = set()
-    clients = [name for name, _ in objects if not is_internal(name)]
-    ids = {name: USER_SPACE_ID_MIN + n for n, name in enumerate(clients)}
+    engine = [name for name, _ in objects if name.startswith(INTERNAL_PREFIX)]
+    clients = [name for name, _ in objects if not is_internal(name) and name not in SYSTEM_SPACE_IDS]
+    ids = {
+        **{name: SYSTEM_SPACE_IDS[name] for name, _ in objects if name in SYSTEM_SPACE_IDS},
+        **{name: ENGINE_SPACE_ID_MIN + n for n, name in enumerate(engine)},
+        **{name: USER_SPACE_ID_MIN + n for n, name in enumerate(clients)},
+    }
     spaces = []
     for name, kind in objects:
-        if name not in ids:  # the engine's tables, SQLite's own catalog
+        if name not in ids:  # SQLite's own catalog
             continue
         flags: dict[str, Any] = dict(LOCAL_FLAGS) if name in local_tables else {}
         try:
