@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from functools import partial
 import os
+import re
 from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO, TypeVar
@@ -88,6 +89,17 @@ PEER_REQUESTS: dict[int, str] = {kind: kind.name for kind in (RequestType.JOIN, 
                                                                *sorted(TXN_REQUESTS))}
 WAIT_VCLOCK_POLL_S = 0.001
 RETURN_VCLOCK = "return_vclock"
+# CALL serves the `box` functions connectors call on their own (PyPI `tarantool`'s
+# ConnectionPool calls box.info for `ro` and `status`), as the console evaluates them.
+CALLABLE = {"box.info": "box.info", "box.snapshot": "box.snapshot()"}
+_RETURN = re.compile(r"^\s*return\s+")
+_SQL_INSTEAD = "this server keeps data in SQL tables: use SQL (EXECUTE)"
+# Tarantool's requests this server does not serve, with what to do instead.
+UNSERVED_REQUESTS: dict[int, str] = {
+    **{kind: f"{kind.name} requests are not supported: {_SQL_INSTEAD}" for kind in (
+        RequestType.INSERT, RequestType.REPLACE, RequestType.UPDATE, RequestType.DELETE, RequestType.UPSERT)},
+    RequestType.CALL_16: "CALL_16 (request 6, the call of Tarantool 1.6) is not supported: use CALL (request 10)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +351,10 @@ class Session:
             self._select(frame)
         elif kind == RequestType.EVAL:
             await self._eval(frame)
+        elif kind == RequestType.CALL:
+            await self._call(frame)
+        elif kind in UNSERVED_REQUESTS:
+            raise RequestError(ErrorCode.UNSUPPORTED, UNSERVED_REQUESTS[kind])
         elif kind == RequestType.BEGIN:
             self._begin(frame, stream)
         elif kind == RequestType.COMMIT:
@@ -701,17 +717,41 @@ class Session:
         self._reply_ok(frame, {Key.DATA: rows})
 
     async def _eval(self, frame: Frame) -> None:
+        """The console's expressions, as `return box.info.vclock` too: the `return` a
+        Tarantool user writes before an expression in EVAL changes nothing here."""
         expr = frame.body.get(Key.EXPR)
         if not isinstance(expr, str):
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, "EVAL needs EXPR")
-        if not self._rights.admin:  # the console: box.cfg, box.remove, the set's UUID
-            raise RequestError(ErrorCode.ACCESS_DENIED, f"Execute access to universe '' is denied for user "
+        self._check_admin("universe ''")
+        self._reply_ok(frame, {Key.DATA: [await self._console(_RETURN.sub("", expr, count=1))]})
+
+    async def _call(self, frame: Frame) -> None:
+        """CALL of the `box` functions in `CALLABLE`, answered as Tarantool answers a Lua
+        function's one result; any other name is Tarantool's ER_NO_SUCH_PROC."""
+        name = frame.body.get(Key.FUNCTION_NAME)
+        if not isinstance(name, str):
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, "CALL needs FUNCTION_NAME")
+        expr = CALLABLE.get(name)
+        if expr is None:
+            raise RequestError(ErrorCode.NO_SUCH_PROC, f"Procedure '{name[:64]}' is not defined: this server "
+                                                       f"answers CALL of {' and '.join(CALLABLE)} only; run SQL "
+                                                       "with EXECUTE")
+        if frame.body.get(Key.TUPLE, []) != []:
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"{name} takes no arguments")
+        self._check_admin(f"function '{name}'")
+        self._reply_ok(frame, {Key.DATA: [await self._console(expr)]})
+
+    def _check_admin(self, what: str) -> None:
+        """EVAL and CALL reach the console (box.cfg, box.remove, the set's UUID): admin only."""
+        if not self._rights.admin:
+            raise RequestError(ErrorCode.ACCESS_DENIED, f"Execute access to {what} is denied for user "
                                                         f"'{self._rights.user}'")
+
+    async def _console(self, expr: str) -> Any:
         try:
-            value = await self._node.console(expr)
+            return await self._node.console(expr)
         except ConsoleError as exc:
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
-        self._reply_ok(frame, {Key.DATA: [value]})
 
     def _begin(self, frame: Frame, stream: _Stream) -> None:
         if frame.stream_id == 0:
