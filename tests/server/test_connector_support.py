@@ -12,7 +12,7 @@ import pytest
 import tarantool
 
 from replicaset.iproto.constants import ErrorCode
-from tests.server.conftest import Server
+from tests.server.conftest import Server, running
 from tests.server.connectors import run_asynctnt, run_lua, tarantool_binary  # noqa: F401 - a fixture
 
 SQL_INSTEAD = "use SQL (EXECUTE)"
@@ -87,8 +87,7 @@ def test_the_tarantool_connection_pool_finds_the_instance_healthy_and_writable(k
 def test_a_user_without_admin_may_not_call_box_functions(tmp_path: Path) -> None:
     config = tmp_path / "users.toml"
     config.write_text('[auth.users.alice]\npassword = "secret"\ngrants = { "*" = ["read", "write"] }\n')
-    server = Server(tmp_path / "data", tmp_path / "server.log").start("--config", str(config))
-    try:
+    with running(tmp_path, "--config", str(config)) as server:
         conn = tarantool.connect("127.0.0.1", server.port, user="alice", password="secret")
         try:
             code, message = refused(conn.call, "box.info")
@@ -97,8 +96,6 @@ def test_a_user_without_admin_may_not_call_box_functions(tmp_path: Path) -> None
             assert list(conn.execute("SELECT 1")) == [[1]]
         finally:
             conn.close()
-    finally:
-        server.stop()
 
 
 def test_asynctnt_calls_evals_and_gets_errors_for_what_is_not_served(kv: Server) -> None:

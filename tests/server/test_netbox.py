@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import Server
+from tests.server.conftest import Server, running
 from tests.server.connectors import run_lua, tarantool_binary  # noqa: F401 - a fixture
 NETBOX_SCRIPT = r"""
 local json = require('json')
@@ -47,13 +47,8 @@ os.exit(0)
 def server_with_users(tmp_path: Path) -> Iterator[Server]:
     config = tmp_path / "users.toml"
     config.write_text('[auth]\nguest = false\nusers = { alice = "secret" }\n')
-    srv = Server(tmp_path / "data", tmp_path / "server.log")
-    try:
-        yield srv.start("--config", str(config))
-    finally:
-        if srv.proc is not None and srv.proc.poll() is None:
-            srv.proc.kill()
-            srv.proc.wait(10)
+    with running(tmp_path, "--config", str(config)) as srv:
+        yield srv
 
 
 def run_netbox(binary: str, tmp_path: Path, uri: str) -> dict:

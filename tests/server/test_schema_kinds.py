@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import tarantool
 
-from tests.server.conftest import Server
+from tests.server.conftest import Server, running
 from tests.server.connectors import run_asynctnt, run_lua, tarantool_binary  # noqa: F401 - a fixture
 
 NOT_NULL_INTEGER = {"type": "integer", "is_nullable": False}
@@ -119,13 +119,8 @@ def local_server(tmp_path: Path) -> Iterator[Server]:
     changes this member only, which a write at the default QUORUM refuses."""
     config = tmp_path / "local.toml"
     config.write_text('local_tables = ["scratch"]\n[replication]\ndefault_write_consistency = "one"\n')
-    srv = Server(tmp_path / "data", tmp_path / "server.log")
-    try:
-        yield srv.start("--config", str(config))
-    finally:
-        if srv.proc is not None and srv.proc.poll() is None:
-            srv.proc.kill()
-            srv.proc.wait(10)
+    with running(tmp_path, "--config", str(config)) as srv:
+        yield srv
 
 
 def create(server: Server, ddl: tuple[str, ...]) -> None:
