@@ -364,15 +364,15 @@ def encode_ok(
     sync: int,
     schema_version: int,
     body: dict[int, Any] | None = None,
-    stream_id: int = 0,
     vclock: dict[int, int] | None = None,
 ) -> bytes:
-    """A success reply. A None body is sent as an empty map, as Tarantool does. `vclock`
-    (what a write reached) goes in the header: Tarantool's net.box takes any body key of
-    an EXECUTE reply other than DATA and METADATA for SQL_INFO."""
+    """A success reply, whose header holds what Tarantool's does (REQUEST_TYPE, SYNC,
+    SCHEMA_VERSION, never STREAM_ID), since asynctnt warns of any other header key. A None
+    body is sent as an empty map, as Tarantool does. `vclock`, for a request that asked for
+    it (OPTIONS `return_vclock`), goes in the header: net.box 2.6 reads a body key of an
+    EXECUTE reply other than DATA and METADATA as SQL_INFO (a vclock there became its
+    row_count)."""
     header = {_REQUEST_TYPE: _OK, _SYNC: sync, _SCHEMA_VERSION: schema_version}
-    if stream_id:
-        header[_STREAM_ID] = stream_id
     if vclock is not None:
         header[_VCLOCK] = vclock
     return encode_frame(header, {} if body is None else body)

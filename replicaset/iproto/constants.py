@@ -169,6 +169,7 @@ class ErrorCode(IntEnum):
     KEY_PART_TYPE = 18
     INVALID_MSGPACK = 20
     KEY_PART_COUNT = 31
+    NO_SUCH_PROC = 33
     NO_SUCH_INDEX_ID = 35
     NO_SUCH_SPACE = 36
     WAL_IO = 40

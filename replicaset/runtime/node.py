@@ -34,8 +34,7 @@ from replicaset.core.replicaset import (
     must_recover,
 )
 from replicaset.identity import Identity, JoinUpstream, clear_pending_registration, load_pending_registration
-from replicaset.iproto.sql_wire import sql_type_name
-from replicaset.iproto.system_views import Field, Space, SystemView, build_system_views
+from replicaset.iproto.system_views import Space, SystemView, build_system_views
 from replicaset.member import Action, MemberDriver, Membership, SetAction
 from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
@@ -44,6 +43,7 @@ from replicaset.runtime.disk import DiskFull, DiskGuard
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
+from replicaset.runtime.spaces import describe_spaces
 from replicaset.runtime.peer_access import PeerCredentials, load_secret, warn_if_exposed
 from replicaset.runtime import tls
 from replicaset.runtime.swim import SwimHost
@@ -52,11 +52,9 @@ from replicaset.runtime.transfer import Registration
 from replicaset.runtime.wal_gc import WalGcHost, wal_gc
 from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import Engine, EngineConfig, SqlError
-from replicaset.storage.schema import is_internal, load_table, quote
 from replicaset.iproto.constants import ErrorCode
 from wal import GroupCommitPolicy, RecordType, WalError, WalMode
 
-USER_SPACE_ID_MIN = 512
 CLEAN_STOP_FILE = "clean_stop"
 CLUSTER_DDL = "CREATE TABLE _cluster(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, address TEXT NOT NULL)"
 MEMBER_WAIT_POLL_S = 0.02
@@ -680,24 +678,14 @@ class Node:
         return seen
 
     def _sql_spaces(self) -> list[Space]:
-        """Each client table as a space, numbered from 512 in name order; primary key
-        columns are not nullable, as in Tarantool's SQL."""
-        reader = self.engine.connections.reader
-        spaces = []
-        names = [n for (n,) in reader.execute("SELECT name FROM sqlite_schema WHERE type='table' ORDER BY name")]
-        for offset, name in enumerate(n for n in names if not is_internal(n)):
-            info = load_table(reader, name)
-            if info is None:
-                continue
-            declared = {r[1]: (r[2], bool(r[3])) for r in reader.execute(f"PRAGMA main.table_xinfo({quote(name)})")}
-            fields = tuple(
-                Field(name=c, type=sql_type_name(declared[c][0]), is_nullable=not declared[c][1] and c not in info.pk_columns)
-                for c in info.columns
-            )
-            positions = info.column_positions()
-            primary_key = tuple(positions[c] for c in info.pk_columns)
-            spaces.append(Space(id=USER_SPACE_ID_MIN + offset, name=name, fields=fields, primary_key=primary_key))
-        return spaces
+        """Each table and view as a space (replicaset.runtime.spaces); one it cannot
+        describe is listed without a format and logged, never failing the view."""
+        def skipped(name: str, error: Exception) -> None:
+            self.log.warning("system_view_incomplete", table=name, error=repr(error),
+                             schema_version=self.schema_version)
+
+        return describe_spaces(self.engine.connections.reader, local_tables=frozenset(self.config.local_tables),
+                               skipped=skipped)
 
     def info(self) -> dict[str, Any]:
         vclock = self.engine.vclock

@@ -22,7 +22,7 @@ from tests.server.test_replicaset import rows
 def test_a_quorum_write_is_answered_with_a_vclock_any_member_can_read_at(quorum_set) -> None:
     rs, (first, second, third) = quorum_set
     with second.client() as client:
-        written = client.execute("INSERT INTO kv(k, v) VALUES (1, 'q')", options=QUORUM)
+        written = client.execute("INSERT INTO kv(k, v) VALUES (1, 'q')", options={**QUORUM, "return_vclock": True})
     assert written.row_count == 1 and written.vclock and written.vclock[2] >= 1
     with third.client() as client:
         seen = client.execute("SELECT v FROM kv WHERE k = 1", options={"wait_vclock": written.vclock})
@@ -51,7 +51,7 @@ def test_a_stream_waits_for_a_vclock_before_its_first_statement_only(quorum_set)
     it waits for, so a wait it does not already meet is refused at once, naming why."""
     rs, (first, second, third) = quorum_set
     with second.client() as client:
-        written = client.execute("INSERT INTO kv(k, v) VALUES (1, 'from 2')", options=QUORUM)
+        written = client.execute("INSERT INTO kv(k, v) VALUES (1, 'from 2')", options={**QUORUM, "return_vclock": True})
     with first.client() as client:
         client.call(RequestType.BEGIN, {}, stream_id=1)
         seen = client.execute("SELECT v FROM kv WHERE k = 1", stream_id=1, options={"wait_vclock": written.vclock})
