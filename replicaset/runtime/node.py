@@ -40,6 +40,7 @@ from replicaset.member import Action, MemberDriver, Membership, SetAction
 from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
+from replicaset.runtime import box
 from replicaset.runtime.disk import DiskFull, DiskGuard
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.quorum import QuorumHost
@@ -765,17 +766,7 @@ class Node:
         return {"count": len(followers), "followers": followers}
 
     async def console(self, expr: str) -> Any:
-        values: dict[str, Callable[[], Any]] = {
-            "box.info": self.info,
-            "box.cfg": self.config.as_dict,
-        }
-        actions: dict[str, Callable[..., Awaitable[Any]]] = {"box.snapshot": self._snapshot,
-                                                             "box.remove": self.remove_member}
-        return await console.evaluate(expr, values, actions)
-
-    async def _snapshot(self) -> str:
-        await self.writer.checkpoint()
-        return "ok"
+        return await console.evaluate(expr, box.namespace(self))
 
 
 def _set_actions(actions: Sequence[Action]) -> list[Any]:
