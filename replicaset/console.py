@@ -223,6 +223,8 @@ class _Parser:
             elif token.kind == "punct" and token.text == "[":
                 self.next()
                 key = self.value(depth)
+                if key is None or isinstance(key, (dict, list)):
+                    raise self.error(f"a table key is a number, a string or a boolean, got {key!r:.40}")
                 self.expect("]")
                 self.expect("=")
             else:

@@ -163,6 +163,8 @@ def test_calls_take_integers_booleans_strings_and_option_tables():
     ("box.remove('a\\qb')", r"unknown escape"),
     ("box.remove('open)", "unexpected"),
     ("box.info[true]", "a key is an integer or a string"),
+    ("box.cfg{[{}] = 1}", "a table key is a number, a string or a boolean"),
+    ("box.cfg{[nil] = 1}", "a table key is a number, a string or a boolean"),
     ("box.info.", "expected a name"),
 ])
 def test_unknown_expressions_are_refused_saying_why(expr, why):

@@ -160,7 +160,7 @@ CONSOLE_BOX = Entry(fields={
 })
 CONSOLE_CORPUS = ["box.info", "box.info.vclock", "box.snapshot()", "box.remove(3)", "box.remove(3, {force = true})",
                   "return box.info.replication[1].id", "box.cfg{read_only = true, log_level = 'debug'}",
-                  "box.info.members[1]['id']", "box.cfg.wal.group_commit_rows_max"]
+                  "box.info.members[1]['id']", "box.cfg.wal.group_commit_rows_max", "box.cfg{[{}] = 1}"]
 
 
 @examples(ci=300, deep=30_000)
