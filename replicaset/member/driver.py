@@ -859,6 +859,22 @@ class MemberDriver:
         return self._observe(now_s)
 
     @_event
+    def replication_configured(self, now_s: float, *, timeout_s: float, backoff_max_s: float, skip_conflict: bool,
+                               participant_timeout_s: float, connect_quorum: int | None) -> list[Action]:
+        """`box.cfg{...}` changed how the member replicates: every applier and relay, and
+        those to come, take the new timeout and skip rule (a deadline already set keeps its
+        own), the participant waits `participant_timeout_s` for a silent coordinator, and
+        the replica-set core looks at the upstreams again with the new connect quorum."""
+        self._timeout_s, self._backoff_max_s, self._skip_conflict = timeout_s, backoff_max_s, skip_conflict
+        for applier in self.appliers.values():
+            applier.timeout_s, applier.backoff_max_s, applier.skip_conflict = timeout_s, backoff_max_s, skip_conflict
+        for relay in self.relays.values():
+            relay.timeout_s = timeout_s
+        self.participant.timeout_s = participant_timeout_s
+        self.replicaset.configured_quorum = connect_quorum
+        return self._observe(now_s)
+
+    @_event
     def check_rejoin(self, now_s: float, *, rejoin_timeout_s: float) -> list[Action]:
         """Whether the member must re-join from a checkpoint, and through whom."""
         own = self.instance_id

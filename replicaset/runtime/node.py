@@ -39,7 +39,9 @@ from replicaset.member import Action, MemberDriver, Membership, SetAction
 from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
-from replicaset.runtime.disk import DiskFull, DiskGuard
+from replicaset.runtime import box
+from replicaset.runtime.checkpoint_daemon import CheckpointDaemon
+from replicaset.runtime.disk import DiskGuard
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
@@ -50,7 +52,7 @@ from replicaset.runtime.swim import SwimHost
 from replicaset.runtime.trace_file import TraceFile
 from replicaset.runtime.transfer import Registration
 from replicaset.runtime.wal_gc import WalGcHost, wal_gc
-from replicaset.runtime.writer import WriteFailed, Writer
+from replicaset.runtime.writer import Writer
 from replicaset.storage import Engine, EngineConfig, SqlError
 from replicaset.iproto.constants import ErrorCode
 from wal import GroupCommitPolicy, RecordType, WalError, WalMode
@@ -194,9 +196,7 @@ class Node:
             replicaset=self._replicaset(recovering=False, connect_deadline_s=0.0,
                                         registration=load_pending_registration(self.data_dir)),
             membership=self.membership,
-            timeout_s=cfg.replication_timeout,
-            backoff_max_s=max(cfg.replication_timeout * 8, 1.0),
-            skip_conflict=cfg.replication_skip_conflict,
+            **self.replication_settings(),
             check_invariants=cfg["debug.check_invariants"],
             check_store=self._check_engine,
             trace=self._open_trace(),
@@ -209,6 +209,14 @@ class Node:
                                threshold_rows=cfg["replication.delta_sync_threshold_transactions"],
                                threshold_s=float(cfg["replication.delta_sync_threshold_seconds"])),
         )
+
+    def replication_settings(self) -> dict[str, Any]:
+        """The driver's `replication_timeout` and `replication_skip_conflict`, at start and
+        at each `box.cfg` change of them; an applier backs off eight timeouts at most (1 s
+        at least) between connects."""
+        timeout_s = self.config.replication_timeout
+        return {"timeout_s": timeout_s, "backoff_max_s": max(timeout_s * 8, 1.0),
+                "skip_conflict": self.config.replication_skip_conflict}
 
     def _open_trace(self) -> TraceFile | None:
         """`[debug] trace_file`, relative to the data directory: where the driver traces."""
@@ -247,6 +255,7 @@ class Node:
         self.driver = self.open_member()
         self.wal_gc = WalGcHost(self)
         self.anti_entropy = AntiEntropyHost(self)
+        self.checkpoints = CheckpointDaemon(self)
         self.writer = Writer(
             self.engine,
             group_commit=GroupCommitPolicy(
@@ -287,8 +296,7 @@ class Node:
                     self.swim = self._start_swim(sockname[0], sockname[1])
                 nursery.start_soon(self.writer.run_flusher)
                 nursery.start_soon(self.disk.run)
-                if self.config.checkpoint_interval:
-                    nursery.start_soon(self._checkpoint_daemon)
+                nursery.start_soon(self.checkpoints.run)
                 await self._bootstrap_cluster()
                 peers = self.upstreams()
                 self.driver.replicaset = self._replicaset(
@@ -624,16 +632,6 @@ class Node:
         self.on_upstream_change()
         return self.driver.status(trio.current_time()).value
 
-    async def _checkpoint_daemon(self) -> None:
-        while True:
-            await trio.sleep(self.config.checkpoint_interval)
-            try:
-                await self.writer.checkpoint()
-            except DiskFull:  # the guard logged the condition; the next interval tries again
-                continue
-            except WriteFailed as exc:
-                self.log.warning("checkpoint_failed", error=str(exc))
-
     def _on_commit(self, records: Sequence[Any]) -> None:
         if self.driver.tracing:
             self.driver.committed(trio.current_time(), records)
@@ -753,17 +751,7 @@ class Node:
         return {"count": len(followers), "followers": followers}
 
     async def console(self, expr: str) -> Any:
-        values: dict[str, Callable[[], Any]] = {
-            "box.info": self.info,
-            "box.cfg": self.config.as_dict,
-        }
-        actions: dict[str, Callable[..., Awaitable[Any]]] = {"box.snapshot": self._snapshot,
-                                                             "box.remove": self.remove_member}
-        return await console.evaluate(expr, values, actions)
-
-    async def _snapshot(self) -> str:
-        await self.writer.checkpoint()
-        return "ok"
+        return await console.evaluate(expr, box.namespace(self))
 
 
 def _set_actions(actions: Sequence[Action]) -> list[Any]:

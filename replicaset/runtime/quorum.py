@@ -120,7 +120,11 @@ class QuorumHost:
         """This member's participant as its metastore left it; it asks about a silent
         coordinator's transaction after four replication timeouts with no heartbeat,
         counted from `run`."""
-        return recover_participant(self.meta, self._id, 4 * self._node.config.replication_timeout, 0.0)
+        return recover_participant(self.meta, self._id, self.participant_timeout_s(), 0.0)
+
+    def participant_timeout_s(self) -> float:
+        """Four replication timeouts: how long the participant waits for a silent coordinator."""
+        return 4 * self._node.config.replication_timeout
 
     def close(self) -> None:
         self.meta.close()
@@ -138,8 +142,9 @@ class QuorumHost:
     async def run(self) -> None:
         """Tick the cores and send heartbeats."""
         driver = self._node.driver
-        interval, gc_interval = self._node.config.replication_timeout, float(self._node.config["gc.interval_s"])
-        next_heartbeat, next_gc = trio.current_time() + interval, trio.current_time() + gc_interval
+        gc_interval = float(self._node.config["gc.interval_s"])
+        next_heartbeat = trio.current_time() + self._node.config.replication_timeout
+        next_gc = trio.current_time() + gc_interval
         while True:
             await trio.sleep(TICK_S)
             if self.meta.failed is not None:  # met where an error costs one request only: the member stops all the same
@@ -147,7 +152,7 @@ class QuorumHost:
             now = trio.current_time()
             self.carry_out(driver.txn_tick(now))
             if now >= next_heartbeat:
-                next_heartbeat = now + interval
+                next_heartbeat = now + self._node.config.replication_timeout  # box.cfg may change it
                 self._heartbeats(driver.txn_unfinished())
             if now >= next_gc:
                 next_gc = now + gc_interval
