@@ -82,12 +82,16 @@ class _Step:
     dotted: bool = False  # `.name`, which may join the names after it (`box.cfg.wal.x`)
 
 
+TRY = "try box.info, box.cfg or box.snapshot()"
+
+
 def _tokens(expr: str) -> list[_Token]:
     tokens, position = [], 0
     while position < len(expr):
         match = _TOKEN.match(expr, position)
         if match is None:
-            raise ConsoleError(f"cannot evaluate {expr.strip()!r:.60}: unexpected {expr[position]!r} at {position + 1}")
+            raise ConsoleError(f"cannot evaluate {expr.strip()!r:.60}: unexpected {expr[position]!r} at {position + 1} "
+                               f"({TRY})")
         position = match.end()
         kind = match.lastgroup
         text = match.group()
@@ -152,7 +156,7 @@ class _Parser:
             self.next()
         head = self.next()
         if head.kind != "name" or head.text != "box":
-            raise self.error("try box.info, box.cfg or box.snapshot()")
+            raise self.error(TRY)
         steps = []
         while True:
             token = self.tokens[self.at]

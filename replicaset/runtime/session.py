@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from functools import partial
 import os
-import re
 from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO, TypeVar
@@ -92,7 +91,6 @@ RETURN_VCLOCK = "return_vclock"
 # CALL serves the `box` functions connectors call on their own (PyPI `tarantool`'s
 # ConnectionPool calls box.info for `ro` and `status`), as the console evaluates them.
 CALLABLE = {"box.info": "box.info", "box.snapshot": "box.snapshot()"}
-_RETURN = re.compile(r"^\s*return\s+")
 _SQL_INSTEAD = "this server keeps data in SQL tables: use SQL (EXECUTE)"
 # Tarantool's requests this server does not serve, with what to do instead.
 UNSERVED_REQUESTS: dict[int, str] = {
@@ -717,13 +715,13 @@ class Session:
         self._reply_ok(frame, {Key.DATA: rows})
 
     async def _eval(self, frame: Frame) -> None:
-        """The console's expressions, as `return box.info.vclock` too: the `return` a
-        Tarantool user writes before an expression in EVAL changes nothing here."""
+        """The console's expressions (`return box.info.vclock` as Tarantool users write
+        them: the console takes the `return`)."""
         expr = frame.body.get(Key.EXPR)
         if not isinstance(expr, str):
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, "EVAL needs EXPR")
         self._check_admin("universe ''")
-        self._reply_ok(frame, {Key.DATA: [await self._console(_RETURN.sub("", expr, count=1))]})
+        self._reply_ok(frame, {Key.DATA: [await self._console(expr)]})
 
     async def _call(self, frame: Frame) -> None:
         """CALL of the `box` functions in `CALLABLE`, answered as Tarantool answers a Lua
