@@ -24,6 +24,7 @@ from replicaset.identity import Identity, IdentityError, Joining, parse_uuid
 CONFIG_FILE = "config.toml"
 EXIT_STORE_FAILED = 74  # sysexits' EX_IOERR: a store failed a write this process cannot take back
 EXIT_LISTEN_FAILED = 71  # sysexits' EX_OSERR: the listen address cannot be bound
+EXIT_REMOVED = 77  # sysexits' EX_NOPERM: this instance was removed from its replica set (box.remove)
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -216,6 +217,13 @@ def _serve(
         # line and an exit code for the supervisor; the restart recovers what it left.
         node.log.critical("stopped_on_store_failure", error=str(failure), exit_code=EXIT_STORE_FAILED)
         return EXIT_STORE_FAILED
+    if node.removal is not None:
+        from replicaset.runtime.removal import describe
+
+        print(f"replicaset: instance {identity.instance_uuid} {describe(node.removal)}; this data directory "
+              f"cannot serve again: join as a new instance with an empty data directory (exit code {EXIT_REMOVED})",
+              file=sys.stderr, flush=True)
+        return EXIT_REMOVED
     if node.rejoin_through:
         return _rejoin(data_dir, cfg, identity, node.rejoin_through)
     return 0

@@ -64,6 +64,7 @@ from replicaset.core.replicaset import (
     RecoveryGaveUp,
     Refusal,
     RejoinState,
+    Removal,
     ReplicaSet,
     Status,
     View,
@@ -227,10 +228,18 @@ class MemberDriver:
         return actions + self._synced_with(key, now_s)
 
     @_event
-    def applier_refused(self, key: str, now_s: float, refusal: Refusal, message: str) -> list[Action]:
+    def applier_refused(self, key: str, now_s: float, refusal: Refusal, message: str,
+                        removal: Removal | None = None) -> list[Action]:
+        """`removal`: the peer's record of the removal of the instance it refused."""
         actions = self._of_applier(key, self.appliers[key].refused(now_s, refusal, message))
-        actions += self._of_set(now_s, self.replicaset.upstream_refused(now_s, key, refusal))
+        actions += self._of_set(now_s, self.replicaset.upstream_refused(now_s, key, refusal, removal,
+                                                                        vclock=self._store.vclock.to_dict()))
         return actions + self._observe(now_s)
+
+    @_event
+    def own_row_deleted(self, now_s: float, removal: Removal) -> list[Action]:
+        """The deletion of this member's own `_cluster` row was applied here."""
+        return self._of_set(now_s, self.replicaset.own_row_deleted(now_s, removal))
 
     @_event
     def applier_rows(self, key: str, now_s: float, records: Sequence[Record], *, wall_ms: int | None = None) -> list[Action]:

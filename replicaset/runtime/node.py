@@ -28,6 +28,8 @@ from replicaset.core.replicaset import (
     Rejoin,
     RejoinNeeded,
     RejoinRefused,
+    Removal,
+    Removed,
     PendingRegistration,
     ReplicaSet,
     allocate_id,
@@ -37,6 +39,8 @@ from replicaset.identity import Identity, JoinUpstream, clear_pending_registrati
 from replicaset.iproto.sql_wire import sql_type_name
 from replicaset.iproto.system_views import Field, Space, SystemView, build_system_views
 from replicaset.member import Action, MemberDriver, Membership, SetAction
+from replicaset.meta.removed import put_removal, removal as removal_record
+from replicaset.runtime import removal as removals
 from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
@@ -122,6 +126,7 @@ class Node:
         self.swim: SwimHost | None = None  # once listening, unless isolated
         self._registered: dict[str, int] = {}  # `_cluster` as last seen: uuid -> id, to notice removals
         self.removed = False  # this member's own row is gone: it takes no writes
+        self.removal: Removal | None = None  # who removed this member, once it learned it: it stops
         self.links_open: dict[str, trio.Event] = {}  # upstream key -> set when its applier's link closes
         self.join_upstream = JoinUpstream.load(data_dir)  # followed until `_cluster` names it
         self.anonymous_followers: dict[int, str] = {}  # relay connection -> the follower's uuid
@@ -454,17 +459,38 @@ class Node:
         if changed:
             self.driver.txn_members(now, self.quorum.view())
         for uuid, instance_id in gone.items():
+            removal = self._removal_here(instance_id, uuid)
             if uuid == self.identity.instance_uuid:
                 self.removed = True
-                self.log.error("removed_from_replicaset", instance_id=instance_id)
+                if removal is None:  # its tombstone went already: who and when are unknown here
+                    self.log.error("removed_from_replicaset", instance_id=instance_id)
+                else:
+                    self.carry_out(self.driver.own_row_deleted(now, removal))
                 continue
-            self.log.warning("member_removed", member=instance_id, uuid=uuid)
+            if removal is not None:
+                put_removal(self.quorum.meta, removal)
+            self.log.warning("member_removed", member=instance_id, uuid=uuid,
+                             **(removals.log_fields(removal) if removal is not None else {}))
             if self.swim is not None:
                 self.swim.removed(instance_id)
             keys = [k for k in self.driver.appliers if self.upstream_uuids.get(k, k) == uuid]
             for key in keys:
                 self.carry_out(self.driver.applier_removed(key, now))
             self._nursery.start_soon(self._stop_following, instance_id, keys)
+
+    def _removal_here(self, instance_id: int, uuid: str) -> Removal | None:
+        """The removal of `instance_id` as this member applied it: the row that left its
+        `_cluster` row's tombstone."""
+        tombstone = self.engine.tombstone(CLUSTER_TABLE, f"{CLUSTER_TABLE}:{instance_id}")
+        if tombstone is None:
+            return None
+        hlc, by, lsn = tombstone
+        return Removal(instance_id=instance_id, uuid=uuid, by=by, lsn=lsn, hlc=hlc)
+
+    def removal_of(self, uuid: str) -> Removal | None:
+        """The removal of instance `uuid` this member noticed (kept in the metastore), for
+        the refusal of its SUBSCRIBE."""
+        return removal_record(self.quorum.meta, uuid)
 
     async def _stop_following(self, member: int, keys: list[str]) -> None:
         """Spec StopFollowing (`specs/QuorumRemoval.tla`): removed `member` is followed no
@@ -621,6 +647,18 @@ class Node:
                 self.log.info("registration_held", holders=list(action.holders), members=action.members)
             elif isinstance(action, RecoveryGaveUp):
                 self.log.info("recovery_gave_up", upstream=action.upstream)
+            elif isinstance(action, Removed):
+                self._stop_removed(action)
+
+    def _stop_removed(self, removed: Removed) -> None:
+        """This member is removed from the set: one line, then the process stops with its
+        own exit code (`cli.EXIT_REMOVED`); a restart would only be refused again."""
+        self.removal, self.removed = removed.removal, True
+        upstream = self.upstreams().get(removed.told_by) if removed.told_by is not None else None
+        self.log.error("removed_from_replicaset", **removals.log_fields(removed.removal),
+                       learned_from=upstream.address if upstream is not None else removed.told_by,
+                       hint="this data directory cannot serve again: join as a new instance with an empty one")
+        self._nursery.cancel_scope.cancel()
 
     def status(self) -> str:
         self.on_upstream_change()
