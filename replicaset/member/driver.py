@@ -63,6 +63,7 @@ from replicaset.core.replicaset import (
     RecoveryDone,
     RecoveryGaveUp,
     Refusal,
+    Rejoin,
     RejoinState,
     Removal,
     ReplicaSet,
@@ -874,8 +875,11 @@ class MemberDriver:
         # An anonymous follower has no rows of its own to lose: any member it follows will do.
         acked = (self.acked(own) if own != repl.ANONYMOUS_SUBSCRIBER
                  else dict.fromkeys(self._membership().ids.values(), 0))
-        return self._of_set(now_s, self.replicaset.check_rejoin(
-            now_s, own_lsn=self._store.vclock.get(own), acked=acked, rejoin_timeout_s=rejoin_timeout_s))
+        actions = self.replicaset.check_rejoin(now_s, own_lsn=self._store.vclock.get(own), acked=acked,
+                                               rejoin_timeout_s=rejoin_timeout_s)
+        if any(isinstance(action, Rejoin) for action in actions):  # a gap repair: counted with the others
+            self.anti_entropy.count(anti_entropy.Repair.GAP)
+        return self._of_set(now_s, actions)
 
     def check_invariants(self) -> None:
         """The store's, every core's, and no relay ahead of the store's durable cut for

@@ -40,7 +40,7 @@ from replicaset.iproto.sql_wire import sql_type_name
 from replicaset.iproto.system_views import Field, Space, SystemView, build_system_views
 from replicaset.member import Action, MemberDriver, Membership, SetAction
 from replicaset.meta.removed import put_removal, removal as removal_record
-from replicaset.runtime import removal as removals
+from replicaset.runtime import removal as removals, repairs
 from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
@@ -214,7 +214,8 @@ class Node:
             tombstone_purge=TombstonePurge(settle_s=10 * cfg.replication_timeout),
             repair=AntiEntropy(member=self.identity.instance_id,
                                threshold_rows=cfg["replication.delta_sync_threshold_transactions"],
-                               threshold_s=float(cfg["replication.delta_sync_threshold_seconds"])),
+                               threshold_s=float(cfg["replication.delta_sync_threshold_seconds"]),
+                               runs=repairs.load(self.data_dir)),
         )
 
     def _open_trace(self) -> TraceFile | None:
@@ -553,6 +554,7 @@ class Node:
                     self.rejoin_through = ""
                 elif isinstance(action, Rejoin):
                     self.rejoin_through = {i: a for i, _, a in self.members()}[action.through]
+                    self.anti_entropy.keep_counts()
                     self.log.warning("rejoin", through=self.rejoin_through, own_lsn=action.own_lsn)
                     self._nursery.cancel_scope.cancel()
                 elif isinstance(action, RejoinRefused):
