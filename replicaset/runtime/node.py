@@ -15,7 +15,7 @@ import trio
 
 from replicaset import __version__, access, console
 from replicaset.config import Config
-from replicaset.core.anti_entropy import AntiEntropy
+from replicaset.core.anti_entropy import AntiEntropy, Repair
 from replicaset.core.purge import TombstonePurge
 from replicaset.core.quorum import CLUSTER_TABLE
 from replicaset.core.replicaset import (
@@ -215,8 +215,15 @@ class Node:
             repair=AntiEntropy(member=self.identity.instance_id,
                                threshold_rows=cfg["replication.delta_sync_threshold_transactions"],
                                threshold_s=float(cfg["replication.delta_sync_threshold_seconds"]),
-                               runs=repairs.load(self.data_dir)),
+                               runs=self._repair_counts()),
         )
+
+    def _repair_counts(self) -> dict[Repair, int]:
+        try:
+            return repairs.load(self.data_dir)
+        except repairs.CountsUnreadable as exc:
+            self.log.warning("repair_counts_unreadable", error=str(exc), hint="counting repairs from zero again")
+            return {}
 
     def _open_trace(self) -> TraceFile | None:
         """`[debug] trace_file`, relative to the data directory: where the driver traces."""

@@ -5,7 +5,9 @@ takes the file along (`cli._rejoin`), as it takes the config. A file, not the me
 re-join leaves the old metastore behind, and a file is copied whole.
 
 Written durably (temporary name, fsync, rename) whenever a count changed; a crash between a
-repair and its write loses that one count, never the others."""
+repair and its write loses that one count, never the others. A file that cannot be read
+does not stop the member (the counts are for operators, not for its data): it counts from
+zero again and says so."""
 
 from __future__ import annotations
 
@@ -14,9 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from replicaset.core.anti_entropy import Repair
-from replicaset.identity import IdentityError, write_durably
+from replicaset.identity import write_durably
 
 FILE_NAME = "anti_entropy.json"
+
+
+class CountsUnreadable(ValueError):
+    """The file is there but holds no counts."""
 
 
 def load(data_dir: Path) -> dict[Repair, int]:
@@ -27,15 +33,15 @@ def load(data_dir: Path) -> dict[Repair, int]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise IdentityError(f"{path} is unreadable: {exc}") from exc
+        raise CountsUnreadable(f"{path} is unreadable: {exc}") from exc
     runs = doc.get("runs") if isinstance(doc, dict) else None
     if not isinstance(runs, dict):
-        raise IdentityError(f"{path}: no \"runs\" map of repair kind to count")
+        raise CountsUnreadable(f"{path}: no \"runs\" map of repair kind to count")
     counts: dict[Repair, int] = {}
     for kind in Repair:
         count = runs.get(kind.value, 0)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise IdentityError(f"{path}: runs.{kind.value} is not a count: {count!r}")
+            raise CountsUnreadable(f"{path}: runs.{kind.value} is not a count: {count!r}")
         counts[kind] = count
     return counts
 
