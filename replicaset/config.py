@@ -109,7 +109,7 @@ OPTIONS: dict[str, Option] = {
     "wal.group_commit_rows_max": Option(1024, int, _positive, "> 0"),
     "wal.group_commit_bytes_max": Option(4 * MIB, int, _positive, "> 0"),
     "wal.group_commit_delay_ms": Option(0.0, (int, float), lambda v: v >= 0, ">= 0 ms"),
-    "replication.auto_rejoin": Option(False, bool),
+    "replication.auto_rejoin": Option(True, bool),
     "replication.default_write_consistency": Option("quorum", str, lambda v: v.lower() in ("one", "quorum", "all"),
                                                     "one, quorum or all"),
     "replication.anti_entropy_interval_seconds": Option(30.0, (int, float), _positive, "> 0 seconds"),

@@ -15,7 +15,7 @@ import trio
 
 from replicaset import __version__, access, console
 from replicaset.config import Config
-from replicaset.core.anti_entropy import AntiEntropy
+from replicaset.core.anti_entropy import AntiEntropy, Repair
 from replicaset.core.purge import TombstonePurge
 from replicaset.core.quorum import CLUSTER_TABLE
 from replicaset.core.replicaset import (
@@ -28,6 +28,8 @@ from replicaset.core.replicaset import (
     Rejoin,
     RejoinNeeded,
     RejoinRefused,
+    Removal,
+    Removed,
     PendingRegistration,
     ReplicaSet,
     allocate_id,
@@ -36,6 +38,8 @@ from replicaset.core.replicaset import (
 from replicaset.identity import Identity, JoinUpstream, clear_pending_registration, load_pending_registration
 from replicaset.iproto.system_views import Space, SystemView, build_system_views
 from replicaset.member import Action, MemberDriver, Membership, SetAction
+from replicaset.meta.removed import put_removal, removal as removal_record
+from replicaset.runtime import removal as removals, repairs
 from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
@@ -122,6 +126,7 @@ class Node:
         self.swim: SwimHost | None = None  # once listening, unless isolated
         self._registered: dict[str, int] = {}  # `_cluster` as last seen: uuid -> id, to notice removals
         self.removed = False  # this member's own row is gone: it takes no writes
+        self.removal: Removal | None = None  # who removed this member, once it learned it: it stops
         self.links_open: dict[str, trio.Event] = {}  # upstream key -> set when its applier's link closes
         self.join_upstream = JoinUpstream.load(data_dir)  # followed until `_cluster` names it
         self.anonymous_followers: dict[int, str] = {}  # relay connection -> the follower's uuid
@@ -207,7 +212,8 @@ class Node:
             tombstone_purge=TombstonePurge(settle_s=10 * cfg.replication_timeout),
             repair=AntiEntropy(member=self.identity.instance_id,
                                threshold_rows=cfg["replication.delta_sync_threshold_transactions"],
-                               threshold_s=float(cfg["replication.delta_sync_threshold_seconds"])),
+                               threshold_s=float(cfg["replication.delta_sync_threshold_seconds"]),
+                               runs=self._repair_counts()),
         )
 
     def replication_settings(self) -> dict[str, Any]:
@@ -217,6 +223,13 @@ class Node:
         timeout_s = self.config.replication_timeout
         return {"timeout_s": timeout_s, "backoff_max_s": max(timeout_s * 8, 1.0),
                 "skip_conflict": self.config.replication_skip_conflict}
+
+    def _repair_counts(self) -> dict[Repair, int]:
+        try:
+            return repairs.load(self.data_dir)
+        except repairs.CountsUnreadable as exc:
+            self.log.warning("repair_counts_unreadable", error=str(exc), hint="counting repairs from zero again")
+            return {}
 
     def _open_trace(self) -> TraceFile | None:
         """`[debug] trace_file`, relative to the data directory: where the driver traces."""
@@ -460,17 +473,38 @@ class Node:
         if changed:
             self.driver.txn_members(now, self.quorum.view())
         for uuid, instance_id in gone.items():
+            removal = self._removal_here(instance_id, uuid)
             if uuid == self.identity.instance_uuid:
                 self.removed = True
-                self.log.error("removed_from_replicaset", instance_id=instance_id)
+                if removal is None:  # its tombstone went already: who and when are unknown here
+                    self.log.error("removed_from_replicaset", instance_id=instance_id)
+                else:
+                    self.carry_out(self.driver.own_row_deleted(now, removal))
                 continue
-            self.log.warning("member_removed", member=instance_id, uuid=uuid)
+            if removal is not None:
+                put_removal(self.quorum.meta, removal)
+            self.log.warning("member_removed", member=instance_id, uuid=uuid,
+                             **(removals.log_fields(removal) if removal is not None else {}))
             if self.swim is not None:
                 self.swim.removed(instance_id)
             keys = [k for k in self.driver.appliers if self.upstream_uuids.get(k, k) == uuid]
             for key in keys:
                 self.carry_out(self.driver.applier_removed(key, now))
             self._nursery.start_soon(self._stop_following, instance_id, keys)
+
+    def _removal_here(self, instance_id: int, uuid: str) -> Removal | None:
+        """The removal of `instance_id` as this member applied it: the row that left its
+        `_cluster` row's tombstone."""
+        tombstone = self.engine.tombstone(CLUSTER_TABLE, f"{CLUSTER_TABLE}:{instance_id}")
+        if tombstone is None:
+            return None
+        hlc, by, lsn = tombstone
+        return Removal(instance_id=instance_id, uuid=uuid, by=by, lsn=lsn, hlc=hlc)
+
+    def removal_of(self, uuid: str) -> Removal | None:
+        """The removal of instance `uuid` this member noticed (kept in the metastore), for
+        the refusal of its SUBSCRIBE."""
+        return removal_record(self.quorum.meta, uuid)
 
     async def _stop_following(self, member: int, keys: list[str]) -> None:
         """Spec StopFollowing (`specs/QuorumRemoval.tla`): removed `member` is followed no
@@ -533,6 +567,7 @@ class Node:
                     self.rejoin_through = ""
                 elif isinstance(action, Rejoin):
                     self.rejoin_through = {i: a for i, _, a in self.members()}[action.through]
+                    self.anti_entropy.keep_counts()
                     self.log.warning("rejoin", through=self.rejoin_through, own_lsn=action.own_lsn)
                     self._nursery.cancel_scope.cancel()
                 elif isinstance(action, RejoinRefused):
@@ -627,6 +662,18 @@ class Node:
                 self.log.info("registration_held", holders=list(action.holders), members=action.members)
             elif isinstance(action, RecoveryGaveUp):
                 self.log.info("recovery_gave_up", upstream=action.upstream)
+            elif isinstance(action, Removed):
+                self._stop_removed(action)
+
+    def _stop_removed(self, removed: Removed) -> None:
+        """This member is removed from the set: one line, then the process stops with its
+        own exit code (`cli.EXIT_REMOVED`); a restart would only be refused again."""
+        self.removal, self.removed = removed.removal, True
+        upstream = self.upstreams().get(removed.told_by) if removed.told_by is not None else None
+        self.log.error("removed_from_replicaset", **removals.log_fields(removed.removal),
+                       learned_from=upstream.address if upstream is not None else removed.told_by,
+                       hint="this data directory cannot serve again: join as a new instance with an empty one")
+        self._nursery.cancel_scope.cancel()
 
     def status(self) -> str:
         self.on_upstream_change()

@@ -231,9 +231,11 @@ class QuorumHost:
             raise _client_error(client.error, timeout_s)
         if not client.done.is_set():
             where = f" as row {client.row[0]}:{client.row[1]}" if client.row else ""
+            missing = driver.coordinator.not_holding(txn_id)
+            naming = f" (not confirmed by members {list(missing)})" if missing else ""
             raise RequestError(ErrorCode.TIMEOUT, f"transaction {txn_id:#x} committed{where}, but fewer than "
                                                   f"{q.needed(level, len(members))} of {len(members)} members "
-                                                  f"confirmed it durable within {timeout_s} s")
+                                                  f"confirmed it durable within {timeout_s} s{naming}")
         return client
 
     # ---------------------------------------------------------------- the console
@@ -644,11 +646,20 @@ def _client_error(error: q.TxnError, timeout_s: float) -> RequestError:
     if isinstance(error, q.QuorumNotReached):
         dead = f", members {sorted(error.dead)} are dead (SWIM)" if error.dead else ""
         return RequestError(ErrorCode.QUORUM_WAIT, f"Couldn't wait for quorum {error.needed}: {error.answered} of "
-                                                   f"{error.total} members prepared{dead}; the transaction was aborted")
+                                                   f"{error.total} members prepared{dead}{_naming(error.unconfirmed)}; "
+                                                   "the transaction was aborted")
     return RequestError(ErrorCode.SYNC_QUORUM_TIMEOUT,
                         f"Quorum collection for a synchronous transaction is timed out: {error.answered} of "
-                        f"{error.total} members prepared, {error.needed} needed, within {timeout_s} s; the "
-                        f"transaction was aborted")
+                        f"{error.total} members prepared, {error.needed} needed, within {timeout_s} s"
+                        f"{_naming(error.unconfirmed)}; the transaction was aborted")
+
+
+def _naming(unconfirmed: q.Unconfirmed) -> str:
+    """Every member the coordinator core found silent, with why: "; not prepared by member
+    2 (dead), member 3 (no answer)"."""
+    if not unconfirmed:
+        return ""
+    return "; not prepared by " + ", ".join(f"member {member} ({why.value})" for member, why in unconfirmed)
 
 
 @dataclass(eq=False)

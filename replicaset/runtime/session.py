@@ -38,6 +38,7 @@ from replicaset.core.replication import ANONYMOUS_SUBSCRIBER
 from replicaset.core.quorum import Level
 from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerRequest
+from replicaset.runtime import removal as removals
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.peer_access import PeerGate, PeerRefused, remote_address
@@ -200,8 +201,9 @@ class Session:
     def _reply_ok(self, frame: Frame, body: dict[int, Any] | None = None, *, vclock: dict[int, int] | None = None) -> None:
         self._send(encode_ok(sync=frame.sync, schema_version=self._node.schema_version, body=body, vclock=vclock))
 
-    def _reply_error(self, sync: int, code: int, message: str) -> None:
-        self._send(encode_error(sync=sync, schema_version=self._node.schema_version, code=code, message=message))
+    def _reply_error(self, sync: int, code: int, message: str, fields: dict[str, Any] | None = None) -> None:
+        self._send(encode_error(sync=sync, schema_version=self._node.schema_version, code=code, message=message,
+                                fields=fields))
 
     async def run(self) -> None:
         """Serve until the peer leaves; whatever goes wrong closes this connection only,
@@ -303,7 +305,7 @@ class Session:
             await self._flush_outbox()
             raise _ConnectionClosed from exc
         except (RequestError, RemoteProtocolError) as exc:
-            self._reply_error(frame.sync, exc.code, exc.message)
+            self._reply_error(frame.sync, exc.code, exc.message, exc.fields if isinstance(exc, RequestError) else None)
         except WriteFailed as exc:  # a full disk refused what it needed written (box.snapshot(), a JOIN's checkpoint)
             self._reply_error(frame.sync, exc.code, str(exc))
 
@@ -451,6 +453,10 @@ class Session:
                                                          "follower")
         subscriber = ANONYMOUS_SUBSCRIBER if request.anonymous else registered
         if subscriber is None:
+            removal = node.removal_of(uuid)
+            if removal is not None:  # the subscriber's core judges whether it is its own (`is_removal_of`)
+                raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {uuid} {removals.describe(removal)}: "
+                                                              "it is not a member any more", fields=removals.to_fields(removal))
             raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {uuid} is not registered in replica set {node.identity.replicaset_uuid}: join first")
         claimed = request.replica_id
         if claimed is not None and claimed != subscriber:

@@ -5,6 +5,7 @@ error naming it; and members agree whatever happened."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -98,6 +99,23 @@ def test_quorum_commits_without_one_member_and_all_does_not(quorum_set) -> None:
         assert rows(first) == rows(second) == [[1, "quorum", 0]]
     rs.wait_converged()
     assert rows(third) == [[1, "quorum", 0]]
+
+
+def test_an_all_write_with_two_members_hung_names_both(quorum_set) -> None:
+    """Issue 32: with members 2 and 3 SIGSTOPped, an ALL write failed naming one of them.
+    The error names every member that did not prepare, with why (no answer, or dead once
+    SWIM holds it so)."""
+    rs, (first, second, third) = quorum_set
+    with second.paused(), third.paused():
+        with first.client() as client:
+            with pytest.raises(ServerError) as refused:
+                client.execute("INSERT INTO kv(k, v) VALUES (1, 'all')", options={"consistency": "all"})
+    message = refused.value.message
+    assert "1 of 3 members prepared" in message, message
+    named = re.findall(r"member (\d) \((no answer|dead)\)", message)
+    assert sorted(int(member) for member, _ in named) == [2, 3], message
+    rs.wait_converged()
+    assert rows(first) == []
 
 
 def test_a_minority_commits_nothing_and_says_so_in_bounded_time(quorum_set) -> None:
