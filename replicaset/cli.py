@@ -9,7 +9,6 @@ import importlib.util
 import io
 import shutil
 import signal
-import tomllib
 import sys
 import uuid
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from replicaset.identity import Identity, IdentityError, Joining, parse_uuid
 CONFIG_FILE = "config.toml"
 EXIT_STORE_FAILED = 74  # sysexits' EX_IOERR: a store failed a write this process cannot take back
 EXIT_LISTEN_FAILED = 71  # sysexits' EX_OSERR: the listen address cannot be bound
+EXIT_ADDRESS_MISMATCH = 78  # sysexits' EX_CONFIG: started at another address than the one registered in _cluster
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="when no member has the rows this instance needs, join again from a checkpoint")
     serve.add_argument("--read-only", action="store_true",
                        help="take no writes (box.cfg.read_only); a copy made by `restore` is always served so")
+    serve.add_argument("--move", action="store_true",
+                       help="start at a new address (--listen) and register it: a member alone in its set only "
+                            "(docs/replication.md, \"Addresses\")")
 
     join = sub.add_parser("join", help="join an existing replica set through one of its members")
     join.add_argument("--uuid", required=True, help="the replica set UUID")
@@ -145,12 +148,15 @@ def _ssl_context(args: argparse.Namespace) -> Any:
         raise configuration.ConfigError(f"--tls-ca {args.tls_ca}: cannot load it: {exc}") from exc
 
 
-def _load_config(args: argparse.Namespace, data_dir: Path, *, read_only: bool = False) -> configuration.Config:
+def _load_config(args: argparse.Namespace, data_dir: Path, *, read_only: bool = False,
+                 kept: bool = True) -> configuration.Config:
+    """The config kept in the data directory (unless not `kept`: bootstrap and join make
+    it), then `--config`, then the flags, each overriding the one before option by option."""
     from replicaset.runtime import tls
     from replicaset.runtime.peer_access import load_secret
 
-    path = args.config or (data_dir / CONFIG_FILE if (data_dir / CONFIG_FILE).exists() else None)
-    cfg = configuration.load(path, {"listen": args.listen, "read_only": True if read_only else None})
+    base = data_dir / CONFIG_FILE if kept and (data_dir / CONFIG_FILE).exists() else None
+    cfg = configuration.load(args.config, {"listen": args.listen, "read_only": True if read_only else None}, base=base)
     # The files the options name are read again where they are used; read here, a bad one
     # stops the command before it writes anything in the data directory.
     for read in (load_secret, tls.server_context, tls.client_context):
@@ -161,15 +167,12 @@ def _load_config(args: argparse.Namespace, data_dir: Path, *, read_only: bool = 
 def _keep_config(data_dir: Path, config: Path | None, listen: str) -> None:
     """Keep the config in the data directory, with the address the instance listens on,
     so that a later `replicaset serve --data-dir DIR` needs no flags."""
-    text = config.read_text() if config else ""
-    if "listen" not in tomllib.loads(text):
-        text = f'listen = "{listen}"\n' + text
-    (data_dir / CONFIG_FILE).write_text(text)
+    (data_dir / CONFIG_FILE).write_text(configuration.kept_config(config.read_text() if config else "", listen))
 
 
 def _serve(
     data_dir: Path, cfg: configuration.Config, identity: Identity, *, force_recovery: bool = False, rejoin: bool = False,
-    isolated: bool = False,
+    isolated: bool = False, move: bool = False,
 ) -> int:
     from replicaset.runtime.logging import configure
     from replicaset.meta.store import MetaWriteFailed
@@ -180,13 +183,13 @@ def _serve(
     # that captures stderr (tests calling `main`) has no file to give it.
     with contextlib.suppress(io.UnsupportedOperation, ValueError):
         faulthandler.enable()
-    from replicaset.runtime.node import ListenFailed, Node
+    from replicaset.runtime.node import AddressMismatch, ListenFailed, Node
     from replicaset.runtime.server import serve
     from replicaset.storage import EngineFatal
 
     configure(cfg.log_level, identity.instance_id)
     node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery, rejoin=rejoin,
-                isolated=isolated)
+                isolated=isolated, move=move)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -209,6 +212,12 @@ def _serve(
         if cannot_listen is not None:
             node.log.critical("listen_failed", error=str(cannot_listen), exit_code=EXIT_LISTEN_FAILED)
             return EXIT_LISTEN_FAILED
+        elsewhere = _failure_of(exc, (AddressMismatch,))
+        if isinstance(elsewhere, AddressMismatch):
+            node.log.critical("address_mismatch", error=str(elsewhere), registered=elsewhere.registered,
+                              listen=elsewhere.listen, exit_code=EXIT_ADDRESS_MISMATCH)
+            print(f"replicaset: {elsewhere}", file=sys.stderr)
+            return EXIT_ADDRESS_MISMATCH
         failure = _failure_of(exc, (MetaWriteFailed, EngineFatal, DiskFull))
         if failure is None:
             raise
@@ -258,7 +267,7 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
     data_dir: Path = args.data_dir
     if Identity.exists(data_dir):
         raise IdentityError(f"{data_dir} already holds an instance: use `replicaset serve`")
-    cfg = _load_config(args, data_dir)
+    cfg = _load_config(args, data_dir, kept=False)
     identity = Identity(
         replicaset_uuid=parse_uuid(args.uuid, "--uuid") if args.uuid else str(uuid.uuid4()),
         instance_uuid=str(uuid.uuid4()),
@@ -282,7 +291,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     copy = is_copy(args.data_dir)
     return _serve(args.data_dir, _load_config(args, args.data_dir, read_only=args.read_only or copy or identity.anonymous),
                   identity,
-                  force_recovery=args.force_recovery, rejoin=args.rejoin, isolated=copy)
+                  force_recovery=args.force_recovery, rejoin=args.rejoin, isolated=copy, move=args.move)
 
 
 def _finish_join(args: argparse.Namespace, joining: Joining) -> int:
@@ -310,7 +319,7 @@ def cmd_join(args: argparse.Namespace) -> int:
     if Identity.exists(data_dir):
         raise IdentityError(f"{data_dir} already holds an instance: use `replicaset serve`")
     replicaset_uuid = parse_uuid(args.uuid, "--uuid")
-    cfg = _load_config(args, data_dir, read_only=args.anonymous)
+    cfg = _load_config(args, data_dir, read_only=args.anonymous, kept=False)
     secret, tls = load_secret(cfg), client_context(cfg)
     data_dir.mkdir(parents=True, exist_ok=True)
     _keep_config(data_dir, args.config, cfg.listen)

@@ -26,8 +26,11 @@ async def serve(node: Node, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> N
     limit = int(node.config["max_connections"])
     open_sessions = 0
 
-    async def serve_connection(stream: trio.abc.Stream) -> None:
+    async def serve_connection(accepted: trio.SocketStream) -> None:
         nonlocal open_sessions
+        stream: trio.abc.Stream = accepted
+        if node.server_tls is not None:
+            stream = trio.SSLStream(accepted, node.server_tls, server_side=True)
         if open_sessions >= limit:
             node.log.warning("connection_refused", reason="max_connections", max_connections=limit)
             await _refuse(node, stream, f"too many connections: max_connections = {limit}")
