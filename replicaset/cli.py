@@ -9,20 +9,30 @@ import importlib.util
 import io
 import shutil
 import signal
+import socket
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from replicaset import config as configuration
 from replicaset.identity import Identity, IdentityError, Joining, parse_uuid
 
+if TYPE_CHECKING:
+    from replicaset.iproto.client import Client
+    from replicaset.iproto.errors import ServerError
+
 CONFIG_FILE = "config.toml"
 EXIT_STORE_FAILED = 74  # sysexits' EX_IOERR: a store failed a write this process cannot take back
 EXIT_LISTEN_FAILED = 71  # sysexits' EX_OSERR: the listen address cannot be bound
+# `sql` and `console`: the server answered with an error (bad SQL, a refused login) / it
+# could not be reached or talked to (as a bad command line or config, which exit with 2 too).
+EXIT_SERVER_ERROR = 1
+EXIT_UNREACHABLE = 2
+CLIENT_TIMEOUT_S = 10.0  # bounds the connect and every reply
 EXIT_ADDRESS_MISMATCH = 78  # sysexits' EX_CONFIG: started at another address than the one registered in _cluster
 
 
@@ -331,23 +341,17 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from replicaset.iproto.client import Client
-    from replicaset.iproto.errors import ServerError
+    def run(client: Client) -> int:
+        result = client.execute(args.sql, args.bind,
+                                options={"consistency": args.consistency} if args.consistency else None)
+        if result.columns:
+            print(format_table(result.columns, result.rows))
+        else:
+            ids = f", autoincrement ids {result.autoincrement_ids}" if result.autoincrement_ids else ""
+            print(f"{result.row_count} row(s) changed{ids}")
+        return 0
 
-    host, port = args.address
-    with Client.connect(host, port, user=args.user, password=args.password, ssl_context=_ssl_context(args)) as client:
-        try:
-            result = client.execute(args.sql, args.bind,
-                                    options={"consistency": args.consistency} if args.consistency else None)
-        except ServerError as exc:
-            print(f"error {exc.code}: {exc.message}", file=sys.stderr)
-            return 1
-    if result.columns:
-        print(format_table(result.columns, result.rows))
-    else:
-        ids = f", autoincrement ids {result.autoincrement_ids}" if result.autoincrement_ids else ""
-        print(f"{result.row_count} row(s) changed{ids}")
-    return 0
+    return _with_client(args, run)
 
 
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -360,23 +364,79 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def cmd_console(args: argparse.Namespace) -> int:
+    """`-e EXPR`: its value as a YAML document, or its error as one line on stderr. At the
+    prompt, an error is a YAML document too (`- error: ...`), as in Tarantool's console,
+    and the session goes on."""
     from replicaset.console import to_yaml
-    from replicaset.iproto.client import Client
     from replicaset.iproto.errors import ServerError
 
-    host, port = args.address
-    with Client.connect(host, port, user=args.user, password=args.password, ssl_context=_ssl_context(args)) as client:
-        exprs = [args.expr] if args.expr else _prompt(f"{host}:{port}> ")
+    def run(client: Client) -> int:
+        if args.expr:
+            print(to_yaml(client.eval(args.expr)[0]), end="")
+            return 0
+        host, port = args.address
         status = 0
-        for expr in exprs:
+        for expr in _prompt(f"{host}:{port}> "):
             if not expr.strip():
                 continue
             try:
                 print(to_yaml(client.eval(expr)[0]), end="")
             except ServerError as exc:
                 print(to_yaml({"error": exc.message}), end="")
-                status = 1
+                status = EXIT_SERVER_ERROR
         return status
+
+    return _with_client(args, run)
+
+
+def _with_client(args: argparse.Namespace, run: Callable[[Client], int]) -> int:
+    """`run` on a connection to the server `args` name, logged in as `args.user`, and its
+    exit code. What goes wrong on the way is one line on stderr, never a traceback:
+    `EXIT_SERVER_ERROR` when the server answered with an error (a refused login too),
+    `EXIT_UNREACHABLE` when it could not be reached or talked to."""
+    from replicaset.iproto.client import Client
+    from replicaset.iproto.errors import RemoteProtocolError, ServerError
+
+    host, port = args.address
+    where = f"{host}:{port}"
+    try:
+        client = Client.connect(host, port, user=args.user, password=args.password, timeout_s=CLIENT_TIMEOUT_S,
+                                ssl_context=_ssl_context(args))
+    except ServerError as exc:
+        return _fail(f"{where} refused the login as {args.user!r}: {_server_error(exc)}", EXIT_SERVER_ERROR)
+    except socket.gaierror as exc:
+        return _fail(f"cannot resolve the host {host!r}: {exc.strerror}", EXIT_UNREACHABLE)
+    except OSError as exc:
+        return _fail(f"cannot connect to {where}: {exc.strerror or exc}", EXIT_UNREACHABLE)
+    except RemoteProtocolError as exc:
+        return _fail(f"{where} does not speak iproto: {exc}", EXIT_UNREACHABLE)
+    with client:
+        try:
+            return run(client)
+        except ServerError as exc:
+            return _fail(_server_error(exc), EXIT_SERVER_ERROR)
+        except TimeoutError:
+            return _fail(f"{where} did not answer within {CLIENT_TIMEOUT_S} s", EXIT_UNREACHABLE)
+        except OSError as exc:
+            return _fail(f"lost the connection to {where}: {exc.strerror or exc}", EXIT_UNREACHABLE)
+        except RemoteProtocolError as exc:
+            return _fail(f"{where} sent a reply that is not valid iproto: {exc}", EXIT_UNREACHABLE)
+
+
+def _server_error(exc: ServerError) -> str:
+    """Tarantool's code, its name when we know it, and the message."""
+    from replicaset.iproto.constants import ErrorCode
+
+    try:
+        name = f" (ER_{ErrorCode(exc.code).name})"
+    except ValueError:
+        name = ""
+    return f"error {exc.code}{name}: {exc.message}"
+
+
+def _fail(message: str, exit_code: int) -> int:
+    print(f"replicaset: {message}", file=sys.stderr)
+    return exit_code
 
 
 def _prompt(prompt: str):  # type: ignore[no-untyped-def]

@@ -7,16 +7,21 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from replicaset.cli import main
 from replicaset.iproto.client import Client
+from replicaset.iproto.codec import encode_greeting
+from replicaset.iproto.constants import GREETING_VERSION
 from replicaset.iproto.errors import ServerError
 from replicaset.runtime.node import CLEAN_STOP_FILE
 from replicaset.testing.processes import free_port, stop_instance
-from tests.server.conftest import BOOTSTRAP_ROWS, Server, wait_for
+from tests.server.conftest import BOOTSTRAP_ROWS, REPLICASET_UUID, Server, wait_for
 
 
 def cli(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
@@ -35,7 +40,7 @@ def test_console_prints_box_info_as_yaml(server):
     cfg = yaml.safe_load(cli("console", f"127.0.0.1:{server.port}", "-e", "box.cfg").stdout)[0]
     assert cfg["wal_mode"] == "write"
     bad = cli("console", f"127.0.0.1:{server.port}", "-e", "box.info.nothing")
-    assert bad.returncode == 1 and "does not exist" in bad.stdout
+    assert bad.returncode == 1 and bad.stdout == "" and "does not exist" in bad.stderr
 
 
 def test_sql_command_prints_a_table(server):
@@ -231,3 +236,74 @@ def test_a_member_alone_in_its_set_moves_only_when_told_to(tmp_path):
         srv.stop()
     srv.start()  # registered where it listens now
     srv.stop()
+
+
+@pytest.fixture
+def closed_server(tmp_path: Path) -> Iterator[Server]:
+    config = tmp_path / "auth.toml"
+    config.write_text('[auth]\nguest = false\nusers = { admin = "s3cret" }\n')
+    srv = Server(tmp_path / "d", tmp_path / "log").start("--config", str(config))
+    yield srv
+    srv.stop()
+
+
+class GreetThenHangUp:
+    """A server that greets, then closes each connection at its first request."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                conn.sendall(encode_greeting(version=GREETING_VERSION, instance_uuid=REPLICASET_UUID,
+                                             salt=bytes(32)))
+                conn.recv(4096)
+
+    def close(self) -> None:
+        self.listener.close()
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize("command", ["sql", "console"])
+def test_client_commands_fail_in_one_line_with_an_exit_code(closed_server, command, capsys):
+    """A wrong password, a server that refuses the request, one that is not there, a host
+    that does not resolve, a server that hangs up: one line on stderr each, never a
+    traceback; 1 when the server answered with an error, 2 when it could not be talked to."""
+    address = f"127.0.0.1:{closed_server.port}"
+    request, bad = (["SELECT 1"], ["SELEC 1"]) if command == "sql" else (["-e", "box.info.id"], ["-e", "box.nothing"])
+    admin = ["--user", "admin", "--password", "s3cret"]
+
+    def run(target: str, *args: str) -> tuple[int, str]:
+        code = main([command, target, *args])
+        out = capsys.readouterr()
+        assert out.err.count("\n") == 1 and out.err.startswith("replicaset: "), out
+        assert out.out == "", out
+        return code, out.err
+
+    code, err = run(address, *request, "--user", "admin", "--password", "nope")
+    assert code == 1 and "refused the login as 'admin'" in err
+    assert "error 47 (ER_CREDS_MISMATCH): User not found or supplied credentials are invalid" in err, err
+    code, err = run(address, *bad, *admin)
+    assert code == 1 and ('error 159 (ER_SQL_EXECUTE): near "SELEC"' in err or "box.nothing does not exist" in err)
+    code, err = run(address, *request)
+    assert code == 1 and "error 42 (ER_ACCESS_DENIED)" in err, err
+    nobody = free_port()
+    code, err = run(f"127.0.0.1:{nobody}", *request)
+    assert code == 2 and f"cannot connect to 127.0.0.1:{nobody}: Connection refused" in err, err
+    code, err = run("nosuchhost.invalid:3301", *request)
+    assert code == 2 and "cannot resolve the host 'nosuchhost.invalid'" in err, err
+    hangs_up = GreetThenHangUp()
+    try:
+        code, err = run(f"127.0.0.1:{hangs_up.port}", *request)
+    finally:
+        hangs_up.close()
+    assert code == 2 and f"lost the connection to 127.0.0.1:{hangs_up.port}: the server closed the connection" in err
