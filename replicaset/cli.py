@@ -394,7 +394,7 @@ def _with_client(args: argparse.Namespace, run: Callable[[Client], int]) -> int:
     exit code. What goes wrong on the way is one line on stderr, never a traceback:
     `EXIT_SERVER_ERROR` when the server answered with an error (a refused login too),
     `EXIT_UNREACHABLE` when it could not be reached or talked to."""
-    from replicaset.iproto.client import Client
+    from replicaset.iproto.client import Client, TlsExpected
     from replicaset.iproto.errors import RemoteProtocolError, ServerError
 
     host, port = args.address
@@ -402,6 +402,9 @@ def _with_client(args: argparse.Namespace, run: Callable[[Client], int]) -> int:
     try:
         client = Client.connect(host, port, user=args.user, password=args.password, timeout_s=CLIENT_TIMEOUT_S,
                                 ssl_context=_ssl_context(args))
+    except TlsExpected as exc:
+        return _fail(f"{exc}: pass --tls-ca FILE (the CA that signed its certificate), or --tls to trust the "
+                     "system's CAs", EXIT_UNREACHABLE)
     except ServerError as exc:
         return _fail(f"{where} refused the login as {args.user!r}: {_server_error(exc)}", EXIT_SERVER_ERROR)
     except socket.gaierror as exc:
