@@ -331,10 +331,11 @@ def cmd_join(args: argparse.Namespace) -> int:
     replicaset_uuid = parse_uuid(args.uuid, "--uuid")
     cfg = _load_config(args, data_dir, read_only=args.anonymous, kept=False)
     secret, tls = load_secret(cfg), client_context(cfg)
+    made_dir = not data_dir.exists()
     data_dir.mkdir(parents=True, exist_ok=True)
     _keep_config(data_dir, args.config, cfg.listen)
     identity = join(data_dir, replicaset_uuid=replicaset_uuid, peers=args.peer, listen=cfg.listen,
-                    anonymous=args.anonymous, secret=secret, tls=tls)
+                    anonymous=args.anonymous, secret=secret, tls=tls, made_dir=made_dir)
     if identity is None:
         return 1
     return _serve(data_dir, cfg, identity)
