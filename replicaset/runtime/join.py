@@ -79,12 +79,9 @@ def join(
                                 listen=listen, target=target, anonymous=anonymous, secret=secret, tls=tls)
                 break
             except ATTEMPT_FAILURES as exc:
-                error = str(exc) or type(exc).__name__
-                state.log.error("join_failed", peer=peer, error=error, chunks_kept=state.chunks,
+                failure.add(peer, exc, asked=state.asked, anonymous=anonymous)
+                state.log.error("join_failed", peer=peer, error=failure.errors[peer], chunks_kept=state.chunks,
                                 retry=bool(state.chunks))
-                refused_first = isinstance(exc, PeerError) and exc.code in REFUSED_BEFORE_REGISTRATION
-                failure.add(peer, error, reached=state.asked,
-                            registers=state.asked and not anonymous and not refused_first)
                 if not state.chunks:
                     break
                 time.sleep(RESUME_PAUSE_S)
@@ -135,17 +132,20 @@ class JoinFailure:
 
     maybe_registered: bool
     errors: dict[str, str] = field(default_factory=dict)  # peer -> its last error
-    unreachable: list[str] = field(default_factory=list)  # peers no JOIN reached
+    unreachable: list[str] = field(default_factory=list)  # peers that could not be connected to
+    other_set: bool = False  # a member said it belongs to another replica set
     kept_bytes: int = 0
     size: int = 0
     removed: bool = False
 
-    def add(self, peer: str, error: str, *, reached: bool, registers: bool) -> None:
-        """`reached`: the JOIN went out; `registers`: the member may have registered us."""
-        self.errors[peer] = error
-        self.maybe_registered |= registers
-        if not reached and peer not in self.unreachable:
+    def add(self, peer: str, exc: BaseException, *, asked: bool, anonymous: bool) -> None:
+        """An attempt through `peer` failed with `exc`, after its JOIN went out if `asked`."""
+        self.errors[peer] = str(exc) or type(exc).__name__
+        code = exc.code if isinstance(exc, PeerError) else None
+        if not asked and isinstance(exc, (OSError, trio.TooSlowError)) and peer not in self.unreachable:
             self.unreachable.append(peer)
+        self.other_set |= code == ErrorCode.REPLICASET_UUID_MISMATCH
+        self.maybe_registered |= asked and not anonymous and code not in REFUSED_BEFORE_REGISTRATION
 
     @property
     def resumable(self) -> bool:
@@ -171,7 +171,7 @@ class JoinFailure:
         hints = []
         if self.unreachable:
             hints.append(f"check that a member runs at {', '.join(self.unreachable)} (--peer)")
-        if any("Replica set UUID mismatch" in error for error in self.errors.values()):
+        if self.other_set:
             hints.append("check --uuid: the set's UUID is box.info.cluster.uuid on any of its members")
         hint = f"{'; '.join(hints)}; " if hints else ""
         if not self.resumable:
