@@ -9,22 +9,33 @@ import importlib.util
 import io
 import shutil
 import signal
-import tomllib
+import socket
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from replicaset import config as configuration
 from replicaset.identity import Identity, IdentityError, Joining, parse_uuid
 
+if TYPE_CHECKING:
+    from replicaset.iproto.client import Client
+    from replicaset.iproto.errors import ServerError
+
 CONFIG_FILE = "config.toml"
 EXIT_STORE_FAILED = 74  # sysexits' EX_IOERR: a store failed a write this process cannot take back
 EXIT_LISTEN_FAILED = 71  # sysexits' EX_OSERR: the listen address cannot be bound
 EXIT_REMOVED = 77  # sysexits' EX_NOPERM: this instance was removed from its replica set (box.remove)
+
+# `sql` and `console`: the server answered with an error (bad SQL, a refused login) / it
+# could not be reached or talked to (as a bad command line or config, which exit with 2 too).
+EXIT_SERVER_ERROR = 1
+EXIT_UNREACHABLE = 2
+CLIENT_TIMEOUT_S = 10.0  # bounds the connect and every reply
+EXIT_ADDRESS_MISMATCH = 78  # sysexits' EX_CONFIG: started at another address than the one registered in _cluster
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -66,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="when no member has the rows this instance needs, join again from a checkpoint")
     serve.add_argument("--read-only", action="store_true",
                        help="take no writes (box.cfg.read_only); a copy made by `restore` is always served so")
+    serve.add_argument("--move", action="store_true",
+                       help="start at a new address (--listen) and register it: a member alone in its set only "
+                            "(docs/replication.md, \"Addresses\")")
 
     join = sub.add_parser("join", help="join an existing replica set through one of its members")
     join.add_argument("--uuid", required=True, help="the replica set UUID")
@@ -146,12 +160,15 @@ def _ssl_context(args: argparse.Namespace) -> Any:
         raise configuration.ConfigError(f"--tls-ca {args.tls_ca}: cannot load it: {exc}") from exc
 
 
-def _load_config(args: argparse.Namespace, data_dir: Path, *, read_only: bool = False) -> configuration.Config:
+def _load_config(args: argparse.Namespace, data_dir: Path, *, read_only: bool = False,
+                 kept: bool = True) -> configuration.Config:
+    """The config kept in the data directory (unless not `kept`: bootstrap and join make
+    it), then `--config`, then the flags, each overriding the one before option by option."""
     from replicaset.runtime import tls
     from replicaset.runtime.peer_access import load_secret
 
-    path = args.config or (data_dir / CONFIG_FILE if (data_dir / CONFIG_FILE).exists() else None)
-    cfg = configuration.load(path, {"listen": args.listen, "read_only": True if read_only else None})
+    base = data_dir / CONFIG_FILE if kept and (data_dir / CONFIG_FILE).exists() else None
+    cfg = configuration.load(args.config, {"listen": args.listen, "read_only": True if read_only else None}, base=base)
     # The files the options name are read again where they are used; read here, a bad one
     # stops the command before it writes anything in the data directory.
     for read in (load_secret, tls.server_context, tls.client_context):
@@ -162,15 +179,12 @@ def _load_config(args: argparse.Namespace, data_dir: Path, *, read_only: bool = 
 def _keep_config(data_dir: Path, config: Path | None, listen: str) -> None:
     """Keep the config in the data directory, with the address the instance listens on,
     so that a later `replicaset serve --data-dir DIR` needs no flags."""
-    text = config.read_text() if config else ""
-    if "listen" not in tomllib.loads(text):
-        text = f'listen = "{listen}"\n' + text
-    (data_dir / CONFIG_FILE).write_text(text)
+    (data_dir / CONFIG_FILE).write_text(configuration.kept_config(config.read_text() if config else "", listen))
 
 
 def _serve(
     data_dir: Path, cfg: configuration.Config, identity: Identity, *, force_recovery: bool = False, rejoin: bool = False,
-    isolated: bool = False,
+    isolated: bool = False, move: bool = False,
 ) -> int:
     from replicaset.runtime.logging import configure
     from replicaset.meta.store import MetaWriteFailed
@@ -181,13 +195,13 @@ def _serve(
     # that captures stderr (tests calling `main`) has no file to give it.
     with contextlib.suppress(io.UnsupportedOperation, ValueError):
         faulthandler.enable()
-    from replicaset.runtime.node import ListenFailed, Node
+    from replicaset.runtime.node import AddressMismatch, ListenFailed, Node
     from replicaset.runtime.server import serve
     from replicaset.storage import EngineFatal
 
     configure(cfg.log_level, identity.instance_id)
     node = Node(config=cfg, identity=identity, data_dir=data_dir, force_recovery=force_recovery, rejoin=rejoin,
-                isolated=isolated)
+                isolated=isolated, move=move)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -210,6 +224,12 @@ def _serve(
         if cannot_listen is not None:
             node.log.critical("listen_failed", error=str(cannot_listen), exit_code=EXIT_LISTEN_FAILED)
             return EXIT_LISTEN_FAILED
+        elsewhere = _failure_of(exc, (AddressMismatch,))
+        if isinstance(elsewhere, AddressMismatch):
+            node.log.critical("address_mismatch", error=str(elsewhere), registered=elsewhere.registered,
+                              listen=elsewhere.listen, exit_code=EXIT_ADDRESS_MISMATCH)
+            print(f"replicaset: {elsewhere}", file=sys.stderr)
+            return EXIT_ADDRESS_MISMATCH
         failure = _failure_of(exc, (MetaWriteFailed, EngineFatal, DiskFull))
         if failure is None:
             raise
@@ -287,7 +307,7 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
     data_dir: Path = args.data_dir
     if Identity.exists(data_dir):
         raise IdentityError(f"{data_dir} already holds an instance: use `replicaset serve`")
-    cfg = _load_config(args, data_dir)
+    cfg = _load_config(args, data_dir, kept=False)
     identity = Identity(
         replicaset_uuid=parse_uuid(args.uuid, "--uuid") if args.uuid else str(uuid.uuid4()),
         instance_uuid=str(uuid.uuid4()),
@@ -311,7 +331,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     copy = is_copy(args.data_dir)
     return _serve(args.data_dir, _load_config(args, args.data_dir, read_only=args.read_only or copy or identity.anonymous),
                   identity,
-                  force_recovery=args.force_recovery, rejoin=args.rejoin, isolated=copy)
+                  force_recovery=args.force_recovery, rejoin=args.rejoin, isolated=copy, move=args.move)
 
 
 def _finish_join(args: argparse.Namespace, joining: Joining) -> int:
@@ -340,35 +360,30 @@ def cmd_join(args: argparse.Namespace) -> int:
     if Identity.exists(data_dir):
         raise IdentityError(f"{data_dir} already holds an instance: use `replicaset serve`")
     replicaset_uuid = parse_uuid(args.uuid, "--uuid")
-    cfg = _load_config(args, data_dir, read_only=args.anonymous)
+    cfg = _load_config(args, data_dir, read_only=args.anonymous, kept=False)
     secret, tls = load_secret(cfg), client_context(cfg)
+    made_dir = not data_dir.exists()
     data_dir.mkdir(parents=True, exist_ok=True)
     _keep_config(data_dir, args.config, cfg.listen)
     identity = join(data_dir, replicaset_uuid=replicaset_uuid, peers=args.peer, listen=cfg.listen,
-                    anonymous=args.anonymous, secret=secret, tls=tls)
+                    anonymous=args.anonymous, secret=secret, tls=tls, made_dir=made_dir)
     if identity is None:
         return 1
     return _serve(data_dir, cfg, identity)
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from replicaset.iproto.client import Client
-    from replicaset.iproto.errors import ServerError
+    def run(client: Client) -> int:
+        result = client.execute(args.sql, args.bind,
+                                options={"consistency": args.consistency} if args.consistency else None)
+        if result.columns:
+            print(format_table(result.columns, result.rows))
+        else:
+            ids = f", autoincrement ids {result.autoincrement_ids}" if result.autoincrement_ids else ""
+            print(f"{result.row_count} row(s) changed{ids}")
+        return 0
 
-    host, port = args.address
-    with Client.connect(host, port, user=args.user, password=args.password, ssl_context=_ssl_context(args)) as client:
-        try:
-            result = client.execute(args.sql, args.bind,
-                                    options={"consistency": args.consistency} if args.consistency else None)
-        except ServerError as exc:
-            print(f"error {exc.code}: {exc.message}", file=sys.stderr)
-            return 1
-    if result.columns:
-        print(format_table(result.columns, result.rows))
-    else:
-        ids = f", autoincrement ids {result.autoincrement_ids}" if result.autoincrement_ids else ""
-        print(f"{result.row_count} row(s) changed{ids}")
-    return 0
+    return _with_client(args, run)
 
 
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -381,23 +396,82 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def cmd_console(args: argparse.Namespace) -> int:
+    """`-e EXPR`: its value as a YAML document, or its error as one line on stderr. At the
+    prompt, an error is a YAML document too (`- error: ...`), as in Tarantool's console,
+    and the session goes on."""
     from replicaset.console import to_yaml
-    from replicaset.iproto.client import Client
     from replicaset.iproto.errors import ServerError
 
-    host, port = args.address
-    with Client.connect(host, port, user=args.user, password=args.password, ssl_context=_ssl_context(args)) as client:
-        exprs = [args.expr] if args.expr else _prompt(f"{host}:{port}> ")
+    def run(client: Client) -> int:
+        if args.expr:
+            print(to_yaml(client.eval(args.expr)[0]), end="")
+            return 0
+        host, port = args.address
         status = 0
-        for expr in exprs:
+        for expr in _prompt(f"{host}:{port}> "):
             if not expr.strip():
                 continue
             try:
                 print(to_yaml(client.eval(expr)[0]), end="")
             except ServerError as exc:
                 print(to_yaml({"error": exc.message}), end="")
-                status = 1
+                status = EXIT_SERVER_ERROR
         return status
+
+    return _with_client(args, run)
+
+
+def _with_client(args: argparse.Namespace, run: Callable[[Client], int]) -> int:
+    """`run` on a connection to the server `args` name, logged in as `args.user`, and its
+    exit code. What goes wrong on the way is one line on stderr, never a traceback:
+    `EXIT_SERVER_ERROR` when the server answered with an error (a refused login too),
+    `EXIT_UNREACHABLE` when it could not be reached or talked to."""
+    from replicaset.iproto.client import Client, TlsExpected
+    from replicaset.iproto.errors import RemoteProtocolError, ServerError
+
+    host, port = args.address
+    where = f"{host}:{port}"
+    try:
+        client = Client.connect(host, port, user=args.user, password=args.password, timeout_s=CLIENT_TIMEOUT_S,
+                                ssl_context=_ssl_context(args))
+    except TlsExpected as exc:
+        return _fail(f"{exc}: pass --tls-ca FILE (the CA that signed its certificate), or --tls to trust the "
+                     "system's CAs", EXIT_UNREACHABLE)
+    except ServerError as exc:
+        return _fail(f"{where} refused the login as {args.user!r}: {_server_error(exc)}", EXIT_SERVER_ERROR)
+    except socket.gaierror as exc:
+        return _fail(f"cannot resolve the host {host!r}: {exc.strerror}", EXIT_UNREACHABLE)
+    except OSError as exc:
+        return _fail(f"cannot connect to {where}: {exc.strerror or exc}", EXIT_UNREACHABLE)
+    except RemoteProtocolError as exc:
+        return _fail(f"{where} does not speak iproto: {exc}", EXIT_UNREACHABLE)
+    with client:
+        try:
+            return run(client)
+        except ServerError as exc:
+            return _fail(_server_error(exc), EXIT_SERVER_ERROR)
+        except TimeoutError:
+            return _fail(f"{where} did not answer within {CLIENT_TIMEOUT_S} s", EXIT_UNREACHABLE)
+        except OSError as exc:
+            return _fail(f"lost the connection to {where}: {exc.strerror or exc}", EXIT_UNREACHABLE)
+        except RemoteProtocolError as exc:
+            return _fail(f"{where} sent a reply that is not valid iproto: {exc}", EXIT_UNREACHABLE)
+
+
+def _server_error(exc: ServerError) -> str:
+    """Tarantool's code, its name when we know it, and the message."""
+    from replicaset.iproto.constants import ErrorCode
+
+    try:
+        name = f" (ER_{ErrorCode(exc.code).name})"
+    except ValueError:
+        name = ""
+    return f"error {exc.code}{name}: {exc.message}"
+
+
+def _fail(message: str, exit_code: int) -> int:
+    print(f"replicaset: {message}", file=sys.stderr)
+    return exit_code
 
 
 def _prompt(prompt: str):  # type: ignore[no-untyped-def]

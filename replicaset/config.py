@@ -12,6 +12,7 @@ the config file again, as Tarantool's init script's `box.cfg` wins over what was
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -250,16 +251,17 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join("nothing" if k is type(None) else k.__name__ for k in kinds)
 
 
-def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Defaults, then the file, then command-line overrides; each value validated."""
+def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None, *,
+         base: Path | None = None) -> Config:
+    """Defaults, then `base` (the config a data directory keeps), then the file, then
+    command-line overrides; each value validated. Each layer replaces only the options it
+    sets, one by one, those of a `[section]` too: a file that leaves out `listen` or
+    `[wal] group_commit_rows_max` keeps the value below it. A table-valued option
+    (`[auth.users]`, `[cluster] dial`) is one option, replaced whole."""
     values = {name: option.default for name, option in OPTIONS.items()}
-    if path is not None:
-        try:
-            doc = tomllib.loads(Path(path).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
-        for name, value in _flatten(doc).items():
-            values[name] = validate(name, value)
+    for layer in (base, path):
+        if layer is not None:
+            values.update(_read(layer))
     for name, value in (overrides or {}).items():
         if value is not None:
             values[name] = validate(name, value)
@@ -278,6 +280,41 @@ def load(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -
         raise ConfigError(f"[cluster] dead_timeout_ms = {values['cluster.dead_timeout_ms']} is below suspect_timeout_ms "
                           f"= {values['cluster.suspect_timeout_ms']}: a member is suspected before it is declared dead")
     return Config(values)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The options a file sets, validated, by their flat names."""
+    try:
+        doc = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    return {name: validate(name, value) for name, value in _flatten(doc).items()}
+
+
+def kept_config(text: str, listen: str) -> str:
+    """The config a data directory keeps: the file's `text` as written, comments and all,
+    with `listen` set to the address the member was started at (the `--listen` flag, which
+    overrides the file's), so that a later `serve` with no flags listens where the member
+    registered. A top-level `listen` of the file's stays as a comment."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("["):  # the top level ends at the first table
+            break
+        if "listen" in _toml_or_nothing(line):
+            lines[i] = "# " + line
+    kept = f"listen = {json.dumps(listen)}\n" + "".join(lines)
+    if _toml_or_nothing(kept) != {**_toml_or_nothing(text), "listen": listen}:
+        raise ConfigError(f"cannot set listen = {listen!r} in a copy of the config file: write it there as a line "
+                          "of its own, before any [section]")
+    return kept
+
+
+def _toml_or_nothing(text: str) -> dict[str, Any]:
+    """TOML `text`, or nothing when it is not TOML on its own (a line of a longer value)."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return {}
 
 
 def _check_retention(values: Mapping[str, Any]) -> None:

@@ -1,9 +1,10 @@
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from replicaset.access import guest_rights, parse_users
-from replicaset.config import ConfigError, dial_address, load
+from replicaset.config import ConfigError, dial_address, kept_config, load
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -27,6 +28,32 @@ def test_file_sections_and_flag_overrides(tmp_path):
     assert cfg.wal_mode == "fsync"
     assert cfg["wal.group_commit_rows_max"] == 8
     assert cfg["sql.auto_id_mode"] == "extended"
+
+
+def test_a_file_overrides_the_kept_config_option_by_option_in_sections_too(tmp_path):
+    """`serve --config FILE` on a data directory that keeps a config: what FILE leaves out
+    (here `listen`, one of two `[wal]` options, one of two `[replication]` ones) stays."""
+    kept = tmp_path / "kept.toml"
+    kept.write_text('listen = "127.0.0.1:4000"\nwal_mode = "fsync"\n[wal]\ngroup_commit_rows_max = 8\n'
+                    '[replication]\nsynchro_timeout_s = 7\n[auth.users]\nadmin = "a"\n')
+    given = tmp_path / "given.toml"
+    given.write_text('wal_mode = "write"\n[wal]\ngroup_commit_delay_ms = 2\n[replication]\n'
+                     'default_write_consistency = "one"\n')
+    cfg = load(given, {"read_only": True}, base=kept)
+    assert cfg.listen == "127.0.0.1:4000" and cfg.wal_mode == "write" and cfg.read_only is True
+    assert cfg["wal.group_commit_rows_max"] == 8 and cfg["wal.group_commit_delay_ms"] == 2
+    assert cfg["replication.synchro_timeout_s"] == 7 and cfg["replication.default_write_consistency"] == "one"
+    assert cfg["auth.users"] == {"admin": "a"}
+    given.write_text('[auth.users]\nbob = "b"\n')
+    assert load(given, base=kept)["auth.users"] == {"bob": "b"}, "a table-valued option is replaced whole"
+
+
+def test_the_kept_config_listens_where_the_flag_said_and_keeps_the_rest_as_written():
+    text = '# our set\nlisten = "127.0.0.1:4000"  # the file\'s\nwal_mode = "fsync"\n[wal]\ngroup_commit_rows_max = 8\n'
+    kept = kept_config(text, "127.0.0.1:5000")
+    assert tomllib.loads(kept) == {"listen": "127.0.0.1:5000", "wal_mode": "fsync", "wal": {"group_commit_rows_max": 8}}
+    assert "# our set" in kept and '# listen = "127.0.0.1:4000"' in kept
+    assert tomllib.loads(kept_config("", "127.0.0.1:5000")) == {"listen": "127.0.0.1:5000"}
 
 
 def test_the_replication_section_beside_the_replication_option(tmp_path):

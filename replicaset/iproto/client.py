@@ -22,6 +22,13 @@ from .errors import RemoteProtocolError, ServerError
 #: Largest reply accepted; a big SELECT result is one frame.
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 _RECV_BYTES = 64 * 1024
+#: A plain connection that has no greeting byte this long (at most half its timeout) asks
+#: whether the port speaks TLS (`_plain_greeting`).
+TLS_PROBE_AFTER_S = 1.0
+
+
+class TlsExpected(ConnectionError):
+    """A plain client reached a port that speaks only TLS."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,8 +67,9 @@ class Client:
 
         `timeout_s` bounds the connect and every later socket read or write. With
         `ssl_context` (see `tls_context`) the connection is TLS, the server's certificate
-        checked against it and `host`. A TLS handshake that fails, and a plain connection
-        to a TLS port (which greets no one), raise `ConnectionError` saying so.
+        checked against it and `host`. A TLS handshake that fails raises `ConnectionError`
+        saying so; a plain connection to a TLS port (which greets no one in plain text)
+        raises `TlsExpected` once `TLS_PROBE_AFTER_S` passed without a greeting.
         """
         sock = socket.create_connection((host, port), timeout=timeout_s)
         try:
@@ -71,11 +79,9 @@ class Client:
                     sock = ssl_context.wrap_socket(sock, server_hostname=host)
                 except ssl.SSLError as exc:
                     raise ConnectionError(f"TLS handshake with {host}:{port} failed: {exc}") from exc
-            try:
-                greeting = decode_greeting(_recv_exactly(sock, GREETING_SIZE))
-            except TimeoutError as exc:
-                hint = "" if ssl_context is not None else " (a TLS port greets only after a TLS handshake)"
-                raise ConnectionError(f"no greeting from {host}:{port} within {timeout_s} s{hint}") from exc
+                greeting = _greeting(sock, host, port, timeout_s)
+            else:
+                greeting = _plain_greeting(sock, host, port, timeout_s)
             client = cls(sock, greeting=greeting, max_frame_bytes=max_frame_bytes)
             if user is not None:
                 auth_scramble = scramble(password or "", greeting.salt)
@@ -192,6 +198,49 @@ def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
     """A client's TLS settings: servers' certificates checked against `ca_file`, or the
     system's trusted CAs when None."""
     return ssl.create_default_context(cafile=ca_file)
+
+
+def _greeting(sock: socket.socket, host: str, port: int, timeout_s: float) -> Greeting:
+    try:
+        return decode_greeting(_recv_exactly(sock, GREETING_SIZE))
+    except TimeoutError as exc:
+        raise ConnectionError(f"no greeting from {host}:{port} within {timeout_s} s") from exc
+
+
+def _plain_greeting(sock: socket.socket, host: str, port: int, timeout_s: float) -> Greeting:
+    """The greeting on a plain connection. A server that sends none at once (ours greets
+    as it accepts) or closes before it may be a TLS port waiting for our hello: a second
+    connection tries a TLS handshake there, and if one completes, `TlsExpected` says so
+    instead of a wait for a greeting that never comes."""
+    sock.settimeout(min(TLS_PROBE_AFTER_S, timeout_s / 2))
+    try:
+        first, silent = sock.recv(GREETING_SIZE), False
+    except TimeoutError:
+        first, silent = b"", True
+    if not first and _speaks_tls(host, port, timeout_s / 2):
+        raise TlsExpected(f"{host}:{port} expects TLS")
+    if not first and not silent:
+        raise ConnectionError("the server closed the connection during the greeting")
+    sock.settimeout(timeout_s)
+    try:
+        return decode_greeting(first + _recv_exactly(sock, GREETING_SIZE - len(first)))
+    except TimeoutError as exc:
+        raise ConnectionError(f"no greeting from {host}:{port} within {timeout_s} s") from exc
+
+
+def _speaks_tls(host: str, port: int, timeout_s: float) -> bool:
+    """Whether a TLS handshake with `host:port` completes. The certificate is not checked:
+    nothing is sent on this connection but the handshake, and it is closed at once; it only
+    tells a plain client that it should have come with TLS."""
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    probe.check_hostname = False
+    probe.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw, \
+                probe.wrap_socket(raw, server_hostname=host):
+            return True
+    except OSError:  # ssl.SSLError too: a plain iproto port answers a hello with its greeting
+        return False
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:

@@ -81,6 +81,7 @@ class CheckpointChunk:
     size: int
     digest: int
     vclock: VClock
+    instance_id: int | None = None  # the joiner's, registered before the first chunk; None from older members
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -327,6 +328,8 @@ def checkpoint_chunk(frame: Frame) -> CheckpointChunk:
         size=size,
         digest=body.integer(PeerKey.DIGEST, "DIGEST", 0, U64_MAX),
         vclock=body.vclock(Key.VCLOCK, "VCLOCK"),
+        instance_id=(body.integer(PeerKey.INSTANCE_ID, "INSTANCE_ID", 0, INSTANCE_ID_MAX)
+                     if PeerKey.INSTANCE_ID in frame.body else None),
     )
 
 

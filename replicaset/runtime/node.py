@@ -7,7 +7,6 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +83,18 @@ class ListenFailed(Exception):
     serve, and says so in one line rather than a traceback."""
 
 
+class AddressMismatch(Exception):
+    """The member was started at another address than its `_cluster` row names: its peers
+    dial it there (and SWIM answers there), so it would see them all dead and stay
+    `loading` while they see it dead. The message says where to start it, and how a
+    member moves, where it can."""
+
+    def __init__(self, message: str, *, registered: str, listen: str) -> None:
+        super().__init__(message)
+        self.registered = registered
+        self.listen = listen
+
+
 @dataclass(frozen=True)
 class Listening:
     host: str
@@ -96,9 +107,12 @@ class Node:
 
     def __init__(
         self, *, config: Config, identity: Identity, data_dir: Path, force_recovery: bool = False, rejoin: bool = False,
-        isolated: bool = False,
+        isolated: bool = False, move: bool = False,
     ) -> None:
         self.config = config
+        # `serve --move`: a member alone in its set may start at a new address, which its
+        # `_cluster` row then takes (`_check_registered_address`).
+        self.move = move
         self._members: tuple[tuple[Engine, int], list[tuple[int, str, str]]] | None = None  # `members()`, and when read
         # A restored copy (docs/restore.md): it follows no one, whatever `_cluster` and the config list.
         self.isolated = isolated
@@ -257,13 +271,16 @@ class Node:
         )
 
     async def run(
-        self, serve_connection: Callable[[trio.abc.Stream], Awaitable[None]], *, task_status: Any = trio.TASK_STATUS_IGNORED
+        self, serve_connection: Callable[[trio.SocketStream], Awaitable[None]], *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Serve until cancelled; `serve_connection` speaks iproto on each accepted one."""
+        """Serve until cancelled; `serve_connection` speaks iproto (over TLS with `[tls]`) on each accepted one."""
         self.disk.open()
         clean_marker = self.data_dir / CLEAN_STOP_FILE
         unclean = not clean_marker.exists() and (self.data_dir / "db.sqlite").exists()
         clean_marker.unlink(missing_ok=True)
+        # A start refused before it serves (the port taken, another address than the one
+        # registered) must leave an unclean stop unclean, for the start that serves.
+        self._unclean_kept = unclean
         self.engine = self.open_engine()
         self.driver = self.open_member()
         self.wal_gc = WalGcHost(self)
@@ -294,16 +311,19 @@ class Node:
 
                     await nursery.start(serve_metrics, self)
                 try:
-                    if self.server_tls is None:
-                        listeners = await nursery.start(partial(trio.serve_tcp, serve_connection, port, host=host))
-                        sockname = listeners[0].socket.getsockname()
-                    else:
-                        listeners = await nursery.start(partial(trio.serve_ssl_over_tcp, serve_connection, port,
-                                                                self.server_tls, host=host))
-                        sockname = listeners[0].transport_listener.socket.getsockname()
+                    listeners = await trio.open_tcp_listeners(port, host=host)
                 except OSError as exc:
                     raise ListenFailed(f"cannot listen on {self.config.listen}: {exc.strerror or exc}") from exc
+                sockname = listeners[0].socket.getsockname()
                 self.listen_address = f"{sockname[0]}:{sockname[1]}"
+                try:  # bound, not yet accepting: a refused start serves no one
+                    self._check_registered_address()
+                except AddressMismatch:
+                    for listener in listeners:
+                        await listener.aclose()
+                    raise
+                await nursery.start(trio.serve_listeners, serve_connection, listeners)
+                self._unclean_kept = False
                 warn_if_exposed(self.log, sockname[0], self.cluster_secret)
                 if not self.isolated and not self.identity.anonymous:  # a follower is in no one's view
                     self.swim = self._start_swim(sockname[0], sockname[1])
@@ -362,7 +382,7 @@ class Node:
             self.swim.close()
         if self.trace_file is not None:
             self.trace_file.close()
-        if self.writer.fatal is None:
+        if self.writer.fatal is None and not self._unclean_kept:
             (self.data_dir / CLEAN_STOP_FILE).touch()
         self.log.info("stopped")
 
@@ -383,6 +403,33 @@ class Node:
                 self.engine.execute(txn, sql, binds, trusted=True)
                 self.engine.commit(txn)
                 await self.writer._flush_now()
+
+    def _check_registered_address(self) -> None:
+        """Refuse to serve at another address than the one this member is registered at
+        (docs/replication.md, "Addresses"). The row may name the address as configured
+        (`localhost:3301`) or as bound (`127.0.0.1:3301`); either is this member. A
+        restored copy (served anywhere, its `_cluster` the original set's) and a follower
+        (no row) are not checked."""
+        if self.isolated or self.identity.anonymous:
+            return
+        members = self.members()
+        registered = next((address for _, uuid, address in members if uuid == self.identity.instance_uuid), None)
+        if registered is None or registered in (self.config.listen, self.listen_address):
+            return
+        alone = len(members) == 1
+        if alone and self.move:
+            self.log.warning("moving", registered=registered, listen=self.listen_address)
+            return
+        me = self.identity.instance_id
+        if alone:
+            how = f"to move it, start it with --listen {self.listen_address} --move"
+        else:
+            how = ("a member of a set with other members cannot move in place: they dial the address in _cluster and "
+                   f"would not learn a new one; to move it, stop it, remove it (box.remove({me}) on another member) "
+                   "and join a new member at the new address")
+        raise AddressMismatch(f"instance {me} is registered at {registered} (its _cluster row) but was started at "
+                              f"{self.listen_address}: start it at {registered} (--listen, or listen in the config); "
+                              f"{how}", registered=registered, listen=self.listen_address)
 
     async def _update_own_address(self) -> None:
         row = [m for m in self.members() if m[1] == self.identity.instance_uuid]

@@ -1,6 +1,7 @@
 """A node serving iproto: every accepted connection gets a Session of its own, up to
 `max_connections` at once (peers' links count too); one past it is told so and closed.
-On a TLS port a connection first completes its handshake, within `HANDSHAKE_TIMEOUT_S`."""
+On a TLS port a connection first completes its handshake, within `HANDSHAKE_TIMEOUT_S`,
+its first byte within `CLIENT_HELLO_WAIT_S`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.runtime.node import Node
 from replicaset.runtime.peer_access import remote_address
 from replicaset.runtime.session import Session
-from replicaset.runtime.tls import HANDSHAKE_TIMEOUT_S
+from replicaset.runtime.tls import CLIENT_HELLO_WAIT_S, HANDSHAKE_TIMEOUT_S
 
 # How long a refused connection may take to send the request its refusal answers.
 REFUSAL_WAIT_S = 1.0
@@ -26,8 +27,11 @@ async def serve(node: Node, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> N
     limit = int(node.config["max_connections"])
     open_sessions = 0
 
-    async def serve_connection(stream: trio.abc.Stream) -> None:
+    async def serve_connection(accepted: trio.SocketStream) -> None:
         nonlocal open_sessions
+        stream: trio.abc.Stream = accepted
+        if node.server_tls is not None:
+            stream = trio.SSLStream(accepted, node.server_tls, server_side=True)
         if open_sessions >= limit:
             node.log.warning("connection_refused", reason="max_connections", max_connections=limit)
             await _refuse(node, stream, f"too many connections: max_connections = {limit}")
@@ -45,19 +49,28 @@ async def serve(node: Node, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> N
 
 async def _handshake(node: Node, stream: trio.SSLStream[trio.SocketStream]) -> bool:
     """False, the connection closed and the reason logged, when the client does not speak
-    TLS (a plain iproto client waits for a greeting, and sends nothing) or fails it. The
-    remote address is read first: a client that gave up has reset the socket by the end."""
+    TLS or fails it. A TLS client sends its hello as soon as it is connected; a plain
+    iproto client sends nothing, waiting for a greeting that a TLS port never sends in
+    plain text, so a client silent for `CLIENT_HELLO_WAIT_S` is closed then, not after
+    the whole `HANDSHAKE_TIMEOUT_S`: a connector learns in seconds that it reached no
+    plain iproto port. The remote address is read first: a client that gave up has reset
+    the socket by the end."""
     remote = remote_address(stream)
     try:
-        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-            await stream.do_handshake()
-        return True
+        with trio.move_on_after(CLIENT_HELLO_WAIT_S) as silent:
+            await trio.lowlevel.wait_readable(stream.transport_stream.socket)
+        if silent.cancelled_caught:
+            error = f"the client sent nothing within {CLIENT_HELLO_WAIT_S} s: not a TLS client"
+        else:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                await stream.do_handshake()
+            return True
     except (trio.TooSlowError, trio.BrokenResourceError) as exc:
         error = f"no handshake within {HANDSHAKE_TIMEOUT_S} s" if isinstance(exc, trio.TooSlowError) else str(
             exc.__cause__ or exc)
-        node.log.info("tls_handshake_failed", remote=remote, error=error)
-        await trio.aclose_forcefully(stream)
-        return False
+    node.log.info("tls_handshake_failed", remote=remote, error=error)
+    await trio.aclose_forcefully(stream)
+    return False
 
 
 async def _refuse(node: Node, stream: trio.abc.Stream, message: str) -> None:

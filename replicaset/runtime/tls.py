@@ -15,9 +15,13 @@ import ssl
 
 from replicaset.config import Config, ConfigError
 
-# A client that connects and never completes the handshake (a plain iproto client waits
-# for a greeting that, on a TLS port, never comes) holds a connection this long at most.
+# A client that connects and never completes the handshake holds a connection this long at most.
 HANDSHAKE_TIMEOUT_S = 10.0
+# A client that sends nothing this long after it connected is no TLS client (whose hello
+# goes out at once) but a plain iproto client waiting for a greeting that a TLS port never
+# sends in plain text: it is closed then. Long enough for a member's dialing task to be
+# held up by its busy event loop between the connect and the hello.
+CLIENT_HELLO_WAIT_S = 2.0
 
 
 def server_context(config: Config) -> ssl.SSLContext | None:

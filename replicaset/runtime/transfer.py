@@ -72,6 +72,7 @@ class TransferStart:
     offset: int
     size: int
     dropped_bytes: int
+    instance_id: int | None  # the joiner's, as the member says (0: an anonymous follower)
 
 
 class KeptCheckpoint:
@@ -203,6 +204,7 @@ async def fetch_checkpoint(
     target: Path,
     progress: Callable[[int, int], None],
     started: Callable[[TransferStart], None] = lambda start: None,
+    asked: Callable[[], None] = lambda: None,
     max_frame_bytes: int = 64 * 1024 * 1024,
     anonymous: bool = False,
     secret: bytes | None = None,
@@ -212,7 +214,8 @@ async def fetch_checkpoint(
     with xxhash, into `target` (written under a temporary name, fsynced, renamed, and the
     directory fsynced: durable on return). What an earlier, broken fetch into `target` kept
     is offered to the member, which sends only the rest when it serves the same checkpoint;
-    `started` says where the transfer began. A broken link keeps the verified chunks for the
+    `started` says where the transfer began; `asked`, that the JOIN went out, after which the
+    member may have registered the joiner, whatever fails next. A broken link keeps the verified chunks for the
     next fetch; a file that fails its whole digest is dropped. An `anonymous` follower gets
     no id (0) and no registration. With the set's `secret`, the member must prove it holds
     it too before a byte is taken from it; with `tls`, the link is TLS and the member's
@@ -230,6 +233,7 @@ async def fetch_checkpoint(
             **({PeerKey.RESUME: [resume.vclock.to_dict(), resume.size, resume.offset, resume.digest]}
                if resume else {}),
         })
+        asked()
         begun: TransferStart | None = None
         while True:
             frame = await link.receive()
@@ -246,7 +250,7 @@ async def fetch_checkpoint(
                 continue
             end = peer_messages.joined(frame, anonymous=anonymous)
             if begun is None:  # the member found every byte already kept
-                begun = TransferStart(offset=kept.offset, size=kept.size, dropped_bytes=0)
+                begun = TransferStart(offset=kept.offset, size=kept.size, dropped_bytes=0, instance_id=end.instance_id)
                 started(begun)
             if not kept.names(end.vclock, end.size) or kept.offset != end.size or kept.whole.intdigest() != end.digest:
                 kept.discard()
@@ -278,9 +282,10 @@ def _begin(kept: KeptCheckpoint, first: peer_messages.CheckpointChunk) -> Transf
     """The first chunk says where the member began: at 0 (what was kept goes), or where
     the kept prefix ends, for the checkpoint it names."""
     if first.offset == 0:
-        return TransferStart(offset=0, size=first.size, dropped_bytes=kept.restart(first.vclock, first.size))
+        return TransferStart(offset=0, size=first.size, dropped_bytes=kept.restart(first.vclock, first.size),
+                             instance_id=first.instance_id)
     if first.offset == kept.offset and kept.names(first.vclock, first.size):
-        return TransferStart(offset=first.offset, size=first.size, dropped_bytes=0)
+        return TransferStart(offset=first.offset, size=first.size, dropped_bytes=0, instance_id=first.instance_id)
     raise PeerError(ErrorCode.PROTOCOL, f"the checkpoint transfer began at byte {first.offset} of checkpoint "
                                         f"{first.vclock.to_dict()} ({first.size} bytes); kept: {kept.offset} bytes "
                                         f"of {kept.vclock.to_dict() if kept.vclock else None}")
@@ -332,9 +337,10 @@ async def serve_checkpoint(
     schema_version: int, *, start: ServeStart | None = None, chunk_bytes: int = CHECKPOINT_CHUNK_BYTES,
 ) -> None:
     """Stream an open checkpoint file from `start` (0 by default) in bounded chunks, each
-    with its xxhash and the checkpoint's vclock and size (which name it for a later
-    RESUME), then the whole file's digest, its vclock and the joiner's registration (None
-    for an anonymous follower)."""
+    with its xxhash, the checkpoint's vclock and size (which name it for a later RESUME) and
+    the joiner's id (which its log lines carry from the first chunk on), then the whole
+    file's digest, its vclock and the joiner's registration (None for an anonymous
+    follower, whose id is 0)."""
     start = start or ServeStart()
     size = os.fstat(checkpoint.fileno()).st_size
     whole = start.prefix.copy()
@@ -348,6 +354,7 @@ async def serve_checkpoint(
         session.send_frame(encode_request(PeerRequest.CHECKPOINT_CHUNK, sync, {
             PeerKey.CHUNK: chunk, PeerKey.OFFSET: offset, PeerKey.SIZE: size,
             PeerKey.DIGEST: xxhash.xxh3_64_intdigest(chunk), Key.VCLOCK: vclock.to_dict(),
+            PeerKey.INSTANCE_ID: registration.instance_id if registration else 0,
         }))
         offset += len(chunk)
         await session.flush_outbox()

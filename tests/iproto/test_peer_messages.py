@@ -58,6 +58,9 @@ def test_a_checkpoint_chunk_lies_within_the_checkpoint_it_names() -> None:
     assert "field OFFSET" in refused(peer_messages.checkpoint_chunk, frame({**good, PeerKey.OFFSET: 9}))
     assert "field VCLOCK is missing" in refused(
         peer_messages.checkpoint_chunk, frame({k: v for k, v in good.items() if k != Key.VCLOCK}))
+    assert chunk.instance_id is None, "an older member sends no id"
+    assert peer_messages.checkpoint_chunk(frame({**good, PeerKey.INSTANCE_ID: 3})).instance_id == 3
+    assert "field INSTANCE_ID" in refused(peer_messages.checkpoint_chunk, frame({**good, PeerKey.INSTANCE_ID: 32}))
 
 
 def test_subscribe_fields() -> None:

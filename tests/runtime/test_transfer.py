@@ -158,13 +158,13 @@ def test_a_broken_transfer_resumes_after_its_last_chunk_and_installs_the_same_fi
     member = Member(data, VClock({1: 5}), tmp_path / "m.snap", cut_after=3)
     broken, began = fetch(member, target)
     assert isinstance(broken, PeerError), broken
-    assert began == [TransferStart(offset=0, size=SIZE, dropped_bytes=0)]
+    assert began == [TransferStart(offset=0, size=SIZE, dropped_bytes=0, instance_id=2)]
     assert leftovers(target) == ["db.sqlite.partial", "db.sqlite.resume"]
     assert KeptCheckpoint.load(target).offset == 3 * CHUNK
 
     member.cut_after, member.served = None, []
     joined, began = fetch(member, target)
-    assert began == [TransferStart(offset=3 * CHUNK, size=SIZE, dropped_bytes=0)]
+    assert began == [TransferStart(offset=3 * CHUNK, size=SIZE, dropped_bytes=0, instance_id=2)]
     assert member.served == list(range(3 * CHUNK, SIZE, CHUNK)), "only the remaining chunks went"
     assert target.read_bytes() == data
     assert joined.vclock == VClock({1: 5}) and joined.registration == REGISTRATION
@@ -218,7 +218,7 @@ def test_another_checkpoint_is_sent_from_byte_0_and_the_kept_prefix_dropped(tmp_
     for other, why in cases:
         fetch(Member(data, VClock({1: 5}), tmp_path / "m.snap", cut_after=3), target)
         joined, began = fetch(other, target)
-        assert began == [TransferStart(offset=0, size=SIZE, dropped_bytes=3 * CHUNK)]
+        assert began == [TransferStart(offset=0, size=SIZE, dropped_bytes=3 * CHUNK, instance_id=2)]
         assert why in other.starts[-1].refusal
         assert other.served[0] == 0 and target.read_bytes() == other.data
         assert joined.vclock == other.vclock
@@ -251,7 +251,7 @@ def test_a_resumed_file_that_fails_its_whole_digest_is_dropped_entirely(tmp_path
     liar = Member(data[:CHUNK] + random.Random(9).randbytes(CHUNK) + data[2 * CHUNK:], VClock({1: 5}),
                   tmp_path / "liar.snap", start_at=3 * CHUNK)
     failed, began = fetch(liar, target)
-    assert began == [TransferStart(offset=3 * CHUNK, size=SIZE, dropped_bytes=0)]
+    assert began == [TransferStart(offset=3 * CHUNK, size=SIZE, dropped_bytes=0, instance_id=2)]
     assert isinstance(failed, PeerError)
     assert "resumed at byte 12288" in str(failed) and "discarded, the next attempt starts from byte 0" in str(failed)
     assert leftovers(target) == []

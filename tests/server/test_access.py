@@ -199,9 +199,9 @@ def test_guest_has_only_what_is_granted_to_it(server):
 def test_console_needs_admin(server):
     address = f"127.0.0.1:{server.port}"
     anonymous = cli("console", address, "-e", "box.info.status")
-    assert anonymous.returncode == 1 and "Execute access to universe" in anonymous.stdout
+    assert anonymous.returncode == 1 and "Execute access to universe" in anonymous.stderr
     reader = cli("console", address, "-e", "box.info.status", "--user", "reader", "--password", "r")
-    assert reader.returncode == 1 and "denied for user 'reader'" in reader.stdout
+    assert reader.returncode == 1 and "denied for user 'reader'" in reader.stderr
     admin = cli("console", address, "-e", "box.cfg", "--user", ADMIN[0], "--password", ADMIN[1])
     assert admin.returncode == 0, admin.stdout + admin.stderr
     users = yaml.safe_load(admin.stdout)[0]["auth.users"]

@@ -7,14 +7,21 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
 
+from replicaset.cli import main
+from replicaset.iproto.client import Client
+from replicaset.iproto.codec import encode_greeting
+from replicaset.iproto.constants import GREETING_VERSION
 from replicaset.iproto.errors import ServerError
 from replicaset.runtime.node import CLEAN_STOP_FILE
-from replicaset.testing.processes import free_port
-from tests.server.conftest import BOOTSTRAP_ROWS, Server
+from replicaset.testing.processes import free_port, stop_instance
+from tests.server.conftest import BOOTSTRAP_ROWS, REPLICASET_UUID, Server, wait_for
 
 
 def cli(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
@@ -33,7 +40,7 @@ def test_console_prints_box_info_as_yaml(server):
     cfg = yaml.safe_load(cli("console", f"127.0.0.1:{server.port}", "-e", "box.cfg").stdout)[0]
     assert cfg["wal_mode"] == "write"
     bad = cli("console", f"127.0.0.1:{server.port}", "-e", "box.info.nothing.at_all")
-    assert bad.returncode == 1 and "attempt to index box.info.nothing (a nil value)" in bad.stdout
+    assert bad.returncode == 1 and bad.stdout == "" and "attempt to index box.info.nothing (a nil value)" in bad.stderr
 
 
 def test_sql_command_prints_a_table(server):
@@ -136,3 +143,167 @@ def test_password_authentication(tmp_path):
             assert denied.value.code == 42
     finally:
         srv.stop()
+
+
+def serve_with_no_listen_flag(data_dir: Path, log_path: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+    """`replicaset serve` with no --listen (what `Server.start` always passes), answering at `port`."""
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "replicaset.cli", "serve", "--data-dir", str(data_dir), *extra],
+                                stdout=log, stderr=log)
+
+    def answers() -> bool:
+        assert proc.poll() is None, f"exited with {proc.returncode}: {log_path.read_text()[-2000:]}"
+        try:
+            with Client.connect("127.0.0.1", port, timeout_s=1.0) as client:
+                client.ping()
+            return True
+        except OSError:
+            return False
+
+    try:
+        wait_for(answers, f"the member answering at 127.0.0.1:{port}")
+    except BaseException:
+        stop_instance(proc)
+        raise
+    return proc
+
+
+def test_serve_with_a_config_file_keeps_every_kept_option_the_file_does_not_set(tmp_path):
+    """The file overrides the config the data directory keeps option by option: one
+    without `listen` leaves the member at its address, and the kept `[replication]` option
+    it does not name stays beside the one it does."""
+    kept = tmp_path / "kept.toml"
+    kept.write_text("replication_timeout = 0.5\n[replication]\nsynchro_timeout_s = 7\n")
+    srv = Server(tmp_path / "d", tmp_path / "log").start("--config", str(kept))
+    srv.stop()
+    given = tmp_path / "given.toml"
+    given.write_text('[replication]\ndefault_write_consistency = "one"\n')
+    proc = serve_with_no_listen_flag(srv.data_dir, srv.log_path, srv.port, "--config", str(given))
+    try:
+        with srv.client() as client:
+            cfg = client.eval("box.cfg")[0]
+        assert cfg["listen"] == f"127.0.0.1:{srv.port}" and cfg["replication_timeout"] == 0.5
+        assert cfg["replication.synchro_timeout_s"] == 7 and cfg["replication.default_write_consistency"] == "one"
+    finally:
+        assert stop_instance(proc) == 0
+
+
+def address_refusal(out: subprocess.CompletedProcess[str]) -> tuple[str, dict]:
+    """The one human line and the one critical JSON line of a start refused for its address."""
+    assert out.returncode == 78, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    lines = (out.stdout + out.stderr).splitlines()
+    (human,) = [line for line in lines if line.startswith("replicaset: ")]
+    (critical,) = [json.loads(line) for line in lines if '"level": "critical"' in line]
+    assert critical["event"] == "address_mismatch" and critical["exit_code"] == 78, critical
+    return human, critical
+
+
+def test_a_member_started_at_another_address_than_its_registered_one_refuses_with_exit_code_78(replicaset):
+    """Its peers dial the address in `_cluster`: started elsewhere it would see them all
+    dead and stay `loading`. It refuses, naming both addresses and what to do; the unclean
+    stop before the refused start is still recovered from at the next one."""
+    first = replicaset.bootstrap()
+    second = replicaset.join(first)
+    replicaset.wait_converged()
+    second.kill()
+    registered, other = f"127.0.0.1:{second.port}", f"127.0.0.1:{free_port()}"
+    out = cli("serve", "--data-dir", str(second.data_dir), "--listen", other)
+    human, critical = address_refusal(out)
+    assert f"registered at {registered}" in human and f"started at {other}" in human, human
+    assert "cannot move in place" in human and "box.remove(2)" in human, human
+    assert critical["registered"] == registered and critical["listen"] == other, critical
+    moved = cli("serve", "--data-dir", str(second.data_dir), "--listen", other, "--move")
+    assert "cannot move in place" in address_refusal(moved)[0]
+
+    second.start()
+    assert any(e.get("event") == "recovering_own_rows" for e in second.log_events()), "still an unclean stop"
+    replicaset.wait_status(second, "running")
+
+
+def test_a_member_alone_in_its_set_moves_only_when_told_to(tmp_path):
+    srv = Server(tmp_path / "d", tmp_path / "log").start()
+    registered = f"127.0.0.1:{srv.port}"
+    srv.stop()
+    srv.port = free_port()
+    human, _ = address_refusal(cli("serve", "--data-dir", str(srv.data_dir), "--listen", f"127.0.0.1:{srv.port}"))
+    assert f"registered at {registered}" in human and f"--listen 127.0.0.1:{srv.port} --move" in human, human
+    srv.start("--move")
+    try:
+        with srv.client() as client:
+            assert client.execute("SELECT address FROM _cluster").rows == [[f"127.0.0.1:{srv.port}"]]
+    finally:
+        srv.stop()
+    srv.start()  # registered where it listens now
+    srv.stop()
+
+
+@pytest.fixture
+def closed_server(tmp_path: Path) -> Iterator[Server]:
+    config = tmp_path / "auth.toml"
+    config.write_text('[auth]\nguest = false\nusers = { admin = "s3cret" }\n')
+    srv = Server(tmp_path / "d", tmp_path / "log").start("--config", str(config))
+    yield srv
+    srv.stop()
+
+
+class GreetThenHangUp:
+    """A server that greets, then closes each connection at its first request."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                conn.sendall(encode_greeting(version=GREETING_VERSION, instance_uuid=REPLICASET_UUID,
+                                             salt=bytes(32)))
+                conn.recv(4096)
+
+    def close(self) -> None:
+        self.listener.close()
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize("command", ["sql", "console"])
+def test_client_commands_fail_in_one_line_with_an_exit_code(closed_server, command, capsys):
+    """A wrong password, a server that refuses the request, one that is not there, a host
+    that does not resolve, a server that hangs up: one line on stderr each, never a
+    traceback; 1 when the server answered with an error, 2 when it could not be talked to."""
+    address = f"127.0.0.1:{closed_server.port}"
+    request, bad = (["SELECT 1"], ["SELEC 1"]) if command == "sql" else (["-e", "box.info.id"], ["-e", "box.nothing"])
+    admin = ["--user", "admin", "--password", "s3cret"]
+
+    def run(target: str, *args: str) -> tuple[int, str]:
+        code = main([command, target, *args])
+        out = capsys.readouterr()
+        assert out.err.count("\n") == 1 and out.err.startswith("replicaset: "), out
+        assert out.out == "", out
+        return code, out.err
+
+    code, err = run(address, *request, "--user", "admin", "--password", "nope")
+    assert code == 1 and "refused the login as 'admin'" in err
+    assert "error 47 (ER_CREDS_MISMATCH): User not found or supplied credentials are invalid" in err, err
+    code, err = run(address, *bad, *admin)
+    assert code == 1 and ('error 159 (ER_SQL_EXECUTE): near "SELEC"' in err or "box.nothing does not exist" in err)
+    code, err = run(address, *request)
+    assert code == 1 and "error 42 (ER_ACCESS_DENIED)" in err, err
+    nobody = free_port()
+    code, err = run(f"127.0.0.1:{nobody}", *request)
+    assert code == 2 and f"cannot connect to 127.0.0.1:{nobody}: Connection refused" in err, err
+    code, err = run("nosuchhost.invalid:3301", *request)
+    assert code == 2 and "cannot resolve the host 'nosuchhost.invalid'" in err, err
+    hangs_up = GreetThenHangUp()
+    try:
+        code, err = run(f"127.0.0.1:{hangs_up.port}", *request)
+    finally:
+        hangs_up.close()
+    assert code == 2 and f"lost the connection to 127.0.0.1:{hangs_up.port}: the server closed the connection" in err

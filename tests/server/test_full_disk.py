@@ -190,7 +190,7 @@ def test_a_member_restarted_on_a_full_disk_starts_full_in_its_reserve_or_refuses
             server.kill()
             server.port = 0  # a new address, which the member records in the reserve's room
             filler = fill(server.data_dir)
-            server.start()
+            server.start("--move")
             with server.client() as client:
                 assert client.execute("SELECT k, v FROM kv").rows == [[1, "kept"]]
                 refused_for_space(lambda: client.execute("INSERT INTO kv(k, v) VALUES (2, 'no')"))

@@ -96,6 +96,20 @@ def member_with_rows(rs: ReplicaSet) -> Server:
     return member
 
 
+def join_until_stalled(rs: ReplicaSet, joiner: Server, proxy: LimitedProxy) -> None:
+    """`replicaset join` through `proxy` in the background, until it holds the first
+    megabyte and the proxy holds the rest back."""
+    target = joiner.data_dir / "db.sqlite"
+    with open(joiner.log_path, "ab") as log:
+        joiner.proc = subprocess.Popen(
+            [sys.executable, "-m", "replicaset.cli", "join", "--uuid", REPLICASET_UUID, "--data-dir",
+             str(joiner.data_dir), "--config", str(rs.config), "--peer", f"127.0.0.1:{proxy.port}",
+             "--listen", f"127.0.0.1:{joiner.port}"], stdout=log, stderr=log)
+    wait_for(lambda: KeptCheckpoint(target).partial.exists()
+             and KeptCheckpoint(target).partial.stat().st_size >= STALL_AFTER_BYTES - 2 * CHUNK_BYTES,
+             "the joiner holding the first megabyte, stalled")
+
+
 def test_a_joiner_killed_mid_transfer_resumes_under_the_same_id(replicaset_factory):
     """Killed, then `replicaset serve` on its data directory: the join goes on through the
     peer it was given (as a re-join interrupted the same way does), from where it stopped."""
@@ -107,14 +121,7 @@ def test_a_joiner_killed_mid_transfer_resumes_under_the_same_id(replicaset_facto
     target = joiner.data_dir / "db.sqlite"
     proxy = LimitedProxy(member.port, STALL_AFTER_BYTES, limited=1)
     try:
-        with open(joiner.log_path, "ab") as log:
-            joiner.proc = subprocess.Popen(
-                [sys.executable, "-m", "replicaset.cli", "join", "--uuid", REPLICASET_UUID, "--data-dir",
-                 str(joiner.data_dir), "--config", str(rs.config), "--peer", f"127.0.0.1:{proxy.port}",
-                 "--listen", f"127.0.0.1:{joiner.port}"], stdout=log, stderr=log)
-        wait_for(lambda: KeptCheckpoint(target).partial.exists()
-                 and KeptCheckpoint(target).partial.stat().st_size >= STALL_AFTER_BYTES - 2 * CHUNK_BYTES,
-                 "the joiner holding the first megabyte, stalled")
+        join_until_stalled(rs, joiner, proxy)
         joiner.proc.send_signal(signal.SIGKILL)
         joiner.proc.wait(10)
         kept = KeptCheckpoint.load(target).offset
@@ -180,3 +187,41 @@ def test_a_join_repeated_under_one_uuid_gets_one_id(server: Server, tmp_path: Pa
     assert ids == [2, 2]
     with server.client() as client:
         assert client.execute("SELECT id, uuid FROM _cluster WHERE id > 1").rows == [[2, joiner_uuid]]
+
+
+def test_a_join_whose_member_dies_mid_transfer_says_how_to_resume_and_resumes(replicaset_factory):
+    """The member dies with a megabyte sent: the joiner tries again, finds no one, and says
+    in one line what it keeps and how to go on; its progress lines carry its id, which the
+    member sent with the first chunk. Joined again as it says, it resumes from there."""
+    rs = replicaset_factory(f"checkpoint_chunk_bytes = {CHUNK_BYTES}\n")
+    member = member_with_rows(rs)
+    joiner = Server(rs.root / "m2", rs.root / "m2.log")
+    rs.members.append(joiner)
+    joiner.port = free_port()
+    proxy = LimitedProxy(member.port, STALL_AFTER_BYTES)
+    try:
+        join_until_stalled(rs, joiner, proxy)
+        member.kill()
+    finally:
+        proxy.close()
+    assert joiner.proc.wait(30) == 1
+    text = joiner.log_path.read_text()
+    assert "Traceback" not in text
+    (human,) = [line for line in text.splitlines() if line.startswith("replicaset join: ")]
+    [gave_up] = events(joiner.log_path, "join_gave_up")
+    kept, size = gave_up["kept_bytes"], gave_up["total_bytes"]
+    assert kept >= STALL_AFTER_BYTES - 2 * CHUNK_BYTES and size > kept, gave_up
+    assert (f"{joiner.data_dir} keeps the instance UUID {gave_up['instance_uuid']} and {kept} of {size} bytes of the "
+            f"checkpoint; run `replicaset serve --data-dir {joiner.data_dir}`") in human, human
+    progress = events(joiner.log_path, "join_progress")
+    assert progress and all(e["instance_id"] == 2 for e in progress), progress
+
+    member.start()
+    joiner.proc, _ = start_instance(["join", "--uuid", REPLICASET_UUID, "--data-dir", str(joiner.data_dir),
+                                     "--config", str(rs.config), "--peer", f"127.0.0.1:{member.port}"],
+                                    joiner.log_path, port=joiner.port)
+    [resumed] = events(joiner.log_path, "join_resumed")
+    assert resumed["offset"] == kept and resumed["instance_id"] == 2, resumed
+    rs.wait_converged()
+    with member.client() as client:
+        assert client.execute("SELECT id FROM _cluster ORDER BY id").rows == [[1], [2]], "no orphan registration"

@@ -6,8 +6,10 @@ CA, fails cleanly while the member goes on serving."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ import tarantool
 import trustme
 
 from replicaset.config import ConfigError, load
-from replicaset.iproto.client import Client, tls_context
+from replicaset.iproto.client import Client, TlsExpected, tls_context
 from replicaset.runtime.tls import client_context, server_context
 from tests.server.conftest import QUORUM, ReplicaSet, kv_count, quorum_set_of
 
@@ -55,7 +57,7 @@ def test_a_plain_client_or_one_trusting_another_ca_fails_cleanly_and_the_member_
     rs = replicaset_factory(_tls_config(ca_path, cert_path), ssl_context=tls_context(str(ca_path)))
     member = rs.bootstrap()
     with member.client() as kept:  # a TLS client connected all along
-        with pytest.raises(ConnectionError, match="TLS port greets only after a TLS handshake"):
+        with pytest.raises(TlsExpected, match=f"127.0.0.1:{member.port} expects TLS"):
             Client.connect("127.0.0.1", member.port, timeout_s=0.5)
         other = tmp_path / "other-ca.pem"
         trustme.CA().cert_pem.write_to_path(str(other))
@@ -77,6 +79,32 @@ def test_a_plain_client_or_one_trusting_another_ca_fails_cleanly_and_the_member_
     assert out.returncode == 2 and "--tls-ca" in out.stderr and "Traceback" not in out.stderr, out
     failed = [e for e in member.log_events() if e.get("event") == "tls_handshake_failed"]
     assert failed and all(e["remote"].startswith("127.0.0.1:") for e in failed), failed
+
+
+def test_a_plain_client_on_a_tls_port_learns_at_once_that_it_expects_tls(replicaset_factory, ca_files) -> None:
+    """`replicaset sql` / `console` without --tls-ca say what to pass, within about a
+    second, instead of waiting 10 s for a greeting; a plain connector (PyPI `tarantool`)
+    is disconnected within `CLIENT_HELLO_WAIT_S`; and the port says nothing in plain text."""
+    ca_path, cert_path = ca_files
+    rs = replicaset_factory(_tls_config(ca_path, cert_path), ssl_context=tls_context(str(ca_path)))
+    member = rs.bootstrap()
+    address = f"127.0.0.1:{member.port}"
+    for command in (["sql", address, "SELECT 1"], ["console", address, "-e", "box.info.id"]):
+        started = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "replicaset.cli", *command], capture_output=True, text=True,
+                             timeout=30)
+        assert time.monotonic() - started < 9, "not a wait for the greeting's 10 s"
+        assert out.returncode == 2 and out.stdout == "", out
+        assert out.stderr == (f"replicaset: {address} expects TLS: pass --tls-ca FILE (the CA that signed its "
+                              "certificate), or --tls to trust the system's CAs\n"), out
+
+    started = time.monotonic()
+    with pytest.raises(tarantool.error.NetworkError):
+        tarantool.Connection("127.0.0.1", member.port, connection_timeout=30)
+    assert time.monotonic() - started < 9, "disconnected once it sent no TLS hello, not after 10 s"
+
+    with socket.create_connection(("127.0.0.1", member.port), timeout=30) as plain:
+        assert plain.recv(4096) == b"", "no greeting, no byte in plain text: the port closes"
 
 
 def test_tls_options_that_cannot_work_stop_the_start_naming_the_option(ca_files, tmp_path: Path) -> None:
