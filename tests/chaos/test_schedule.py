@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+
 import pytest
 
-from replicaset.testing.chaos.schedule import DEFAULT_KINDS, KINDS, ScheduleOptions, make_schedule
+from replicaset.testing.chaos.schedule import DEFAULT_KINDS, KINDS, Fault, Nemesis, ScheduleOptions, make_schedule
 
 OPTIONS = ScheduleOptions(size=3, duration_s=120.0, kinds=KINDS)
 
@@ -54,3 +59,31 @@ def test_a_ring_lets_each_member_hear_a_majority_no_two_the_same() -> None:
 def test_an_unknown_fault_kind_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="meteor"):
         make_schedule(1, ScheduleOptions(kinds=("kill", "meteor")))
+
+
+def test_a_fault_begun_late_still_runs_before_the_run_heals() -> None:
+    """The first fault takes longer to inject than its slot (a kill or a re-join on a loaded
+    machine) and the faults phase ends meanwhile: the second fault still runs, since the
+    run waits for the schedule (`finish`) before it stops the nemesis."""
+    clock = {"now": 0.0}
+    injecting = threading.Event()
+    ran: list[str] = []
+
+    def slow(cluster: object, fault: Fault, record: object) -> Callable[[], None]:
+        ran.append(fault.kind)
+        injecting.set()
+        time.sleep(0.2)
+        clock["now"] = 5.0  # past the second fault's end
+        return lambda: None
+
+    def quick(cluster: object, fault: Fault, record: object) -> Callable[[], None]:
+        ran.append(fault.kind)
+        return lambda: None
+
+    schedule = [Fault(at_s=0.0, kind="kill", duration_s=0.5), Fault(at_s=1.0, kind="pause", duration_s=0.5)]
+    nemesis = Nemesis(SimpleNamespace(network=None), schedule, lambda: clock["now"], {"kill": slow, "pause": quick})
+    nemesis.start()
+    assert injecting.wait(10.0)
+    nemesis.finish(10.0)
+    nemesis.stop(1.0)
+    assert ran == ["kill", "pause"]

@@ -39,6 +39,9 @@ TARANTOOL_FAULTS = PROCESS_FAULTS + PARTITIONS + LINK_FAULTS
 START_CONVERGE_S = 30.0
 WORKER_STOP_S = 20.0
 NEMESIS_STOP_S = 30.0
+# A fault begun late (the one before it took longer to inject on a loaded machine, a kill
+# or a re-join) still runs: the faults phase waits this long past its end for the schedule.
+LATE_FAULTS_S = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +98,7 @@ def run(options: RunOptions, out: TextIO | None = None) -> dict[str, Any]:
         nemesis = Nemesis(cluster, schedule, history.now, HANDLERS)
         nemesis.start()
         stop.wait(options.duration_s)
+        nemesis.finish(LATE_FAULTS_S)
         nemesis.stop(NEMESIS_STOP_S)
         heal_notes = _heal(cluster)
         stop.set()

@@ -162,6 +162,11 @@ class Nemesis:
     def start(self) -> None:
         self._thread.start()
 
+    def finish(self, timeout_s: float) -> None:
+        """Until every fault of the schedule was injected and healed, `timeout_s` at most: a
+        seed's faults are the same on a slow machine, only later."""
+        self._thread.join(timeout_s)
+
     def stop(self, timeout_s: float) -> None:
         self._stop.set()
         self._thread.join(timeout_s)
