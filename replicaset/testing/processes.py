@@ -67,6 +67,17 @@ def start_instance(args: list[str], log_path: Path, port: int | None = None, *,
             stdout=log,
             stderr=log,
         )
+    try:
+        _wait_answering(proc, port, log_path, ssl_context)
+    except BaseException:  # a test's time limit or Ctrl-C too: the caller never got the process to stop
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, port
+
+
+def _wait_answering(proc: subprocess.Popen[bytes], port: int, log_path: Path,
+                    ssl_context: ssl.SSLContext | None) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -74,10 +85,9 @@ def start_instance(args: list[str], log_path: Path, port: int | None = None, *,
         try:
             with Client.connect("127.0.0.1", port, timeout_s=1.0, ssl_context=ssl_context) as client:
                 client.ping()
-            return proc, port
+            return
         except OSError:
             time.sleep(0.05)
-    proc.kill()
     raise RuntimeError(f"instance did not answer within {START_TIMEOUT_S} s; see {log_path}")
 
 

@@ -14,6 +14,12 @@ ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = ROOT / "tools" / "gen_walset.py"
 
 
+# The time limit of a test that runs Spark: the first one starts the session (half a minute
+# of CI, over a minute on a loaded machine) and a job over a generated set takes minutes
+# on a loaded machine. Every module whose tests use the session carries it.
+SPARK_TIMEOUT = pytest.mark.timeout(600)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     pytest.importorskip("pyspark")

@@ -23,7 +23,9 @@ from replicaset.audit import (
 from replicaset.audit import run as audit_run
 from wal import Wal
 
-from tests.audit.conftest import ROOT, generate, member_dirs
+from tests.audit.conftest import ROOT, SPARK_TIMEOUT, generate, member_dirs
+
+pytestmark = SPARK_TIMEOUT
 
 BAD_MASTER_TIMEOUT_S = 120
 

@@ -7,7 +7,9 @@ import subprocess
 from pathlib import Path
 
 from replicaset.testing.spark_standalone import BIN, spark_env, standalone_cluster
-from tests.audit.conftest import ROOT, generate, member_dirs
+from tests.audit.conftest import ROOT, SPARK_TIMEOUT, generate, member_dirs
+
+pytestmark = SPARK_TIMEOUT
 
 
 def test_spark_submit_runs_the_job_on_a_standalone_master_and_worker(tmp_path: Path) -> None:

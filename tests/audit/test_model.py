@@ -14,6 +14,9 @@ from replicaset.sim import Faults, Simulation
 from replicaset.testing import lww
 from wal import TruncatedRecord
 from wal.segment import list_segments, read_segment_records
+from tests.audit.conftest import SPARK_TIMEOUT
+
+pytestmark = SPARK_TIMEOUT
 
 
 def wal_rows(wal_dir: Path) -> list:

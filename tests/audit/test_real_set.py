@@ -18,6 +18,9 @@ import pytest
 from replicaset.audit import EXIT_CLEAN, EXIT_ERROR, EXIT_VIOLATIONS, run_audit
 from tests.server.conftest import ReplicaSet
 from wal.segment import list_segments, scan_segment
+from tests.audit.conftest import SPARK_TIMEOUT
+
+pytestmark = SPARK_TIMEOUT
 
 WRITES_PER_MEMBER = 40
 VIRTUAL_SCHEMA = (

@@ -9,6 +9,9 @@ import pytest
 
 from replicaset.audit import checks
 from replicaset.audit.inputs import MemberInput
+from tests.audit.conftest import SPARK_TIMEOUT
+
+pytestmark = SPARK_TIMEOUT
 
 SHIFT = checks.HLC_PHYSICAL_SHIFT
 

@@ -13,7 +13,10 @@ import io
 import shutil
 from pathlib import Path
 
+import pytest
+
 from replicaset.testing.chaos.run import RunOptions, run
+from tests.chaos import CHAOS_RUN_TIMEOUT_S
 from tests.server.conftest import ReplicaSet, wait_for
 from tests.server.test_swim import SWIM_FAST
 
@@ -55,6 +58,7 @@ def test_a_new_instance_replacing_a_removed_member_holds_its_rows_under_a_new_id
         rs.stop_all()
 
 
+@pytest.mark.timeout(CHAOS_RUN_TIMEOUT_S)
 def test_finding_4_seeded_run_removes_and_rejoins_every_member_in_turn(tmp_path: Path) -> None:
     """The run that found finding 4 (and the stale checkpoint `_cluster` beside it): members
     3, 2 and 1 each killed, removed and joined again under a new id while the workloads

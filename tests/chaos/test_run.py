@@ -9,13 +9,17 @@ import io
 import time
 from pathlib import Path
 
+import pytest
+
 from replicaset.testing.chaos.run import RunOptions, run
 from replicaset.testing.chaos.schedule import LINK_FAULTS, PARTITIONS, PROCESS_FAULTS
+from tests.chaos import CHAOS_RUN_TIMEOUT_S
 
 SEED = 20  # a pause, a majorities ring, a kill -9 and another ring
 WALL_S_MAX = 45.0
 
 
+@pytest.mark.timeout(CHAOS_RUN_TIMEOUT_S)
 def test_a_short_seeded_run_loses_nothing_and_converges(tmp_path: Path) -> None:
     options = RunOptions(seed=SEED, duration_s=16.0, kinds=PROCESS_FAULTS + PARTITIONS + LINK_FAULTS,
                          fault_s=(2.0, 3.5), gap_s=(1.0, 2.0), converge_timeout_s=15.0, audit=False,

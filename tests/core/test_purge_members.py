@@ -41,6 +41,28 @@ def test_a_removed_member_counts_at_its_last_acknowledgement_until_its_end_settl
     assert core.horizon.removed == {3: 3} and not core.leaving
 
 
+def test_a_removed_members_end_counts_the_rows_it_acknowledged_holding_itself() -> None:
+    """Member 3 acknowledged its own rows up to 3:4; the others hold 3:2 so far. Rows 3:3
+    and 3:4 may still come through another member (one whose acknowledgement is stale),
+    and may be older than the tombstone 1:5 (3's vclock is a prefix of its log): its end
+    settles at 4, nothing goes before every member holds them, and their arrival does not
+    stop the purge."""
+    core = TombstonePurge(settle_s=SETTLE_S)
+    others = {1: 6, 3: 2}
+    core.passed(0.0, 1, {1: {1: 5, 3: 2}, 2: {1: 5, 3: 2}, 3: {1: 5, 3: 4}})
+    core.passed(1.0, 1, {1: others, 2: {1: 5, 3: 2}})  # 1:6 removes member 3
+    assert core.leaving[3].ack == {1: 5, 3: 4}
+    core.passed(2.0, 1, {1: others, 2: others})
+    settled = core.passed(2.0 + SETTLE_S, 1, {1: others, 2: others})
+    assert RemovalSettled(member=3, last_lsn=4) in settled, "its own acknowledgement names 3:4"
+    for t in (13.0, 14.0, 15.0):
+        assert bounds(core.passed(t, 1, {1: others, 2: others})) == [], "3:3 and 3:4 are not here yet"
+    arrived = {1: 6, 3: 4}
+    found = [a for t in (16.0, 17.0, 18.0) for a in core.passed(t, 1, {1: arrived, 2: arrived})]
+    assert not any(isinstance(a, PurgeStopped) for a in found), "the rows it acknowledged are within its end"
+    assert bounds(found) and bounds(found)[-1] == arrived
+
+
 def test_nothing_goes_until_this_member_holds_the_removed_origins_last_row() -> None:
     core = TombstonePurge(settle_s=0.0)
     # The tombstone is 2:2's; member 3 never acknowledged it, and wrote 3:1 and 3:2,

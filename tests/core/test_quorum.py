@@ -154,6 +154,34 @@ def test_members_swim_holds_dead_are_not_waited_for_once_the_level_is_out_of_rea
     late.check_invariants()
 
 
+def test_a_member_held_dead_counts_with_the_conflicts_already_received():
+    """Two CONFLICTs left the level reachable only with every other member; one of those
+    held DEAD puts it out of reach: the client hears "quorum not reached" now, not a
+    timeout at its deadline."""
+    coordinator = started(FIVE)
+    vote(coordinator, 1)
+    assert coordinator.conflict(1.0, TXN, 2, "k", 0x99) == []
+    assert coordinator.conflict(1.0, TXN, 3, "k", 0x99) == [], "1 vote and 4, 5 unanswered can still make 3"
+    actions = coordinator.member_dead(2.0, 4)
+    assert kinds(actions) == [q.DecideAbort, q.SendAbort, q.ReleaseIntents, q.FailClient]
+    assert actions[3].error == q.QuorumNotReached(answered=1, needed=3, total=5, dead=frozenset({4}))
+    assert actions[1].to == {4, 5}, "the members that answered CONFLICT placed no intent"
+    assert coordinator.tick(10.0) == [], "the client was answered once, before its deadline"
+    coordinator.check_invariants()
+
+
+def test_a_member_answering_twice_is_one_vote():
+    """A PREPARE sent again is answered again (`undelivered`, a lost answer): an ALL
+    transaction on three members does not commit on two members' answers, however many."""
+    every = started(THREE, Level.ALL)
+    every.undelivered(0.1, TXN, 2)
+    assert every.tick(0.2) == [q.SendPrepare(txn_id=TXN, to=frozenset({2}), reads={"k": V0}, members=THREE)]
+    assert vote(every, 1, 2, 2, 1, 2) == [], "two members of three, each counted once"
+    assert every.txns[TXN].state is q.TxnState.PREPARING
+    assert vote(every, 3) == [q.DecideCommit(txn_id=TXN, min_stamp=0)], "the third member's answer decides"
+    assert every.txns[TXN].decided_with == THREE
+
+
 def test_conflicts_that_leave_the_level_out_of_reach_abort_at_once_naming_key_and_holder():
     coordinator = started()
     vote(coordinator, 1)
@@ -291,6 +319,20 @@ def test_the_client_is_acknowledged_once_needed_members_hold_the_row():
     coordinator.check_invariants()
 
 
+def test_only_the_transactions_members_count_toward_its_acknowledgement():
+    """A joiner registered after the transaction began acknowledges through its relay like
+    any subscriber: its copy of the row does not stand for a member's. An ALL write on
+    {1, 2, 3} waits for member 3 whatever member 4 holds."""
+    coordinator = started(THREE, Level.ALL)
+    commit(coordinator, (1, 2, 3), lsn=4)
+    coordinator.acked(2.0, 1, {1: 4})
+    assert coordinator.acked(2.1, 4, {1: 4}) == [], "member 4 is not a member of the transaction"
+    assert coordinator.acked(2.2, 2, {1: 4}) == [], "1, 2 and a joiner: three holders, two of them members"
+    assert coordinator.txns[TXN].state is q.TxnState.COMMITTED
+    assert coordinator.acked(2.3, 3, {1: 4}) == [q.AckClient(txn_id=TXN, origin=1, lsn=4)]
+    coordinator.check_invariants()
+
+
 def test_finished_transactions_are_kept_for_questions_but_no_longer_walked():
     """Every decision stays answerable; ticks and acknowledgements walk only the open ones,
     so a long-lived coordinator does not slow down with the transactions it finished."""
@@ -315,6 +357,21 @@ def test_an_answer_from_a_member_the_prepare_never_went_to_is_refused():
     with pytest.raises(q.RemoteProtocolError, match="member 7"):
         coordinator.prepared(1.0, TXN, 7)
     assert coordinator.txns[TXN].votes == set()
+
+
+def test_a_vote_from_outside_the_transactions_members_is_refused_and_not_counted():
+    """A joiner registered after the transaction began may answer a PREPARE it was never
+    sent (a copy, a confused peer): neither its PREPARED nor its CONFLICT is a member's."""
+    every = started(THREE, Level.ALL)
+    vote(every, 1, 2)
+    with pytest.raises(q.RemoteProtocolError, match="member 4"):
+        every.prepared(1.0, TXN, 4)
+    with pytest.raises(q.RemoteProtocolError, match="member 4"):
+        every.conflict(1.0, TXN, 4, "k", 0x99)
+    assert every.txns[TXN].votes == {1, 2} and every.txns[TXN].conflicts == {}
+    assert every.txns[TXN].state is q.TxnState.PREPARING, "two of three members: no ALL yet"
+    assert kinds(vote(every, 3)) == [q.DecideCommit]
+
 
 
 # ---------------------------------------------------------------- participant
@@ -352,6 +409,22 @@ def test_a_stale_read_conflicts():
     assert prepare(p, reads={"k": Version(hlc=8, origin=2)}, stored={"k": newer}) == q.Conflicted(
         txn_id=TXN, key="k", holder=None)
     assert prepare(p, reads={"k": newer}, stored={"k": newer}) == q.Prepared(txn_id=TXN)
+
+
+def test_a_read_newer_than_the_stored_version_conflicts_too():
+    """The version stored must be the one read (spec Prepare: `stored = read`), not merely
+    no newer: a member that has not applied the version read yet, or lost it, does not
+    vouch for that read; it answers CONFLICT and places no intent."""
+    p = participant()
+    read = Version(hlc=8, origin=2)
+    assert prepare(p, reads={"k": read}, stored={"k": Version(hlc=5, origin=2)}) == q.Conflicted(
+        txn_id=TXN, key="k", holder=None)
+    assert prepare(p, reads={"k": read}, stored={}) == q.Conflicted(txn_id=TXN, key="k", holder=None), (
+        "a key this member holds no version of")
+    assert prepare(p, reads={"k": read}, stored={"k": Version(hlc=8, origin=1)}) == q.Conflicted(
+        txn_id=TXN, key="k", holder=None), "same stamp, lower origin: still another version"
+    assert p.intents.holder("k") is None and not p.pending
+    assert prepare(p, reads={"k": read}, stored={"k": read}) == q.Prepared(txn_id=TXN)
 
 
 def test_an_aborted_transactions_intent_gives_way_and_its_late_prepare_places_nothing():
@@ -442,6 +515,17 @@ def test_a_participant_past_its_timeout_asks_and_never_aborts():
     p.decision_learned(TXN, Decision.ABORT)
     assert p.intents.holder("k") is None and p.tick(2000.0) == []
     p.check_invariants()
+
+
+def test_a_prepare_sent_again_counts_as_word_from_the_coordinator():
+    """The coordinator sends PREPARE again to a member it could not reach: it is alive and
+    undecided. A question now would make it abort (spec QueryDecision), so the participant
+    waits a full timeout from the PREPARE sent again."""
+    p = participant(timeout_s=5.0)
+    prepare(p, now_s=0.0)
+    assert prepare(p, now_s=4.0) == q.Prepared(txn_id=TXN)
+    assert p.tick(5.0) == [] and p.tick(8.875) == [], "heard at 4.0: not before 9.0"
+    assert p.tick(9.0) == [q.QueryDecision(txn_id=TXN, ask=frozenset({1, 3}))]
 
 
 def test_a_participant_that_learned_commit_stops_asking_and_waits_for_the_row():

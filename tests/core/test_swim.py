@@ -138,6 +138,60 @@ def test_an_indirect_ack_saves_a_member_from_suspicion():
     assert swim.state_of(target) is ALIVE and swim.view()[target - 1].last_heard_s == 0.75
 
 
+def test_only_live_members_are_asked_to_ping_for_us():
+    """With member 3 SUSPECT and 4 DEAD, a PING-REQ through either would go unanswered:
+    member 2, which only a link through 5 reaches, would be suspected though alive."""
+    swim = core(members=(1, 2, 3, 4, 5), gossip_fanout=1)
+    checked(swim, swim.ack_received(0.0, 5, 0, [u(5, ALIVE, 0), u(3, SUSPECT, 0), u(4, DEAD, 0)]))
+    asked, now_s = [], 0.0
+    while now_s <= 20.0:
+        for action in checked(swim, swim.tick(now_s)):
+            if isinstance(action, sw.SendPing) and action.to == 5:
+                checked(swim, swim.ack_received(now_s, 5, action.seq, [u(5, ALIVE, 0)]))
+            elif isinstance(action, sw.SendPingReq):
+                asked.append((action.via, action.target))
+                if action.via == 5 and action.target == 2:
+                    checked(swim, swim.ack_received(now_s, 5, action.seq, [u(5, ALIVE, 0)]))
+        now_s += STEP_S
+    assert swim.state_of(2) is ALIVE, f"reached through the one live helper every time, not {asked}"
+    assert (5, 2) in asked and not {via for via, _ in asked} & {3, 4}, asked
+
+
+def test_an_ack_under_the_probes_seq_from_a_member_not_asked_is_no_answer():
+    """Only the target, or a member asked to ping it, answers a probe: another member's
+    ack that happens to carry the probe's seq says nothing of the target."""
+    swim = core()
+    (ping,) = of(sw.SendPing, checked(swim, swim.tick(0.0)))
+    other = ({2, 3} - {ping.to}).pop()
+    checked(swim, swim.ack_received(0.25, other, ping.seq, [u(other, ALIVE, 0)]))
+    assert swim.view()[ping.to - 1].last_heard_s is None
+    (ping_req,) = of(sw.SendPingReq, checked(swim, swim.tick(0.5)))
+    assert ping_req.target == ping.to, "the probe is still unanswered: the indirect one starts"
+    assert changes(checked(swim, swim.tick(1.0))) == [(ping.to, SUSPECT, 0)]
+
+
+@pytest.mark.parametrize("heard_s, suspected_s, heard_again_s, dead_s", [
+    (2.0, 3.0, None, 12.0),  # dead_timeout_s after the last message outlasts the suspicion
+    (1.0, 8.0, None, 13.0),  # suspect_timeout_s after the suspicion outlasts the silence
+    (None, 1.0, 4.0, 14.0),  # heard while suspected (no refutation): the silence starts over
+])
+def test_a_suspicion_heard_by_gossip_turns_dead_exactly_when_both_timeouts_passed(
+        heard_s, suspected_s, heard_again_s, dead_s):
+    """DEAD at max(suspected + suspect_timeout_s, last heard + dead_timeout_s): not on the
+    tick before, on the tick at that time."""
+    swim = core()
+    if heard_s is not None:
+        checked(swim, swim.ping_received(heard_s, 3, 1, [u(3, ALIVE, 0)]))
+    assert changes(checked(swim, swim.ack_received(suspected_s, 2, 0, [u(2, ALIVE, 0), u(3, SUSPECT, 0)]))) == [
+        (3, SUSPECT, 0)]
+    if heard_again_s is not None:
+        checked(swim, swim.ping_received(heard_again_s, 3, 2, [u(3, ALIVE, 0)]))
+        assert swim.state_of(3) is SUSPECT, "a stale ALIVE refutes nothing"
+    assert (3, DEAD, 0) not in changes(checked(swim, swim.tick(dead_s - STEP_S)))
+    assert swim.state_of(3) is SUSPECT
+    assert (3, DEAD, 0) in changes(checked(swim, swim.tick(dead_s)))
+
+
 def test_a_helper_pings_the_target_and_relays_its_ack_under_the_askers_seq():
     helper = core(member=3)
     (ping,) = checked(helper, helper.ping_req_received(0.0, 1, 2, 41, [u(1, ALIVE, 0)]))

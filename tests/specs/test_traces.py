@@ -18,6 +18,11 @@ import pytest
 import check_trace
 import run_tlc
 
+# TLC stops a trace check at its own limit and says so: the test's is above it.
+TLC_MARGIN_S = 300
+pytestmark = pytest.mark.timeout(check_trace.TIMEOUT_S + TLC_MARGIN_S)
+QUORUM_TIMEOUT_S = 600  # a QuorumCommit trace is checked under a limit of its own
+
 needs_tlc = pytest.mark.skipif(
     run_tlc.tools_available() is not None,
     reason=f"TLC cannot run here: {run_tlc.tools_available()}",
@@ -314,7 +319,7 @@ def crashing_quorum_trace() -> Trace:
 
 
 def assert_quorum_accepted(trace: Trace) -> check_trace.Verdict:
-    verdict = check_trace.check(trace, spec=check_trace.QUORUM, timeout_s=600)
+    verdict = check_trace.check(trace, spec=check_trace.QUORUM, timeout_s=QUORUM_TIMEOUT_S)
     assert verdict.accepted, f"seed {trace[0]['seed']}: {verdict.line()}\n{verdict.output[-3000:]}"
     assert verdict.matched == len(check_trace.quorum_steps(trace)) > 0
     return verdict
@@ -330,6 +335,7 @@ def quorum_rejected_at(trace: Trace, edited: dict[str, Any]) -> check_trace.Verd
 
 
 @needs_tlc
+@pytest.mark.timeout(QUORUM_TIMEOUT_S + TLC_MARGIN_S)
 @pytest.mark.parametrize("seed", [13, 19])
 def test_simulated_quorum_traces_are_behaviours_of_quorum_commit(seed: int, crashing_quorum_trace: Trace) -> None:
     trace = crashing_quorum_trace if seed == 13 else quorum_trace(seed)
@@ -339,6 +345,7 @@ def test_simulated_quorum_traces_are_behaviours_of_quorum_commit(seed: int, cras
 
 
 @needs_tlc
+@pytest.mark.timeout(QUORUM_TIMEOUT_S + TLC_MARGIN_S)
 def test_a_question_that_finds_no_decision_aborts_and_the_trace_is_accepted(tmp_path) -> None:
     """The coordinator hears no answer and sends no heartbeat: the participants ask, and
     the question decides ABORT (the spec's QueryDecision)."""
