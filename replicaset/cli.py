@@ -24,6 +24,7 @@ from replicaset.identity import Identity, IdentityError, Joining, parse_uuid
 CONFIG_FILE = "config.toml"
 EXIT_STORE_FAILED = 74  # sysexits' EX_IOERR: a store failed a write this process cannot take back
 EXIT_LISTEN_FAILED = 71  # sysexits' EX_OSERR: the listen address cannot be bound
+EXIT_REMOVED = 77  # sysexits' EX_NOPERM: this instance was removed from its replica set (box.remove)
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -216,6 +217,13 @@ def _serve(
         # line and an exit code for the supervisor; the restart recovers what it left.
         node.log.critical("stopped_on_store_failure", error=str(failure), exit_code=EXIT_STORE_FAILED)
         return EXIT_STORE_FAILED
+    if node.removal is not None:
+        from replicaset.runtime.removal import describe
+
+        print(f"replicaset: instance {identity.instance_uuid} {describe(node.removal)}; this data directory "
+              f"cannot serve again: join as a new instance with an empty data directory (exit code {EXIT_REMOVED})",
+              file=sys.stderr, flush=True)
+        return EXIT_REMOVED
     if node.rejoin_through:
         return _rejoin(data_dir, cfg, identity, node.rejoin_through)
     return 0
@@ -234,24 +242,45 @@ def _failure_of(error: BaseException, kinds: tuple[type[Exception], ...]) -> Bas
 
 
 def _rejoin(data_dir: Path, cfg: configuration.Config, identity: Identity, peer: str) -> int:
-    """Keep the old data directory aside, join again under the same UUID (and so id)."""
+    """Keep the old data directory aside, join again under the same UUID (and so id),
+    taking along what is the member's own: its config, its counts of repairs and its
+    local tables (carried into the checkpoint by `join`)."""
+    from replicaset.runtime import repairs
     from replicaset.runtime.join import join
     from replicaset.runtime.peer_access import load_secret
     from replicaset.runtime.tls import client_context
 
-    backup = data_dir.with_name(data_dir.name + ".before-rejoin")
+    backup = _backup_of(data_dir)
     if backup.exists():
         shutil.rmtree(backup)
     data_dir.rename(backup)
     data_dir.mkdir()
-    if (backup / CONFIG_FILE).exists():
-        shutil.copyfile(backup / CONFIG_FILE, data_dir / CONFIG_FILE)
+    for kept in (CONFIG_FILE, repairs.FILE_NAME):
+        if (backup / kept).exists():
+            shutil.copyfile(backup / kept, data_dir / kept)
     again = join(data_dir, replicaset_uuid=identity.replicaset_uuid, peers=[configuration.dial_address(cfg, peer)],
                  listen=cfg.listen, instance_uuid=identity.instance_uuid, anonymous=identity.anonymous,
-                 secret=load_secret(cfg), tls=client_context(cfg))
+                 secret=load_secret(cfg), tls=client_context(cfg), local_from=backup,
+                 local_tables=frozenset(cfg.local_tables))
     if again is None:
         return 1
     return _serve(data_dir, cfg, again)
+
+
+def _backup_of(data_dir: Path) -> Path:
+    """Where a re-join keeps the data directory it left, until the next re-join."""
+    return data_dir.with_name(data_dir.name + ".before-rejoin")
+
+
+def _rejoined_from(data_dir: Path, instance_uuid: str) -> Path | None:
+    """The directory a re-join of `instance_uuid` that stopped midway left beside
+    `data_dir` (its local tables still go into the checkpoint); None for a join."""
+    backup = _backup_of(data_dir)
+    try:
+        left = Identity.load(backup)
+    except IdentityError:
+        return None
+    return backup if left.instance_uuid == instance_uuid else None
 
 
 def cmd_bootstrap(args: argparse.Namespace) -> int:
@@ -295,7 +324,8 @@ def _finish_join(args: argparse.Namespace, joining: Joining) -> int:
     cfg = _load_config(args, args.data_dir, read_only=args.read_only or joining.anonymous)
     identity = join(args.data_dir, replicaset_uuid=joining.replicaset_uuid, peers=joining.peers, listen=cfg.listen,
                     instance_uuid=joining.instance_uuid, anonymous=joining.anonymous, secret=load_secret(cfg),
-                    tls=client_context(cfg))
+                    tls=client_context(cfg), local_from=_rejoined_from(args.data_dir, joining.instance_uuid),
+                    local_tables=frozenset(cfg.local_tables))
     if identity is None:
         return 1
     return _serve(args.data_dir, cfg, identity, force_recovery=args.force_recovery, rejoin=args.rejoin)

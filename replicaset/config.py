@@ -3,6 +3,11 @@
 Every option is declared once in `OPTIONS` with its type, default and check, so the
 file, the command-line overrides and `box.cfg` in the console all see the same table.
 An unknown option or a bad value stops the start with a message naming the option.
+
+The options marked `dynamic` may be changed on a running member by `box.cfg{...}` in the
+console (`Config.change`), as Tarantool changes them at run time; the member applies them
+(`replicaset/runtime/box.py`). A change lasts until the process stops: a restart takes
+the config file again, as Tarantool's init script's `box.cfg` wins over what was set by hand.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class Option:
     # What `box.cfg` shows instead of the value, for options holding secrets: any client
     # that may EVAL reads `box.cfg`.
     shown: Callable[[Any], Any] | None = None
+    # `box.cfg{...}` may change it on a running member; any other needs a restart.
+    dynamic: bool = False
 
 
 def _hidden(value: Any) -> Any:
@@ -82,32 +89,33 @@ def _users(value: Any) -> bool:
 OPTIONS: dict[str, Option] = {
     "listen": Option("127.0.0.1:3301", str, _address, "HOST:PORT"),
     "replication": Option([], list, _addresses, "a list of HOST:PORT"),
-    "read_only": Option(False, bool),
-    "replication_connect_quorum": Option(None, (int, type(None)), lambda v: v is None or v >= 0, ">= 0"),
-    "replication_connect_timeout": Option(30.0, (int, float), _positive, "> 0 seconds"),
-    "replication_timeout": Option(1.0, (int, float), _positive, "> 0 seconds"),
-    "replication_skip_conflict": Option(False, bool),
+    "read_only": Option(False, bool, dynamic=True),
+    "replication_connect_quorum": Option(None, (int, type(None)), lambda v: v is None or v >= 0, ">= 0", dynamic=True),
+    "replication_connect_timeout": Option(30.0, (int, float), _positive, "> 0 seconds", dynamic=True),
+    "replication_timeout": Option(1.0, (int, float), _positive, "> 0 seconds", dynamic=True),
+    "replication_skip_conflict": Option(False, bool, dynamic=True),
     "wal_mode": Option("write", str, lambda v: v in ("write", "fsync"), "write or fsync"),
     "wal_max_size": Option(64 * MIB, int, lambda v: v >= 64 * KIB, ">= 65536 bytes"),
-    "checkpoint_interval": Option(3600.0, (int, float), lambda v: v >= 0, ">= 0 seconds (0: never)"),
-    "checkpoint_count": Option(2, int, lambda v: v >= 1, ">= 1"),
+    "checkpoint_interval": Option(3600.0, (int, float), lambda v: v >= 0, ">= 0 seconds (0: never)", dynamic=True),
+    "checkpoint_count": Option(2, int, lambda v: v >= 1, ">= 1", dynamic=True),
     "checkpoint_chunk_bytes": Option(1 * MIB, int, lambda v: 4 * KIB <= v <= 16 * MIB, "4096..16777216 bytes"),
     "local_tables": Option([], list, _names, "a list of table names"),
     "max_connections": Option(1024, int, lambda v: v >= 1, ">= 1 (peers' links count too)"),
     "max_frame_bytes": Option(16 * MIB, int, lambda v: v >= 4 * KIB, ">= 4096 bytes"),
     "max_txn_bytes": Option(8 * MIB, int, lambda v: v >= KIB, ">= 1024 bytes"),
     "metrics_listen": Option("", str, lambda v: v == "" or _address(v), "HOST:PORT, or empty (no metrics endpoint)"),
-    "log_level": Option("info", str, lambda v: v in ("debug", "info", "warning", "error"), "debug, info, warning or error"),
+    "log_level": Option("info", str, lambda v: v in ("debug", "info", "warning", "error"), "debug, info, warning or error",
+                        dynamic=True),
     "wal.group_commit_rows_max": Option(1024, int, _positive, "> 0"),
     "wal.group_commit_bytes_max": Option(4 * MIB, int, _positive, "> 0"),
     "wal.group_commit_delay_ms": Option(0.0, (int, float), lambda v: v >= 0, ">= 0 ms"),
-    "replication.auto_rejoin": Option(False, bool),
+    "replication.auto_rejoin": Option(True, bool),
     "replication.default_write_consistency": Option("quorum", str, lambda v: v.lower() in ("one", "quorum", "all"),
                                                     "one, quorum or all"),
     "replication.anti_entropy_interval_seconds": Option(30.0, (int, float), _positive, "> 0 seconds"),
     "replication.delta_sync_threshold_transactions": Option(10_000, int, lambda v: v >= 0, ">= 0"),
     "replication.delta_sync_threshold_seconds": Option(3600.0, (int, float), lambda v: v >= 0, ">= 0 seconds"),
-    "replication.synchro_timeout_s": Option(5.0, (int, float), _positive, "> 0 seconds"),
+    "replication.synchro_timeout_s": Option(5.0, (int, float), _positive, "> 0 seconds", dynamic=True),
     "cluster.gossip_interval_ms": Option(1000, int, lambda v: v >= 10, ">= 10 ms"),
     "cluster.gossip_fanout": Option(3, int, lambda v: v >= 0, ">= 0"),
     "cluster.suspect_timeout_ms": Option(5000, int, _positive, "> 0 ms"),
@@ -133,6 +141,24 @@ OPTIONS: dict[str, Option] = {
     "debug.clock_skew_ms": Option(0, int, lambda v: abs(v) <= 86_400_000, "-86400000..86400000 ms"),
 }
 
+# Tarantool's names for options we name otherwise: `box.cfg` shows both, and takes either.
+ALIASES = {"replication_synchro_timeout": "replication.synchro_timeout_s"}
+
+
+class StaticOption(ConfigError):
+    """`box.cfg{...}` named an option a running member cannot change (Tarantool's
+    ER_RELOAD_CFG)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Can't set option '{name}' dynamically")
+
+
+class InvalidOption(ConfigError):
+    """`box.cfg{...}` gave an unknown option or a bad value (Tarantool's ER_CFG)."""
+
+    def __init__(self, name: str, details: str) -> None:
+        super().__init__(f"Incorrect value for option '{name}': {details}")
+
 
 class Config:
     """Validated options; `cfg["wal.group_commit_rows_max"]` or `cfg.listen`."""
@@ -150,9 +176,31 @@ class Config:
             raise AttributeError(name) from None
 
     def as_dict(self) -> dict[str, Any]:
-        """What `box.cfg` shows: the values, secrets hidden (`Option.shown`)."""
-        return {name: shown(value) if (shown := OPTIONS[name].shown if name in OPTIONS else None) else value
-                for name, value in self._values.items()}
+        """What `box.cfg` shows: the values, secrets hidden (`Option.shown`), and each
+        option again under its Tarantool name (`ALIASES`)."""
+        shown = {name: shown(value) if (shown := OPTIONS[name].shown if name in OPTIONS else None) else value
+                 for name, value in self._values.items()}
+        return shown | {alias: shown[name] for alias, name in ALIASES.items() if name in shown}
+
+    def change(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """`box.cfg{...}`: every change checked first, then all made, or none (the first
+        refused raises StaticOption or InvalidOption). Returns the options whose value
+        changed, by their own names, with the new values."""
+        checked: dict[str, Any] = {}
+        for given, value in changes.items():
+            name = ALIASES.get(given, given)
+            option = OPTIONS.get(name) if isinstance(name, str) else None
+            if option is None:
+                raise InvalidOption(str(given), "unexpected option")
+            if not option.dynamic:
+                raise StaticOption(str(given))
+            details = _invalid(option, value)
+            if details is not None:
+                raise InvalidOption(str(given), details)
+            checked[name] = value
+        changed = {name: value for name, value in checked.items() if self._values[name] != value}
+        self._values.update(changed)
+        return changed
 
 
 def dial_address(config: Config | Mapping[str, Any], address: str) -> str:
@@ -180,13 +228,21 @@ def validate(name: str, value: Any) -> Any:
     option = OPTIONS.get(name)
     if option is None:
         raise ConfigError(f"unknown option {name!r}")
+    details = _invalid(option, value)
+    if details is not None:
+        raise ConfigError(f"option {name!r}: {details}")
+    return value
+
+
+def _invalid(option: Option, value: Any) -> str | None:
+    """What is wrong with `value` for the option, or None."""
     kind = option.kind
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kinds):
-        raise ConfigError(f"option {name!r}: expected {_kind_name(kind)}, got {value!r}")
+        return f"expected {_kind_name(kind)}, got {value!r}"
     if not option.check(value):
-        raise ConfigError(f"option {name!r}: {value!r} is invalid, must be {option.rule}")
-    return value
+        return f"{value!r} is invalid, must be {option.rule}"
+    return None
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:

@@ -2,7 +2,7 @@
 
 Three members of ours (`default_write_consistency = "one"`, as the other set figures;
 `[replication] delta_sync_threshold_transactions` above the row count, so anti-entropy
-never finds the member past the threshold; `auto_rejoin` is off by default, so even then it
+never finds the member past the threshold; `auto_rejoin` is turned off, so even then it
 would only log). Member 3 is stopped cleanly (SIGTERM); `rows` rows are written on member 1
 in multi-row INSERTs of `batch_rows` (one transaction, so one WAL record, each); member 2
 follows, and the script waits until it holds them all. Then member 3 is started again
@@ -119,6 +119,7 @@ def run(work: Path, rows: int, batch_rows: int, replication_timeout_s: float) ->
     entry: dict[str, Any] = {"notes": [], "rows": rows, "batch_rows": batch_rows, "threshold": threshold,
                              "replication_timeout_s": replication_timeout_s}
     rs = OurSet(work, name="delta", options={"replication.delta_sync_threshold_transactions": threshold,
+                                             "replication.auto_rejoin": False,
                                              "replication_timeout": replication_timeout_s})
     try:
         progress("delta: starting three members")

@@ -16,6 +16,8 @@ member compares its vclock with each alive peer's (what the peer's relay last re
 A gap (every upstream's log starts past what we hold: their WAL GC removed the rows) is
 the replica-set core's rejoin decision (`ReplicaSet.check_rejoin`), which ends in the same
 checkpoint transfer; the two decisions are to become one (docs/design/anti-entropy.md).
+The host counts it here (`count(Repair.GAP)`), so `runs` holds every repair by kind; the
+host keeps `runs` across restarts and re-joins and hands them back at start.
 A checkpoint replaces everything the member holds, so it is taken only from a peer that
 holds every row of this member's own origin (its vclock of our origin reaches ours):
 anything else would lose rows no one else has. A snapshot wanted with no such peer waits
@@ -38,6 +40,7 @@ from wal import LOCAL_ORIGIN
 class Repair(Enum):
     DELTA = "delta"
     SNAPSHOT = "snapshot"
+    GAP = "gap"  # the rows we lack are gone everywhere: a re-join from a checkpoint
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,11 +80,13 @@ def behind_rows(own: Mapping[int, int], peer: Mapping[int, int]) -> int:
 
 
 class AntiEntropy:
-    def __init__(self, *, member: int, threshold_rows: int, threshold_s: float) -> None:
+    def __init__(self, *, member: int, threshold_rows: int, threshold_s: float,
+                 runs: Mapping[Repair, int] | None = None) -> None:
+        """`runs`: the repairs counted before, as the host kept them."""
         self.member = member
         self.threshold_rows = threshold_rows
         self.threshold_s = threshold_s
-        self.runs: dict[Repair, int] = {Repair.DELTA: 0, Repair.SNAPSHOT: 0}
+        self.runs: dict[Repair, int] = {kind: (runs or {}).get(kind, 0) for kind in Repair}
         self.checks: dict[int, Check] = {}
         self._behind_since_s: dict[int, float] = {}
 
@@ -95,7 +100,7 @@ class AntiEntropy:
             check = self._check_peer(now_s, own, peer, view)
             self.checks[peer] = check
             if check.repair is not None:
-                self.runs[check.repair] += 1
+                self.count(check.repair)
             if check.repair is Repair.SNAPSHOT:
                 wanted.append(check)
         own_lsn = own.get(self.member, 0)
@@ -104,6 +109,9 @@ class AntiEntropy:
             return []
         best = max(holders, key=lambda c: (c.behind_rows, -c.peer))
         return [SnapshotTransfer(through=best.peer, reason=best.reason, behind_rows=best.behind_rows)]
+
+    def count(self, repair: Repair) -> None:
+        self.runs[repair] += 1
 
     def _check_peer(self, now_s: float, own: Mapping[int, int], peer: int, view: PeerView) -> Check:
         rows = behind_rows(own, view.vclock)

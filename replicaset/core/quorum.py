@@ -116,6 +116,20 @@ class Conflict:
     holder_member: int | None = None
 
 
+class Silence(Enum):
+    """Why a member did not vote PREPARED, as far as its coordinator knows: a client's
+    error names every such member (a message naming one of two stopped members sent the
+    operator after the wrong one)."""
+
+    NO_ANSWER = "no answer"  # nothing yet, or the PREPARE found no link or no usable answer
+    DEAD = "dead"  # SWIM holds it DEAD
+    REFUSED = "refused"  # it answered CONFLICT
+
+
+Unconfirmed = tuple[tuple[int, Silence], ...]
+"""`(member, why)` for every member that did not vote PREPARED, in id order."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QuorumNotReached:
     """A member asked for the decision before `needed` of `total` members had answered
@@ -126,6 +140,7 @@ class QuorumNotReached:
     needed: int
     total: int
     dead: frozenset[int] = frozenset()
+    unconfirmed: Unconfirmed = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,6 +152,7 @@ class Timeout:
     answered: int
     needed: int
     total: int
+    unconfirmed: Unconfirmed = ()
 
 
 TxnError = Conflict | QuorumNotReached | Timeout
@@ -417,7 +433,7 @@ class Transaction:
             return []
         return self._abort(f"members {sorted(self.dead)} are dead",
                            QuorumNotReached(answered=len(self.votes), needed=self.needed, total=len(self.members),
-                                            dead=frozenset(self.dead)))
+                                            dead=frozenset(self.dead), unconfirmed=self.unconfirmed()))
 
     @transition(TXN_TRANSITIONS)
     def tick(self, now_s: float) -> list[Action]:
@@ -427,7 +443,8 @@ class Transaction:
             to, self.resend_to = frozenset(self.resend_to), set()
             return [SendPrepare(txn_id=self.txn_id, to=to, reads=self.reads, members=self.members)]
         return self._abort("the client's deadline passed",
-                           Timeout(answered=len(self.votes), needed=self.needed, total=len(self.members)))
+                           Timeout(answered=len(self.votes), needed=self.needed, total=len(self.members),
+                                   unconfirmed=self.unconfirmed()))
 
     @transition(TXN_TRANSITIONS)
     def query_decision(self, asker: int) -> list[Action]:
@@ -439,7 +456,8 @@ class Transaction:
             return []
         actions: list[Action] = []
         if self.state is T.PREPARING:
-            error = QuorumNotReached(answered=len(self.votes), needed=self.needed, total=len(self.members))
+            error = QuorumNotReached(answered=len(self.votes), needed=self.needed, total=len(self.members),
+                                     unconfirmed=self.unconfirmed())
             actions = self._abort(f"member {asker} asked before a decision", error)
         decision = self.decision
         assert decision is not None
@@ -488,6 +506,17 @@ class Transaction:
             self.state, (self.origin, self.lsn) = T.COMMITTED, row
             return []
         return self._abort("the coordinator restarted", None)
+
+    def unconfirmed(self) -> Unconfirmed:
+        """Every member that has not voted PREPARED, and why as far as this coordinator
+        knows."""
+
+        def why(member: int) -> Silence:
+            if member in self.conflicts:
+                return Silence.REFUSED
+            return Silence.DEAD if member in self.dead else Silence.NO_ANSWER
+
+        return tuple((member, why(member)) for member in sorted(self.members - self.votes))
 
     def _abort(self, reason: str, error: TxnError | None) -> list[Action]:
         self.state = T.ABORTED
@@ -620,6 +649,14 @@ class Coordinator:
         assert txn.origin is not None and txn.lsn is not None
         holders = frozenset(m for m, held in self.durable.items() if held.get(txn.origin, 0) >= txn.lsn)
         return txn.acked(holders)
+
+    def not_holding(self, txn_id: int) -> tuple[int, ...]:
+        """The members of committed `txn_id` not known to hold its row durably: whom a
+        client told "committed, but fewer than N members confirmed it" hears named."""
+        txn = self.txns.get(txn_id)
+        if txn is None or txn.origin is None or txn.lsn is None:
+            return ()
+        return tuple(sorted(m for m in txn.members if self.durable.get(m, {}).get(txn.origin, 0) < txn.lsn))
 
     def restart(self, rows_written: Mapping[int, tuple[int, int]]) -> list[Action]:
         """Spec Crash + Restart, on what survives a crash: the transactions begun and their

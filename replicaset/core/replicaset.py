@@ -15,6 +15,14 @@ Theory of operation (docs/design/README.md §4.4, 4.7; Tarantool's box.info.stat
 - When every upstream refused for want of rows (their logs start after ours ends), only
   a new checkpoint can bring the member back: it re-joins through a member that
   acknowledged every row of its own origin, if the operator allowed it, or says it needs to.
+- A member learns it was removed from the set (`box.remove` on another member) either by
+  applying the deletion of its own `_cluster` row, or, when it was down meanwhile, from a
+  peer that refuses its SUBSCRIBE naming the removal: the row that deleted the member's
+  `_cluster` row, `(by, lsn)` stamped `hlc`. Such a refusal is this member's removal only
+  when it names this member's id and a row this member does not hold: one whose row it
+  holds is of an earlier registration of the same UUID (removed, then joined again), told
+  by a peer that has not applied the new one yet. A removed member stops for good (`Removed`):
+  any other refusal of an unknown instance waits, as a joiner's row may still be on its way.
 - Ids are the smallest free one, the old one to a known UUID (`allocate_id`); any member
   registers a joiner by a quorum transaction, whose conflicts keep ids unique. An id whose
   origin wrote rows is retired, never given to another UUID: the new instance would take
@@ -131,7 +139,29 @@ class RejoinRefused:
     reason: str
 
 
-Action = RecoveryGaveUp | RecoveryDone | QuorumReached | RegistrationHeld | RejoinNeeded | Rejoin | RejoinRefused
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Removal:
+    """Member `instance_id` (`uuid`) left the set: its `_cluster` row was deleted by the row
+    `(by, lsn)` that member `by` wrote (the coordinator of `box.remove`), stamped `hlc`."""
+
+    instance_id: int
+    uuid: str
+    by: int
+    lsn: int
+    hlc: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Removed:
+    """This member was removed from the set: it stops for good. `told_by` is the upstream
+    whose refusal said so, None when the member applied its own removal."""
+
+    removal: Removal
+    told_by: str | None
+
+
+Action = (RecoveryGaveUp | RecoveryDone | QuorumReached | RegistrationHeld | RejoinNeeded | Rejoin | RejoinRefused
+          | Removed)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,6 +215,13 @@ def allocate_id(members: Iterable[tuple[int, str]], uuid: str, *, retired: Itera
     return free, True
 
 
+def is_removal_of(removal: Removal, instance_id: int, vclock: Mapping[int, int]) -> bool:
+    """A peer's record of a removal is this member's own: it names this member's id, and
+    a row this member does not hold. A member registered again after its removal (same
+    UUID) holds that row: its join's checkpoint came from a member that had applied it."""
+    return removal.instance_id == instance_id and vclock.get(removal.by, 0) < removal.lsn
+
+
 def majority(members: int) -> int:
     return members // 2 + 1
 
@@ -205,6 +242,7 @@ class ReplicaSet:
     rejoin_deadline_s: float = 0.0
     view: View = field(default_factory=lambda: View(members=0, upstreams=frozenset(), following=frozenset()))
     looked: bool = False  # a view was observed: until then the upstreams are unknown, not none
+    removal: Removal | None = None  # this member's own, once it learned it
 
     def __post_init__(self) -> None:
         self.phase = Phase.RECOVERING if self.recovering else Phase.CONNECTING
@@ -237,10 +275,26 @@ class ReplicaSet:
             return [RecoveryGaveUp(upstream=upstream)] + (self.observe(now_s, self.view) if self.looked else [])
         return []
 
-    def upstream_refused(self, now_s: float, upstream: str, refusal: Refusal) -> list[Action]:
+    def upstream_refused(self, now_s: float, upstream: str, refusal: Refusal, removal: Removal | None = None,
+                         vclock: Mapping[int, int] | None = None) -> list[Action]:
+        """`removal`: what the peer knows of the removal of the instance it does not know
+        (a NOT_REGISTERED refusal), judged against `vclock`, what this member holds."""
         if refusal is Refusal.ROWS_UNAVAILABLE:
             self.rows_unavailable.add(upstream)
+        if (refusal is Refusal.NOT_REGISTERED and removal is not None
+                and is_removal_of(removal, self.instance_id, vclock or {})):
+            return self._removed(removal, told_by=upstream)
         return self.upstream_failed(now_s, upstream)
+
+    def own_row_deleted(self, now_s: float, removal: Removal) -> list[Action]:
+        """This member applied the deletion of its own `_cluster` row."""
+        return self._removed(removal, told_by=None)
+
+    def _removed(self, removal: Removal, *, told_by: str | None) -> list[Action]:
+        if self.removal is not None:
+            return []
+        self.removal = removal
+        return [Removed(removal=removal, told_by=told_by)]
 
     def check_rejoin(self, now_s: float, *, own_lsn: int, acked: Mapping[int, int], rejoin_timeout_s: float) -> list[Action]:
         """Every upstream lacks the rows we need: re-join through a member that holds every
@@ -316,3 +370,4 @@ class ReplicaSet:
         assert self.phase is not Phase.RUNNING or self.registration is None, (
             "a member takes writes only once a majority holds its registration")
         assert self.rejoin is RejoinState.IDLE or self.rows_unavailable, "a rejoin only when rows are unavailable"
+        assert self.removal is None or self.removal.instance_id == self.instance_id, "only our own removal stops us"

@@ -32,7 +32,7 @@ class SqlResult:
     rows: list[list[Any]]
     row_count: int | None
     autoincrement_ids: list[int]
-    vclock: dict[int, int] | None = None  # what a write reached, when the server says
+    vclock: dict[int, int] | None = None  # what a write reached, when OPTIONS asked (`return_vclock`)
 
 
 class Client:
@@ -101,7 +101,8 @@ class Client:
     ) -> SqlResult:
         """Run one SQL statement. A mapping binds by name (`:name` in the SQL), as connectors
         do; `stream_id` groups statements into one interactive transaction; `options` is the
-        OPTIONS map (`consistency`, `wait_vclock`)."""
+        OPTIONS map (`consistency`, `wait_vclock`, and `return_vclock` for a write whose
+        result must hold the vclock it reached, to give another statement as `wait_vclock`)."""
         if isinstance(binds, Mapping):
             bind_list = [{f":{name}": value} for name, value in binds.items()]
         else:

@@ -364,15 +364,15 @@ def encode_ok(
     sync: int,
     schema_version: int,
     body: dict[int, Any] | None = None,
-    stream_id: int = 0,
     vclock: dict[int, int] | None = None,
 ) -> bytes:
-    """A success reply. A None body is sent as an empty map, as Tarantool does. `vclock`
-    (what a write reached) goes in the header: Tarantool's net.box takes any body key of
-    an EXECUTE reply other than DATA and METADATA for SQL_INFO."""
+    """A success reply, whose header holds what Tarantool's does (REQUEST_TYPE, SYNC,
+    SCHEMA_VERSION, never STREAM_ID), since asynctnt warns of any other header key. A None
+    body is sent as an empty map, as Tarantool does. `vclock`, for a request that asked for
+    it (OPTIONS `return_vclock`), goes in the header: net.box 2.6 reads a body key of an
+    EXECUTE reply other than DATA and METADATA as SQL_INFO (a vclock there became its
+    row_count)."""
     header = {_REQUEST_TYPE: _OK, _SYNC: sync, _SCHEMA_VERSION: schema_version}
-    if stream_id:
-        header[_STREAM_ID] = stream_id
     if vclock is not None:
         header[_VCLOCK] = vclock
     return encode_frame(header, {} if body is None else body)
@@ -385,14 +385,16 @@ def encode_error(
     code: int,
     message: str,
     error_type: str = "ClientError",
+    fields: dict[str, Any] | None = None,
 ) -> bytes:
     """An error reply: the code in REQUEST_TYPE, the message both as the old ERROR_24 string
-    and as a one-entry extended error stack (ERROR), which newer connectors prefer."""
+    and as a one-entry extended error stack (ERROR), which newer connectors prefer; `fields`
+    are the entry's custom fields, as Tarantool's box.error fields."""
     if not 0 <= code < ERROR_TYPE_BIT:
         raise LocalProtocolError(f"error code {code} is outside 0..{ERROR_TYPE_BIT - 1}")
     header = {_REQUEST_TYPE: ERROR_TYPE_BIT | code, _SYNC: sync, _SCHEMA_VERSION: schema_version}
     # Error stack entry keys: 0 type, 1 file, 2 line, 3 message, 4 errno, 5 code, 6 fields.
-    stack_entry = {0: error_type, 1: "", 2: 0, 3: message, 4: 0, 5: code, 6: {}}
+    stack_entry = {0: error_type, 1: "", 2: 0, 3: message, 4: 0, 5: code, 6: fields or {}}
     return encode_frame(header, {_ERROR_24: message, _ERROR: {0: [stack_entry]}})
 
 

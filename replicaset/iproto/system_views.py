@@ -8,7 +8,8 @@ again whenever a reply carries a new schema version. The PyPI `tarantool` connec
 `_vspace` and `_vindex`, all rows or one space by id or name (EQ on index 0 or 2). Both
 read rows by position, so field order, field types and index numbers are Tarantool's.
 
-Theory of operation: the node describes its SQL tables as `Space`s; `build_system_views`
+Theory of operation: the node describes its SQL tables and views as `Space`s
+(`replicaset.runtime.spaces`); `build_system_views`
 turns them into every view's rows once per schema version. A SELECT body is decoded and
 checked once, at the edge, into a `SelectRequest` (`decode_select`); `select_system_view`
 answers it from those rows as a Tarantool tree index would for EQ, and for ALL without a
@@ -23,7 +24,7 @@ client ever has one to look up there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
@@ -76,14 +77,17 @@ class Field:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Space:
-    """An SQL table as a Tarantool space. `primary_key` holds 0-based field numbers; a
-    table without one (a local table may lack it) gets no index row at all, rather than
-    one that names a key the table does not have."""
+    """An SQL table or view as a Tarantool space. `primary_key` holds 0-based field
+    numbers; a space without one (a view, a local table without a key) gets no index row
+    at all, rather than one that names a key it does not have. `flags` is `_vspace`'s
+    options map, as Tarantool fills it (`{"view": true, "sql": ...}` for a view,
+    `{"group_id": 1}` for a local space)."""
 
     id: int
     name: str
     fields: tuple[Field, ...]
     primary_key: tuple[int, ...]
+    flags: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,7 +102,9 @@ class SelectRequest:
     limit: int
 
 
-def vspace_tuple(space_id: int, name: str, fields: Sequence[Field]) -> list[Any]:
+def vspace_tuple(
+    space_id: int, name: str, fields: Sequence[Field], flags: Mapping[str, Any] | None = None
+) -> list[Any]:
     """A `_vspace` row: [id, owner, name, engine, field_count, flags, format].
 
     `format` is a list of maps with "name", "type" and "is_nullable", as Tarantool lists
@@ -106,7 +112,7 @@ def vspace_tuple(space_id: int, name: str, fields: Sequence[Field]) -> list[Any]
     reads "name" and "type". field_count 0 means "not fixed".
     """
     field_format = [{"name": f.name, "type": f.type, "is_nullable": f.is_nullable} for f in fields]
-    return [space_id, _ADMIN_USER_ID, name, _ENGINE, 0, {}, field_format]
+    return [space_id, _ADMIN_USER_ID, name, _ENGINE, 0, dict(flags or {}), field_format]
 
 
 def vindex_tuple(
@@ -135,7 +141,7 @@ def build_system_views(spaces: Iterable[Space]) -> dict[SystemView, list[list[An
     """Every view's rows, ordered by the view's primary key as Tarantool returns them."""
     ordered = sorted(spaces, key=lambda space: space.id)
     return {
-        SystemView.VSPACE: [vspace_tuple(s.id, s.name, s.fields) for s in ordered],
+        SystemView.VSPACE: [vspace_tuple(s.id, s.name, s.fields, s.flags) for s in ordered],
         SystemView.VINDEX: [
             vindex_tuple(s.id, 0, _PRIMARY_KEY_NAME, s.fields, s.primary_key)
             for s in ordered

@@ -63,7 +63,9 @@ from replicaset.core.replicaset import (
     RecoveryDone,
     RecoveryGaveUp,
     Refusal,
+    Rejoin,
     RejoinState,
+    Removal,
     ReplicaSet,
     Status,
     View,
@@ -227,10 +229,18 @@ class MemberDriver:
         return actions + self._synced_with(key, now_s)
 
     @_event
-    def applier_refused(self, key: str, now_s: float, refusal: Refusal, message: str) -> list[Action]:
+    def applier_refused(self, key: str, now_s: float, refusal: Refusal, message: str,
+                        removal: Removal | None = None) -> list[Action]:
+        """`removal`: the peer's record of the removal of the instance it refused."""
         actions = self._of_applier(key, self.appliers[key].refused(now_s, refusal, message))
-        actions += self._of_set(now_s, self.replicaset.upstream_refused(now_s, key, refusal))
+        actions += self._of_set(now_s, self.replicaset.upstream_refused(now_s, key, refusal, removal,
+                                                                        vclock=self._store.vclock.to_dict()))
         return actions + self._observe(now_s)
+
+    @_event
+    def own_row_deleted(self, now_s: float, removal: Removal) -> list[Action]:
+        """The deletion of this member's own `_cluster` row was applied here."""
+        return self._of_set(now_s, self.replicaset.own_row_deleted(now_s, removal))
 
     @_event
     def applier_rows(self, key: str, now_s: float, records: Sequence[Record], *, wall_ms: int | None = None) -> list[Action]:
@@ -859,14 +869,33 @@ class MemberDriver:
         return self._observe(now_s)
 
     @_event
+    def replication_configured(self, now_s: float, *, timeout_s: float, backoff_max_s: float, skip_conflict: bool,
+                               participant_timeout_s: float, connect_quorum: int | None) -> list[Action]:
+        """`box.cfg{...}` changed how the member replicates: every applier and relay, and
+        those to come, take the new timeout and skip rule (a deadline already set keeps its
+        own), the participant waits `participant_timeout_s` for a silent coordinator, and
+        the replica-set core looks at the upstreams again with the new connect quorum."""
+        self._timeout_s, self._backoff_max_s, self._skip_conflict = timeout_s, backoff_max_s, skip_conflict
+        for applier in self.appliers.values():
+            applier.timeout_s, applier.backoff_max_s, applier.skip_conflict = timeout_s, backoff_max_s, skip_conflict
+        for relay in self.relays.values():
+            relay.timeout_s = timeout_s
+        self.participant.timeout_s = participant_timeout_s
+        self.replicaset.configured_quorum = connect_quorum
+        return self._observe(now_s)
+
+    @_event
     def check_rejoin(self, now_s: float, *, rejoin_timeout_s: float) -> list[Action]:
         """Whether the member must re-join from a checkpoint, and through whom."""
         own = self.instance_id
         # An anonymous follower has no rows of its own to lose: any member it follows will do.
         acked = (self.acked(own) if own != repl.ANONYMOUS_SUBSCRIBER
                  else dict.fromkeys(self._membership().ids.values(), 0))
-        return self._of_set(now_s, self.replicaset.check_rejoin(
-            now_s, own_lsn=self._store.vclock.get(own), acked=acked, rejoin_timeout_s=rejoin_timeout_s))
+        actions = self.replicaset.check_rejoin(now_s, own_lsn=self._store.vclock.get(own), acked=acked,
+                                               rejoin_timeout_s=rejoin_timeout_s)
+        if any(isinstance(action, Rejoin) for action in actions):  # a gap repair: counted with the others
+            self.anti_entropy.count(anti_entropy.Repair.GAP)
+        return self._of_set(now_s, actions)
 
     def check_invariants(self) -> None:
         """The store's, every core's, and no relay ahead of the store's durable cut for

@@ -10,6 +10,7 @@ ASCII path text, and fixed-width numbers keep each prefix in numeric order.
 | `/intent_txn/{txn_id:016x}/{table}/{key}` | `[table, key]`: the intent, by transaction |
 | `/repl/{peer_uuid}` | the vclock the peer acknowledged |
 | `/repl_removed/{instance_id:010d}` | the last LSN of a removed member's origin (tombstone purge) |
+| `/removed/{instance_uuid}` | `[instance_id, by, lsn, hlc]`: who removed that instance, by which row (`meta.removed`) |
 
 An intent key is a `(table, key)` pair: the table's name and the row's text key
 (`replicaset.storage.keys.intent_key`, e.g. `users:1`). The key may hold any character;
@@ -25,6 +26,7 @@ INTENT = b"/intent/"
 INTENT_TXN = b"/intent_txn/"
 REPL = b"/repl/"
 REPL_REMOVED = b"/repl_removed/"
+REMOVED = b"/removed/"
 
 TXN_ID_MAX = 2**64 - 1
 TXN_ID_HEX = 16
@@ -84,6 +86,12 @@ def repl(peer_uuid: str) -> bytes:
     if not isinstance(peer_uuid, str) or not peer_uuid or "/" in peer_uuid:
         raise ValueError(f"a peer uuid is a non-empty str without '/', got {peer_uuid!r}")
     return REPL + peer_uuid.encode()
+
+
+def removed(instance_uuid: str) -> bytes:
+    if not isinstance(instance_uuid, str) or not instance_uuid or "/" in instance_uuid:
+        raise ValueError(f"an instance uuid is a non-empty str without '/', got {instance_uuid!r}")
+    return REMOVED + instance_uuid.encode()
 
 
 def prefix_end(prefix: bytes) -> bytes:

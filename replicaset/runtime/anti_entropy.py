@@ -4,9 +4,11 @@ Every `[replication] anti_entropy_interval_seconds` the driver compares the memb
 each peer SWIM holds alive (every peer it follows, without SWIM). A delta sync is what
 the appliers do already; a snapshot transfer is the re-join of `replicaset serve --rejoin`: the node
 stops, keeps its data directory aside and joins again through the peer under the same
-UUID and id, starting from the peer's newest checkpoint. The member does that by itself
-only where the operator allowed it (`--rejoin` or `[replication] auto_rejoin`); otherwise
-it logs `snapshot_transfer_needed` once, with the reason, and goes on streaming.
+UUID and id, starting from the peer's newest checkpoint, its local tables carried over.
+The member does that by itself unless the operator turned it off (`[replication]
+auto_rejoin = false`); then it logs `snapshot_transfer_needed` once, with the reason, and
+goes on streaming. The counts of repairs are kept in the data directory (`repairs.py`)
+whenever they change, before a re-join stops the node.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from replicaset.member import AntiEntropyAction
+from replicaset.runtime import repairs
 
 if TYPE_CHECKING:
     from replicaset.runtime.node import Node
@@ -25,6 +28,7 @@ class AntiEntropyHost:
     def __init__(self, node: Node) -> None:
         self._node = node
         self._told: tuple[int, str] | None = None  # the snapshot transfer last logged as needed
+        self._kept = dict(node.driver.anti_entropy.runs)  # the counts as the data directory holds them
 
     async def run(self) -> None:
         interval = float(self._node.config["replication.anti_entropy_interval_seconds"])
@@ -34,7 +38,9 @@ class AntiEntropyHost:
 
     def check(self) -> None:
         node = self._node
-        for tagged in node.driver.anti_entropy_check(trio.current_time()):
+        actions = node.driver.anti_entropy_check(trio.current_time())
+        self.keep_counts()
+        for tagged in actions:
             assert isinstance(tagged, AntiEntropyAction)
             transfer = tagged.action
             address = {i: a for i, _, a in node.members()}.get(transfer.through)
@@ -51,8 +57,16 @@ class AntiEntropyHost:
                                  behind_rows=transfer.behind_rows,
                                  hint="restart with `replicaset serve --rejoin` or set [replication] auto_rejoin = true")
 
+    def keep_counts(self) -> None:
+        """The repairs counted, into the data directory when they changed."""
+        runs = self._node.driver.anti_entropy.runs
+        if runs != self._kept:
+            repairs.save(self._node.data_dir, runs)
+            self._kept = dict(runs)
+
     def info(self) -> dict[str, Any]:
-        """`box.info.anti_entropy`: runs by kind, and each alive peer at the last check."""
+        """`box.info.anti_entropy`: repairs by kind since the member was made (delta, snapshot
+        and gap, across restarts and re-joins), and each alive peer at the last check."""
         core = self._node.driver.anti_entropy
         return {
             "runs": {kind.value: count for kind, count in core.runs.items()},

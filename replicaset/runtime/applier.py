@@ -20,6 +20,7 @@ from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.member import Action, ApplierAction, MemberDriver
+from replicaset.runtime import removal as removals
 from replicaset.runtime.links import REFUSALS, PeerError, PeerLink
 from replicaset.runtime.peer_access import PeerCredentials
 from replicaset.runtime.writer import WriteFailed, Writer
@@ -97,7 +98,9 @@ async def run_applier(node: ApplierHost, upstream: Upstream) -> None:
                 reason = str(exc) or type(exc).__name__
                 refusal = REFUSALS.get(exc.code) if isinstance(exc, PeerError) else None
                 if refusal is not None and applier.state is repl.ApplierState.AUTH:
-                    actions = driver.applier_refused(key, trio.current_time(), refusal, reason)
+                    assert isinstance(exc, PeerError)
+                    removal = removals.from_fields(exc.fields, node.identity.instance_uuid)
+                    actions = driver.applier_refused(key, trio.current_time(), refusal, reason, removal)
                     # Not final (a joiner whose row has not reached this peer yet): it asks again.
                     log = node.log.error if refusal.final else node.log.warning
                     log("upstream_refused", peer=upstream.address, error=reason, final=refusal.final)

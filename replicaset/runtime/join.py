@@ -25,6 +25,7 @@ from replicaset.runtime.node import CLEAN_STOP_FILE
 from replicaset.runtime.links import PeerError
 from replicaset.runtime.transfer import Joined, TransferStart, fetch_checkpoint
 from replicaset.storage import checkpoint as checkpoints
+from replicaset.storage.local_tables import carry_local_tables
 from wal import Wal
 
 PROGRESS_LOG_STEP = 0.1
@@ -37,12 +38,15 @@ RESUME_PAUSE_S = 0.2
 def join(
     data_dir: Path, *, replicaset_uuid: str, peers: list[str], listen: str, instance_uuid: str | None = None,
     anonymous: bool = False, secret: bytes | None = None, tls: ssl.SSLContext | None = None,
+    local_from: Path | None = None, local_tables: frozenset[str] = frozenset(),
 ) -> Identity | None:
     """Try each peer in turn; None when none of them could serve the join. A re-join passes
     the instance's own UUID and so keeps its id; a join started again after a crash takes
     the UUID its first attempt registered. An `anonymous` follower is registered nowhere:
     it gets the checkpoint only, and id 0. With the set's `secret`, each peer must prove
-    it holds it too; with `tls`, each is dialed over TLS (docs/security.md)."""
+    it holds it too; with `tls`, each is dialed over TLS (docs/security.md). A re-join
+    passes the data directory it left (`local_from`): its `local_tables` replace the peer's
+    in the checkpoint before it is installed, so they stay the member's own."""
     configure()
     log = get_logger(None, replicaset_uuid=replicaset_uuid)
     before = Joining.load(data_dir)
@@ -69,6 +73,9 @@ def join(
             break
     if joined is None:
         return None
+    if local_from is not None:
+        carried = carry_local_tables(local_from / "db.sqlite", target, local_tables)
+        log.info("local_tables_carried", source=str(local_from), rows=carried)
     # The log must start where the checkpoint ends after an OS crash too: lost, the
     # checkpoint would count as ahead of the log at start and be dropped.
     with Wal.open(data_dir / "wal", start_vclock=joined.vclock) as wal:

@@ -33,11 +33,13 @@ class FrameSink(Protocol):
 
 
 class PeerError(Exception):
-    """A peer refused us or spoke nonsense; the message names both sides' values."""
+    """A peer refused us or spoke nonsense; the message names both sides' values, and
+    `fields` are the custom fields of its error (unchecked: read them through a parser)."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, fields: Any = None) -> None:
         super().__init__(message)
         self.code = code
+        self.fields = fields
 
 
 # How a refusal of SUBSCRIBE travels on the wire; the core says which are final.
@@ -126,7 +128,7 @@ class PeerLink:
             if frame is not None:
                 if frame.is_error:
                     message = frame.body.get(Key.ERROR_24, "")
-                    raise PeerError(frame.request_type & 0x7FFF, str(message))
+                    raise PeerError(frame.request_type & 0x7FFF, str(message), _error_fields(frame.body))
                 return frame
             data = await self.stream.receive_some(RECEIVE_BYTES)
             if not data:
@@ -135,3 +137,10 @@ class PeerLink:
 
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self.stream)
+
+
+def _error_fields(body: dict[int, Any]) -> Any:
+    """The custom fields of an error reply's first stack entry, as the peer sent them."""
+    stack = body.get(Key.ERROR)
+    entries = stack.get(0) if isinstance(stack, dict) else None
+    return entries[0].get(6) if isinstance(entries, list) and entries and isinstance(entries[0], dict) else None

@@ -61,16 +61,43 @@ class DroppingStderr:
                 raise
 
 
+class _LevelFilter:
+    """Drops the lines below the level of the moment. The loggers the modules hold were
+    bound once, at the level of that time: `box.cfg{log_level = ...}` changes what they
+    log through this filter, which every line passes first."""
+
+    def __init__(self) -> None:
+        self.level = logging.INFO
+
+    def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
+        if _METHOD_LEVELS.get(method_name, logging.CRITICAL) < self.level:
+            raise structlog.DropEvent
+        return event_dict
+
+
+_METHOD_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "msg": logging.INFO, "warning": logging.WARNING,
+                  "warn": logging.WARNING, "error": logging.ERROR, "exception": logging.ERROR,
+                  "critical": logging.CRITICAL, "fatal": logging.CRITICAL}
+_level_filter = _LevelFilter()
+
+
+def set_level(level: str) -> None:
+    """`log_level` from now on, for every logger of the process (`box.cfg{log_level = ...}`)."""
+    _level_filter.level = _LEVELS[level]
+
+
 def configure(level: str = "info", instance_id: int | None = None) -> None:
+    set_level(level)
     structlog.configure(
         processors=[
+            _level_filter,
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         logger_factory=structlog.PrintLoggerFactory(file=DroppingStderr(sys.stderr.fileno(), instance_id)),
         cache_logger_on_first_use=False,
     )

@@ -113,8 +113,9 @@ class NodeMetrics:
         yield from self._gc(node.wal_gc.info())
         if node.swim is not None:
             yield from self._members(node.swim.info())
-        runs = self._counter("replicaset_anti_entropy_runs", "Anti-entropy decisions by kind: delta (the applier "
-                             "streams) or snapshot (a checkpoint transfer)", "kind")
+        runs = self._counter("replicaset_anti_entropy_runs", "Repairs by kind since the member was made, across "
+                             "restarts and re-joins: delta (the applier streams), snapshot (a checkpoint transfer) "
+                             "or gap (a re-join: the rows were gone everywhere)", "kind")
         for kind, count in node.anti_entropy.info()["runs"].items():
             runs.add_metric([self._instance, kind], count)
         yield runs

@@ -15,7 +15,7 @@ import trio
 
 from replicaset import __version__, access, console
 from replicaset.config import Config
-from replicaset.core.anti_entropy import AntiEntropy
+from replicaset.core.anti_entropy import AntiEntropy, Repair
 from replicaset.core.purge import TombstonePurge
 from replicaset.core.quorum import CLUSTER_TABLE
 from replicaset.core.replicaset import (
@@ -28,35 +28,39 @@ from replicaset.core.replicaset import (
     Rejoin,
     RejoinNeeded,
     RejoinRefused,
+    Removal,
+    Removed,
     PendingRegistration,
     ReplicaSet,
     allocate_id,
     must_recover,
 )
 from replicaset.identity import Identity, JoinUpstream, clear_pending_registration, load_pending_registration
-from replicaset.iproto.sql_wire import sql_type_name
-from replicaset.iproto.system_views import Field, Space, SystemView, build_system_views
+from replicaset.iproto.system_views import Space, SystemView, build_system_views
 from replicaset.member import Action, MemberDriver, Membership, SetAction
+from replicaset.meta.removed import put_removal, removal as removal_record
+from replicaset.runtime import removal as removals, repairs
 from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
-from replicaset.runtime.disk import DiskFull, DiskGuard
+from replicaset.runtime import box
+from replicaset.runtime.checkpoint_daemon import CheckpointDaemon
+from replicaset.runtime.disk import DiskGuard
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
+from replicaset.runtime.spaces import describe_spaces
 from replicaset.runtime.peer_access import PeerCredentials, load_secret, warn_if_exposed
 from replicaset.runtime import tls
 from replicaset.runtime.swim import SwimHost
 from replicaset.runtime.trace_file import TraceFile
 from replicaset.runtime.transfer import Registration
 from replicaset.runtime.wal_gc import WalGcHost, wal_gc
-from replicaset.runtime.writer import WriteFailed, Writer
+from replicaset.runtime.writer import Writer
 from replicaset.storage import Engine, EngineConfig, SqlError
-from replicaset.storage.schema import is_internal, load_table, quote
 from replicaset.iproto.constants import ErrorCode
 from wal import GroupCommitPolicy, RecordType, WalError, WalMode
 
-USER_SPACE_ID_MIN = 512
 CLEAN_STOP_FILE = "clean_stop"
 CLUSTER_DDL = "CREATE TABLE _cluster(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, address TEXT NOT NULL)"
 MEMBER_WAIT_POLL_S = 0.02
@@ -122,6 +126,7 @@ class Node:
         self.swim: SwimHost | None = None  # once listening, unless isolated
         self._registered: dict[str, int] = {}  # `_cluster` as last seen: uuid -> id, to notice removals
         self.removed = False  # this member's own row is gone: it takes no writes
+        self.removal: Removal | None = None  # who removed this member, once it learned it: it stops
         self.links_open: dict[str, trio.Event] = {}  # upstream key -> set when its applier's link closes
         self.join_upstream = JoinUpstream.load(data_dir)  # followed until `_cluster` names it
         self.anonymous_followers: dict[int, str] = {}  # relay connection -> the follower's uuid
@@ -196,9 +201,7 @@ class Node:
             replicaset=self._replicaset(recovering=False, connect_deadline_s=0.0,
                                         registration=load_pending_registration(self.data_dir)),
             membership=self.membership,
-            timeout_s=cfg.replication_timeout,
-            backoff_max_s=max(cfg.replication_timeout * 8, 1.0),
-            skip_conflict=cfg.replication_skip_conflict,
+            **self.replication_settings(),
             check_invariants=cfg["debug.check_invariants"],
             check_store=self._check_engine,
             trace=self._open_trace(),
@@ -209,8 +212,24 @@ class Node:
             tombstone_purge=TombstonePurge(settle_s=10 * cfg.replication_timeout),
             repair=AntiEntropy(member=self.identity.instance_id,
                                threshold_rows=cfg["replication.delta_sync_threshold_transactions"],
-                               threshold_s=float(cfg["replication.delta_sync_threshold_seconds"])),
+                               threshold_s=float(cfg["replication.delta_sync_threshold_seconds"]),
+                               runs=self._repair_counts()),
         )
+
+    def replication_settings(self) -> dict[str, Any]:
+        """The driver's `replication_timeout` and `replication_skip_conflict`, at start and
+        at each `box.cfg` change of them; an applier backs off eight timeouts at most (1 s
+        at least) between connects."""
+        timeout_s = self.config.replication_timeout
+        return {"timeout_s": timeout_s, "backoff_max_s": max(timeout_s * 8, 1.0),
+                "skip_conflict": self.config.replication_skip_conflict}
+
+    def _repair_counts(self) -> dict[Repair, int]:
+        try:
+            return repairs.load(self.data_dir)
+        except repairs.CountsUnreadable as exc:
+            self.log.warning("repair_counts_unreadable", error=str(exc), hint="counting repairs from zero again")
+            return {}
 
     def _open_trace(self) -> TraceFile | None:
         """`[debug] trace_file`, relative to the data directory: where the driver traces."""
@@ -249,6 +268,7 @@ class Node:
         self.driver = self.open_member()
         self.wal_gc = WalGcHost(self)
         self.anti_entropy = AntiEntropyHost(self)
+        self.checkpoints = CheckpointDaemon(self)
         self.writer = Writer(
             self.engine,
             group_commit=GroupCommitPolicy(
@@ -289,8 +309,7 @@ class Node:
                     self.swim = self._start_swim(sockname[0], sockname[1])
                 nursery.start_soon(self.writer.run_flusher)
                 nursery.start_soon(self.disk.run)
-                if self.config.checkpoint_interval:
-                    nursery.start_soon(self._checkpoint_daemon)
+                nursery.start_soon(self.checkpoints.run)
                 await self._bootstrap_cluster()
                 peers = self.upstreams()
                 self.driver.replicaset = self._replicaset(
@@ -454,17 +473,38 @@ class Node:
         if changed:
             self.driver.txn_members(now, self.quorum.view())
         for uuid, instance_id in gone.items():
+            removal = self._removal_here(instance_id, uuid)
             if uuid == self.identity.instance_uuid:
                 self.removed = True
-                self.log.error("removed_from_replicaset", instance_id=instance_id)
+                if removal is None:  # its tombstone went already: who and when are unknown here
+                    self.log.error("removed_from_replicaset", instance_id=instance_id)
+                else:
+                    self.carry_out(self.driver.own_row_deleted(now, removal))
                 continue
-            self.log.warning("member_removed", member=instance_id, uuid=uuid)
+            if removal is not None:
+                put_removal(self.quorum.meta, removal)
+            self.log.warning("member_removed", member=instance_id, uuid=uuid,
+                             **(removals.log_fields(removal) if removal is not None else {}))
             if self.swim is not None:
                 self.swim.removed(instance_id)
             keys = [k for k in self.driver.appliers if self.upstream_uuids.get(k, k) == uuid]
             for key in keys:
                 self.carry_out(self.driver.applier_removed(key, now))
             self._nursery.start_soon(self._stop_following, instance_id, keys)
+
+    def _removal_here(self, instance_id: int, uuid: str) -> Removal | None:
+        """The removal of `instance_id` as this member applied it: the row that left its
+        `_cluster` row's tombstone."""
+        tombstone = self.engine.tombstone(CLUSTER_TABLE, f"{CLUSTER_TABLE}:{instance_id}")
+        if tombstone is None:
+            return None
+        hlc, by, lsn = tombstone
+        return Removal(instance_id=instance_id, uuid=uuid, by=by, lsn=lsn, hlc=hlc)
+
+    def removal_of(self, uuid: str) -> Removal | None:
+        """The removal of instance `uuid` this member noticed (kept in the metastore), for
+        the refusal of its SUBSCRIBE."""
+        return removal_record(self.quorum.meta, uuid)
 
     async def _stop_following(self, member: int, keys: list[str]) -> None:
         """Spec StopFollowing (`specs/QuorumRemoval.tla`): removed `member` is followed no
@@ -527,6 +567,7 @@ class Node:
                     self.rejoin_through = ""
                 elif isinstance(action, Rejoin):
                     self.rejoin_through = {i: a for i, _, a in self.members()}[action.through]
+                    self.anti_entropy.keep_counts()
                     self.log.warning("rejoin", through=self.rejoin_through, own_lsn=action.own_lsn)
                     self._nursery.cancel_scope.cancel()
                 elif isinstance(action, RejoinRefused):
@@ -621,20 +662,22 @@ class Node:
                 self.log.info("registration_held", holders=list(action.holders), members=action.members)
             elif isinstance(action, RecoveryGaveUp):
                 self.log.info("recovery_gave_up", upstream=action.upstream)
+            elif isinstance(action, Removed):
+                self._stop_removed(action)
+
+    def _stop_removed(self, removed: Removed) -> None:
+        """This member is removed from the set: one line, then the process stops with its
+        own exit code (`cli.EXIT_REMOVED`); a restart would only be refused again."""
+        self.removal, self.removed = removed.removal, True
+        upstream = self.upstreams().get(removed.told_by) if removed.told_by is not None else None
+        self.log.error("removed_from_replicaset", **removals.log_fields(removed.removal),
+                       learned_from=upstream.address if upstream is not None else removed.told_by,
+                       hint="this data directory cannot serve again: join as a new instance with an empty one")
+        self._nursery.cancel_scope.cancel()
 
     def status(self) -> str:
         self.on_upstream_change()
         return self.driver.status(trio.current_time()).value
-
-    async def _checkpoint_daemon(self) -> None:
-        while True:
-            await trio.sleep(self.config.checkpoint_interval)
-            try:
-                await self.writer.checkpoint()
-            except DiskFull:  # the guard logged the condition; the next interval tries again
-                continue
-            except WriteFailed as exc:
-                self.log.warning("checkpoint_failed", error=str(exc))
 
     def _on_commit(self, records: Sequence[Any]) -> None:
         if self.driver.tracing:
@@ -680,24 +723,14 @@ class Node:
         return seen
 
     def _sql_spaces(self) -> list[Space]:
-        """Each client table as a space, numbered from 512 in name order; primary key
-        columns are not nullable, as in Tarantool's SQL."""
-        reader = self.engine.connections.reader
-        spaces = []
-        names = [n for (n,) in reader.execute("SELECT name FROM sqlite_schema WHERE type='table' ORDER BY name")]
-        for offset, name in enumerate(n for n in names if not is_internal(n)):
-            info = load_table(reader, name)
-            if info is None:
-                continue
-            declared = {r[1]: (r[2], bool(r[3])) for r in reader.execute(f"PRAGMA main.table_xinfo({quote(name)})")}
-            fields = tuple(
-                Field(name=c, type=sql_type_name(declared[c][0]), is_nullable=not declared[c][1] and c not in info.pk_columns)
-                for c in info.columns
-            )
-            positions = info.column_positions()
-            primary_key = tuple(positions[c] for c in info.pk_columns)
-            spaces.append(Space(id=USER_SPACE_ID_MIN + offset, name=name, fields=fields, primary_key=primary_key))
-        return spaces
+        """Each table and view as a space (replicaset.runtime.spaces); one it cannot
+        describe is listed without a format and logged, never failing the view."""
+        def skipped(name: str, error: Exception) -> None:
+            self.log.warning("system_view_incomplete", table=name, error=repr(error),
+                             schema_version=self.schema_version)
+
+        return describe_spaces(self.engine.connections.reader, local_tables=frozenset(self.config.local_tables),
+                               skipped=skipped)
 
     def info(self) -> dict[str, Any]:
         vclock = self.engine.vclock
@@ -765,17 +798,7 @@ class Node:
         return {"count": len(followers), "followers": followers}
 
     async def console(self, expr: str) -> Any:
-        values: dict[str, Callable[[], Any]] = {
-            "box.info": self.info,
-            "box.cfg": self.config.as_dict,
-        }
-        actions: dict[str, Callable[..., Awaitable[Any]]] = {"box.snapshot": self._snapshot,
-                                                             "box.remove": self.remove_member}
-        return await console.evaluate(expr, values, actions)
-
-    async def _snapshot(self) -> str:
-        await self.writer.checkpoint()
-        return "ok"
+        return await console.evaluate(expr, box.namespace(self))
 
 
 def _set_actions(actions: Sequence[Action]) -> list[Any]:

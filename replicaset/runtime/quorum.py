@@ -120,7 +120,11 @@ class QuorumHost:
         """This member's participant as its metastore left it; it asks about a silent
         coordinator's transaction after four replication timeouts with no heartbeat,
         counted from `run`."""
-        return recover_participant(self.meta, self._id, 4 * self._node.config.replication_timeout, 0.0)
+        return recover_participant(self.meta, self._id, self.participant_timeout_s(), 0.0)
+
+    def participant_timeout_s(self) -> float:
+        """Four replication timeouts: how long the participant waits for a silent coordinator."""
+        return 4 * self._node.config.replication_timeout
 
     def close(self) -> None:
         self.meta.close()
@@ -138,8 +142,9 @@ class QuorumHost:
     async def run(self) -> None:
         """Tick the cores and send heartbeats."""
         driver = self._node.driver
-        interval, gc_interval = self._node.config.replication_timeout, float(self._node.config["gc.interval_s"])
-        next_heartbeat, next_gc = trio.current_time() + interval, trio.current_time() + gc_interval
+        gc_interval = float(self._node.config["gc.interval_s"])
+        next_heartbeat = trio.current_time() + self._node.config.replication_timeout
+        next_gc = trio.current_time() + gc_interval
         while True:
             await trio.sleep(TICK_S)
             if self.meta.failed is not None:  # met where an error costs one request only: the member stops all the same
@@ -147,7 +152,7 @@ class QuorumHost:
             now = trio.current_time()
             self.carry_out(driver.txn_tick(now))
             if now >= next_heartbeat:
-                next_heartbeat = now + interval
+                next_heartbeat = now + self._node.config.replication_timeout  # box.cfg may change it
                 self._heartbeats(driver.txn_unfinished())
             if now >= next_gc:
                 next_gc = now + gc_interval
@@ -226,9 +231,11 @@ class QuorumHost:
             raise _client_error(client.error, timeout_s)
         if not client.done.is_set():
             where = f" as row {client.row[0]}:{client.row[1]}" if client.row else ""
+            missing = driver.coordinator.not_holding(txn_id)
+            naming = f" (not confirmed by members {list(missing)})" if missing else ""
             raise RequestError(ErrorCode.TIMEOUT, f"transaction {txn_id:#x} committed{where}, but fewer than "
                                                   f"{q.needed(level, len(members))} of {len(members)} members "
-                                                  f"confirmed it durable within {timeout_s} s")
+                                                  f"confirmed it durable within {timeout_s} s{naming}")
         return client
 
     # ---------------------------------------------------------------- the console
@@ -639,11 +646,20 @@ def _client_error(error: q.TxnError, timeout_s: float) -> RequestError:
     if isinstance(error, q.QuorumNotReached):
         dead = f", members {sorted(error.dead)} are dead (SWIM)" if error.dead else ""
         return RequestError(ErrorCode.QUORUM_WAIT, f"Couldn't wait for quorum {error.needed}: {error.answered} of "
-                                                   f"{error.total} members prepared{dead}; the transaction was aborted")
+                                                   f"{error.total} members prepared{dead}{_naming(error.unconfirmed)}; "
+                                                   "the transaction was aborted")
     return RequestError(ErrorCode.SYNC_QUORUM_TIMEOUT,
                         f"Quorum collection for a synchronous transaction is timed out: {error.answered} of "
-                        f"{error.total} members prepared, {error.needed} needed, within {timeout_s} s; the "
-                        f"transaction was aborted")
+                        f"{error.total} members prepared, {error.needed} needed, within {timeout_s} s"
+                        f"{_naming(error.unconfirmed)}; the transaction was aborted")
+
+
+def _naming(unconfirmed: q.Unconfirmed) -> str:
+    """Every member the coordinator core found silent, with why: "; not prepared by member
+    2 (dead), member 3 (no answer)"."""
+    if not unconfirmed:
+        return ""
+    return "; not prepared by " + ", ".join(f"member {member} ({why.value})" for member, why in unconfirmed)
 
 
 @dataclass(eq=False)

@@ -38,6 +38,7 @@ from replicaset.core.replication import ANONYMOUS_SUBSCRIBER
 from replicaset.core.quorum import Level
 from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerRequest
+from replicaset.runtime import removal as removals
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.peer_access import PeerGate, PeerRefused, remote_address
@@ -86,15 +87,36 @@ TXN_REQUESTS = frozenset({PeerRequest.TXN_PREPARE, PeerRequest.TXN_COMMIT, PeerR
 PEER_REQUESTS: dict[int, str] = {kind: kind.name for kind in (RequestType.JOIN, RequestType.SUBSCRIBE, PeerRequest.ACK,
                                                                *sorted(TXN_REQUESTS))}
 WAIT_VCLOCK_POLL_S = 0.001
+RETURN_VCLOCK = "return_vclock"
+# CALL serves the `box` functions connectors call on their own (PyPI `tarantool`'s
+# ConnectionPool calls box.info for `ro` and `status`), as the console evaluates them.
+CALLABLE = {"box.info": "box.info", "box.snapshot": "box.snapshot()"}
+_SQL_INSTEAD = "this server keeps data in SQL tables: use SQL (EXECUTE)"
+# Tarantool's requests this server does not serve, with what to do instead.
+UNSERVED_REQUESTS: dict[int, str] = {
+    **{kind: f"{kind.name} requests are not supported: {_SQL_INSTEAD}" for kind in (
+        RequestType.INSERT, RequestType.REPLACE, RequestType.UPDATE, RequestType.DELETE, RequestType.UPSERT)},
+    RequestType.CALL_16: "CALL_16 (request 6, the call of Tarantool 1.6) is not supported: use CALL (request 10)",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class _Options:
     """EXECUTE's and BEGIN's OPTIONS map: `consistency` ("one", "quorum", "all") for
-    writes, `wait_vclock` ({instance id: lsn}) for an EXECUTE that must see those rows."""
+    writes, `wait_vclock` ({instance id: lsn}) for an EXECUTE that must see those rows,
+    `return_vclock` (true) for a write whose reply must say the vclock it reached."""
 
     level: Level
     wait_vclock: VClock | None
+
+
+def _returns_vclock(frame: Frame) -> bool:
+    """Whether the request's OPTIONS ask for the vclock its write reached (checked by
+    `_options` before anything ran). No connector asks on its own: a header key they do
+    not know makes asynctnt warn, and net.box takes any body key it does not know of an
+    EXECUTE reply for SQL_INFO."""
+    raw = frame.body.get(Key.OPTIONS)
+    return isinstance(raw, dict) and raw.get(RETURN_VCLOCK) is True
 
 
 def _options(body: dict[int, Any], default: Level) -> _Options:
@@ -111,6 +133,9 @@ def _options(body: dict[int, Any], default: Level) -> _Options:
         wait_vclock = None if wait is None else repl.replicated_part(VClock(wait))
     except (TypeError, ValueError) as exc:
         raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"OPTIONS wait_vclock is not a vclock: {exc}") from None
+    if not isinstance(raw.get(RETURN_VCLOCK, False), bool):
+        raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"OPTIONS {RETURN_VCLOCK} must be true or false, got "
+                                                     f"{raw[RETURN_VCLOCK]!r:.40}")
     return _Options(level=Level(level.lower()), wait_vclock=wait_vclock)
 
 
@@ -172,11 +197,11 @@ class Session:
             await self._flush_outbox()
 
     def _reply_ok(self, frame: Frame, body: dict[int, Any] | None = None, *, vclock: dict[int, int] | None = None) -> None:
-        self._send(encode_ok(sync=frame.sync, schema_version=self._node.schema_version, body=body,
-                             stream_id=frame.stream_id, vclock=vclock))
+        self._send(encode_ok(sync=frame.sync, schema_version=self._node.schema_version, body=body, vclock=vclock))
 
-    def _reply_error(self, sync: int, code: int, message: str) -> None:
-        self._send(encode_error(sync=sync, schema_version=self._node.schema_version, code=code, message=message))
+    def _reply_error(self, sync: int, code: int, message: str, fields: dict[str, Any] | None = None) -> None:
+        self._send(encode_error(sync=sync, schema_version=self._node.schema_version, code=code, message=message,
+                                fields=fields))
 
     async def run(self) -> None:
         """Serve until the peer leaves; whatever goes wrong closes this connection only,
@@ -278,7 +303,7 @@ class Session:
             await self._flush_outbox()
             raise _ConnectionClosed from exc
         except (RequestError, RemoteProtocolError) as exc:
-            self._reply_error(frame.sync, exc.code, exc.message)
+            self._reply_error(frame.sync, exc.code, exc.message, exc.fields if isinstance(exc, RequestError) else None)
         except WriteFailed as exc:  # a full disk refused what it needed written (box.snapshot(), a JOIN's checkpoint)
             self._reply_error(frame.sync, exc.code, str(exc))
 
@@ -323,6 +348,10 @@ class Session:
             self._select(frame)
         elif kind == RequestType.EVAL:
             await self._eval(frame)
+        elif kind == RequestType.CALL:
+            await self._call(frame)
+        elif kind in UNSERVED_REQUESTS:
+            raise RequestError(ErrorCode.UNSUPPORTED, UNSERVED_REQUESTS[kind])
         elif kind == RequestType.BEGIN:
             self._begin(frame, stream)
         elif kind == RequestType.COMMIT:
@@ -421,6 +450,10 @@ class Session:
                                                          "follower")
         subscriber = ANONYMOUS_SUBSCRIBER if request.anonymous else registered
         if subscriber is None:
+            removal = node.removal_of(uuid)
+            if removal is not None:  # the subscriber's core judges whether it is its own (`is_removal_of`)
+                raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {uuid} {removals.describe(removal)}: "
+                                                              "it is not a member any more", fields=removals.to_fields(removal))
             raise RequestError(ErrorCode.UNKNOWN_REPLICA, f"instance {uuid} is not registered in replica set {node.identity.replicaset_uuid}: join first")
         claimed = request.replica_id
         if claimed is not None and claimed != subscriber:
@@ -597,7 +630,7 @@ class Session:
         except SqlError as exc:
             raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
         if ticket.settled and ticket.error is None:
-            self._reply_result(frame, result)
+            self._reply_result(frame, result, vclock=node.engine.vclock)
         else:
             self._awaiting_flush += 1
             ticket.on_settled(partial(self._reply_durable, frame, result))
@@ -666,9 +699,11 @@ class Session:
             columns = _column_types(result.columns, result.rows[0] if result.rows else None)
             self._reply_ok(frame, {Key.METADATA: metadata(columns), Key.DATA: result.rows})
         else:
-            # The vclock a write reached, to read it back anywhere with wait_vclock.
+            # The vclock a write reached, to read it back anywhere with wait_vclock, for a
+            # request that asked: no connector knows where else to find it.
+            asked = vclock is not None and _returns_vclock(frame)
             self._reply_ok(frame, {Key.SQL_INFO: sql_info(result.row_count or 0, result.autoincrement_ids)},
-                           vclock=repl.replicated_part(vclock).to_dict() if vclock is not None else None)
+                           vclock=repl.replicated_part(vclock).to_dict() if asked else None)
 
     def _select(self, frame: Frame) -> None:
         """Only the system views connectors read at connect: data is read with SQL."""
@@ -676,17 +711,41 @@ class Session:
         self._reply_ok(frame, {Key.DATA: rows})
 
     async def _eval(self, frame: Frame) -> None:
+        """The console's expressions (`return box.info.vclock` as Tarantool users write
+        them: the console takes the `return`)."""
         expr = frame.body.get(Key.EXPR)
         if not isinstance(expr, str):
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, "EVAL needs EXPR")
-        if not self._rights.admin:  # the console: box.cfg, box.remove, the set's UUID
-            raise RequestError(ErrorCode.ACCESS_DENIED, f"Execute access to universe '' is denied for user "
+        self._check_admin("universe ''")
+        self._reply_ok(frame, {Key.DATA: [await self._console(expr)]})
+
+    async def _call(self, frame: Frame) -> None:
+        """CALL of the `box` functions in `CALLABLE`, answered as Tarantool answers a Lua
+        function's one result; any other name is Tarantool's ER_NO_SUCH_PROC."""
+        name = frame.body.get(Key.FUNCTION_NAME)
+        if not isinstance(name, str):
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, "CALL needs FUNCTION_NAME")
+        expr = CALLABLE.get(name)
+        if expr is None:
+            raise RequestError(ErrorCode.NO_SUCH_PROC, f"Procedure '{name[:64]}' is not defined: this server "
+                                                       f"answers CALL of {' and '.join(CALLABLE)} only; run SQL "
+                                                       "with EXECUTE")
+        if frame.body.get(Key.TUPLE, []) != []:
+            raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"{name} takes no arguments")
+        self._check_admin(f"function '{name}'")
+        self._reply_ok(frame, {Key.DATA: [await self._console(expr)]})
+
+    def _check_admin(self, what: str) -> None:
+        """EVAL and CALL reach the console (box.cfg, box.remove, the set's UUID): admin only."""
+        if not self._rights.admin:
+            raise RequestError(ErrorCode.ACCESS_DENIED, f"Execute access to {what} is denied for user "
                                                         f"'{self._rights.user}'")
+
+    async def _console(self, expr: str) -> Any:
         try:
-            value = await self._node.console(expr)
+            return await self._node.console(expr)
         except ConsoleError as exc:
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
-        self._reply_ok(frame, {Key.DATA: [value]})
 
     def _begin(self, frame: Frame, stream: _Stream) -> None:
         if frame.stream_id == 0:

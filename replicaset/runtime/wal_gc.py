@@ -114,6 +114,25 @@ class WalGcHost:
             self.purge_stopped = action.reason
             node.log.error("tombstone_purge_stopped", reason=action.reason)
 
+    def info_call(self) -> dict[str, Any]:
+        """`box.info.gc()`, as Tarantool 2.6 answers it: the vclock the log starts at, the
+        kept checkpoints, and one consumer per registered peer (`replica UUID`) at the vclock
+        it acknowledged (none yet for a peer the GC meets at its next pass: it keeps every row
+        for it). A checkpoint has no references: a JOIN keeps the file it streams
+        open, which keeps it readable whatever the next checkpoint removes."""
+        node = self._node
+        start = node.engine.log_start()
+        acked = node.driver.gc.peers
+        return {
+            "vclock": start.to_dict(),
+            "signature": start.signature,
+            "checkpoint_is_in_progress": node.writer.checkpointing,
+            "checkpoints": [{"references": [], "vclock": vclock.to_dict(), "signature": vclock.signature}
+                            for _, vclock in node.engine.checkpoints()],
+            "consumers": [{"name": f"replica {uuid}", "vclock": dict(vclock), "signature": sum(vclock.values())}
+                          for peer, uuid in sorted(self._peers().items()) for vclock in [acked.get(peer, {})]],
+        }
+
     def info(self) -> dict[str, Any]:
         """`box.info.gc`: the consumers, the segments kept and why, as of the last pass (the
         checkpoints are not opened again for every `box.info`)."""

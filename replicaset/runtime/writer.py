@@ -119,6 +119,7 @@ class Writer:
         self._space_check = space_check
         self.token = trio.Semaphore(1)
         self.checkpoint_lock = trio.Lock()
+        self.checkpointing = False  # a checkpoint is being made (box.info.gc().checkpoint_is_in_progress)
         self._tickets: list[Ticket] = []
         self._wakeup = trio.Event()
         self._sync_wanted = trio.Event()
@@ -404,10 +405,13 @@ class Writer:
         self._space_check("checkpoint", 0)
         async with self.token:
             await self._flush_now()
+        self.checkpointing = True
         try:
             return await self._in_thread(self.engine.checkpoint, partial(trio.from_thread.run, self.sync_wal))
         except apsw.FullError as exc:  # larger than the room left: the partial copy is gone, the data untouched
             raise WriteFailed(f"no space left on device: checkpoint failed, nothing changed: {exc}") from exc
+        finally:
+            self.checkpointing = False
 
     async def purge_tombstones(self, bound: Mapping[int, int]) -> Purged:
         """Between batches (what is pending is flushed first), in a thread: a purge of many

@@ -263,6 +263,13 @@ class Engine:
         origin, lsn = committed_schema_id(reader)
         return (lsn, origin) if lsn else None
 
+    def tombstone(self, table: str, key: str) -> tuple[int, int, int] | None:
+        """`(hlc, origin, lsn)` of the delete that left `key` without a row, None when the
+        key has a row or no version: a `_cluster` tombstone tells who removed a member."""
+        row = self._connections.reader.execute(
+            "SELECT hlc, origin, lsn FROM _rs_version WHERE tbl = ? AND key = ? AND deleted = 1", (table, key)).fetchone()
+        return (row[0] + HLC_SQL_OFFSET, row[1], row[2]) if row else None
+
     def quorum_row(self, txn_id: int) -> tuple[int, int] | None:
         """`(origin, lsn)` of the row of quorum transaction `txn_id`, None when not held."""
         row = self._connections.reader.execute(

@@ -35,6 +35,7 @@ SYSTEM_TABLES = frozenset({"_cluster"})
 STATEMENT_TEXTS_CACHED = 1024
 _READ_KEYWORDS = ("SELECT", "VALUES", "WITH", "EXPLAIN")
 _LEADING_NOISE = re.compile(r"^(\s+|--[^\n]*\n?|/\*.*?\*/)+", re.DOTALL)
+_PRAGMA_NAME = re.compile(r"^PRAGMA\s+(?:\w+\s*\.\s*)?(\w+)", re.IGNORECASE)  # PRAGMA [schema.]name
 _VACUUM = re.compile(r"^\s*VACUUM\b", re.IGNORECASE)
 _TRANSACTION_KEYWORDS = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
 TRANSACTION_CONTROL = "transaction control is not allowed in a statement: use BEGIN/COMMIT/ROLLBACK on an iproto stream"
@@ -50,6 +51,12 @@ _TABLE_IN_P2 = (
 _INTROSPECTION_PRAGMAS = frozenset(
     {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
 )
+# Each names the object it creates in p1.
+_CREATE_OPS = frozenset({apsw.SQLITE_CREATE_INDEX, apsw.SQLITE_CREATE_TABLE, apsw.SQLITE_CREATE_TEMP_INDEX,
+                         apsw.SQLITE_CREATE_TEMP_TABLE, apsw.SQLITE_CREATE_TEMP_VIEW, apsw.SQLITE_CREATE_TRIGGER,
+                         apsw.SQLITE_CREATE_VIEW, apsw.SQLITE_CREATE_VTABLE})
+# What a reader answers as the writer would, the writer's TEMP objects aside.
+_SCHEMA_PRAGMAS = _INTROSPECTION_PRAGMAS | {"table_list"}
 _TABLE_WRITE_OPS = (apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE, apsw.SQLITE_DROP_TABLE, *_TABLE_IN_P2)
 
 Columns = list[tuple[str, str | None]]
@@ -67,9 +74,16 @@ class StatementShape:
     has_tail: bool
 
 
+@functools.lru_cache(maxsize=STATEMENT_TEXTS_CACHED)
 def is_read(sql: str) -> bool:
-    """Statements worth trying on a reader first; a reader refuses any write anyway."""
-    return first_word(sql).startswith(_READ_KEYWORDS)
+    """Statements worth trying on a reader first; a reader refuses any write anyway. The
+    PRAGMAs that describe the schema are among them: on the writer, `table_list` would
+    also list the engine's TEMP tables there, which no client can read."""
+    first = first_word(sql)
+    if first == "PRAGMA":
+        name = _PRAGMA_NAME.match(_LEADING_NOISE.sub("", sql, count=1))
+        return name is not None and name.group(1).lower() in _SCHEMA_PRAGMAS
+    return first.startswith(_READ_KEYWORDS)
 
 
 @functools.lru_cache(maxsize=STATEMENT_TEXTS_CACHED)
@@ -160,7 +174,11 @@ class Authorizer:
             # Every client's statements run on the writer's one connection, where the
             # engine's own triggers (auto ids) live too.
             reason = "TEMP triggers are not allowed: the writer's connection is shared by every client"
-        elif op in (apsw.SQLITE_CREATE_TEMP_TABLE, apsw.SQLITE_DROP_TEMP_TABLE) and (p1 or "").startswith(INTERNAL_PREFIX):
+        elif op in _CREATE_OPS and (p1 or "").startswith(INTERNAL_PREFIX):
+            # The engine's tables are read-only to clients and never replicated: an object
+            # of a client's under that prefix would be taken for one of them.
+            reason = f"names starting with {INTERNAL_PREFIX} are the engine's: give {p1} another name"
+        elif op == apsw.SQLITE_DROP_TEMP_TABLE and (p1 or "").startswith(INTERNAL_PREFIX):
             reason = f"table {p1} is the engine's own"
         elif op == apsw.SQLITE_CREATE_TRIGGER and (p1 or "").startswith(ENGINE_PREFIX):
             reason = f"trigger names starting with {ENGINE_PREFIX} are the engine's"

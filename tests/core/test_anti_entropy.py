@@ -20,7 +20,7 @@ def test_in_step_or_a_little_behind_streams_through_the_applier():
     assert ae.check(0.0, {1: 10, 3: 5}, {1: PeerView(vclock={1: 10, 3: 5}, own_held=5, syncing=True),
                                          2: PeerView(vclock={1: 60, 3: 5}, own_held=5, syncing=True)}) == []
     assert ae.checks[1].repair is None and ae.checks[2].repair is Repair.DELTA and ae.checks[2].behind_rows == 50
-    assert ae.runs == {Repair.DELTA: 1, Repair.SNAPSHOT: 0}
+    assert ae.runs == {Repair.DELTA: 1, Repair.SNAPSHOT: 0, Repair.GAP: 0}
     ae.check_invariants()
 
 
@@ -56,3 +56,12 @@ def test_a_following_member_is_never_sent_to_a_checkpoint():
     peers = {1: PeerView(vclock={1: 5000, 3: 5}, own_held=5, syncing=False)}
     assert ae.check(0.0, {1: 10, 3: 5}, peers) == [] and ae.check(99.0, {1: 10, 3: 5}, peers) == []
     assert ae.checks[1].repair is None and ae.checks[1].reason == "following"
+
+
+def test_counts_kept_by_the_host_go_on_from_where_they_were():
+    """Issue 32: the counts restarted with the member, so a gap repair (a re-join, a new
+    process) left no trace. The host hands back what it kept; a gap is counted here too."""
+    ae = AntiEntropy(member=3, threshold_rows=100, threshold_s=60, runs={Repair.GAP: 2, Repair.DELTA: 5})
+    assert ae.runs == {Repair.DELTA: 5, Repair.SNAPSHOT: 0, Repair.GAP: 2}
+    ae.count(Repair.GAP)
+    assert ae.runs[Repair.GAP] == 3

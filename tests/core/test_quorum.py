@@ -63,7 +63,8 @@ def test_two_of_five_never_commit_and_the_deadline_aborts_them():
     assert coordinator.tick(9.9) == []
     actions = coordinator.tick(10.0)
     assert kinds(actions) == [q.DecideAbort, q.SendAbort, q.ReleaseIntents, q.FailClient]
-    assert actions[1].to == FIVE - {1} and actions[3].error == q.Timeout(answered=2, needed=3, total=5)
+    assert actions[1].to == FIVE - {1} and actions[3].error == q.Timeout(answered=2, needed=3, total=5,
+                                                                      unconfirmed=((3, q.Silence.NO_ANSWER), (4, q.Silence.NO_ANSWER), (5, q.Silence.NO_ANSWER)))
     assert vote(coordinator, 3, 4, 5) == [], "a decided transaction is never decided again"
 
 
@@ -85,6 +86,39 @@ def test_a_prepare_that_reached_nobody_goes_again_at_the_tick_only_while_undecid
     assert coordinator.tick(10.2) == [], "never after the decision: it would follow the ABORT"
 
 
+def test_an_abort_names_every_member_that_did_not_prepare_and_why():
+    """Issue 32: an ALL write with two of three members stopped named one of them. The
+    error lists each member without a PREPARED vote, and what the coordinator knows of it."""
+    paused = started(THREE, Level.ALL)
+    vote(paused, 1)
+    assert paused.tick(10.0)[-1].error == q.Timeout(
+        answered=1, needed=3, total=3, unconfirmed=((2, q.Silence.NO_ANSWER), (3, q.Silence.NO_ANSWER)))
+
+    dead_first = started(THREE, Level.ALL)
+    vote(dead_first, 1)
+    error = dead_first.member_dead(1.0, 2)[-1].error
+    assert error.unconfirmed == ((2, q.Silence.DEAD), (3, q.Silence.NO_ANSWER)), \
+        "member 3, silent too, is named although SWIM has not held it dead yet"
+
+    mixed = started(FIVE)
+    vote(mixed, 1)
+    assert mixed.conflict(0.5, TXN, 4, "k", None) == []
+    mixed.undelivered(0.6, TXN, 3)
+    assert mixed.member_dead(0.7, 2) == [], "1, 3 and 5 could still make three"
+    assert mixed.tick(10.0)[-1].error.unconfirmed == (
+        (2, q.Silence.DEAD), (3, q.Silence.NO_ANSWER), (4, q.Silence.REFUSED), (5, q.Silence.NO_ANSWER))
+
+
+def test_a_commit_short_of_its_confirmations_names_the_members_not_holding_its_row():
+    coordinator = started(THREE)
+    commit(coordinator, (1, 2), lsn=4)
+    assert coordinator.not_holding(TXN) == (1, 2, 3), "nobody said it holds the row yet"
+    coordinator.acked(2.0, 1, {1: 4})
+    coordinator.acked(2.0, 3, {1: 3})
+    assert coordinator.not_holding(TXN) == (2, 3)
+    assert coordinator.not_holding(0x71) == (), "a transaction never begun names nobody"
+
+
 def test_partial_prepare_success_commits_under_quorum_and_aborts_under_all():
     quorum = started(THREE)
     assert quorum.conflict(1.0, TXN, 3, "k", 0x99) == []
@@ -102,7 +136,8 @@ def test_members_swim_holds_dead_are_not_waited_for_once_the_level_is_out_of_rea
     vote(every, 1)
     actions = every.member_dead(1.0, 3)
     assert kinds(actions) == [q.DecideAbort, q.SendAbort, q.ReleaseIntents, q.FailClient]
-    assert actions[3].error == q.QuorumNotReached(answered=1, needed=3, total=3, dead=frozenset({3}))
+    assert actions[3].error == q.QuorumNotReached(answered=1, needed=3, total=3, dead=frozenset({3}),
+                                                  unconfirmed=((2, q.Silence.NO_ANSWER), (3, q.Silence.DEAD)))
 
     quorum = started(THREE)
     vote(quorum, 1)
@@ -143,7 +178,8 @@ def test_a_question_before_a_decision_aborts_and_a_later_quorum_cannot_commit_it
     vote(coordinator, 1, 2)
     actions = coordinator.query_decision(5.0, TXN, asker=3)
     assert actions[-1] == q.SendDecision(txn_id=TXN, to=3, decision=Decision.ABORT)
-    assert q.FailClient(txn_id=TXN, error=q.QuorumNotReached(answered=2, needed=3, total=5)) in actions
+    assert q.FailClient(txn_id=TXN, error=q.QuorumNotReached(answered=2, needed=3, total=5,
+                                                               unconfirmed=((3, q.Silence.NO_ANSWER), (4, q.Silence.NO_ANSWER), (5, q.Silence.NO_ANSWER)))) in actions
     assert vote(coordinator, 3, 4, 5) == []
     assert coordinator.query_decision(6.0, TXN, asker=4) == [q.SendDecision(txn_id=TXN, to=4, decision=Decision.ABORT)]
 

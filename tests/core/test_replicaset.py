@@ -148,3 +148,40 @@ def test_a_rejoin_goes_through_a_member_holding_every_row_of_ours_or_is_refused_
     late.check_rejoin(1.0, own_lsn=5, acked={}, rejoin_timeout_s=3)
     (refused,) = late.check_rejoin(4.0, own_lsn=5, acked={1: 4}, rejoin_timeout_s=3)
     assert isinstance(refused, rs.RejoinRefused) and "up to lsn 5" in refused.reason
+
+
+def removal(instance_id: int = 3, by: int = 1, lsn: int = 40) -> rs.Removal:
+    return rs.Removal(instance_id=instance_id, uuid="u3", by=by, lsn=lsn, hlc=7 << 32)
+
+
+def test_a_refusal_naming_our_removal_stops_the_member_once_and_a_plain_one_waits():
+    """Issue 32: a member removed while it was down was refused as unknown for ever. A
+    peer's refusal naming the removal of our id, by a row we do not hold, is final."""
+    member = core()
+    member.observe(0.0, view())
+    assert member.upstream_refused(0.0, "a", Refusal.NOT_REGISTERED, vclock={1: 39}) == [], \
+        "unknown for another reason (a joiner whose row has not arrived): it asks again"
+    assert member.removal is None
+    (removed,) = member.upstream_refused(0.1, "b", Refusal.NOT_REGISTERED, removal(), vclock={1: 39, 3: 8})
+    assert removed == rs.Removed(removal=removal(), told_by="b")
+    assert member.removal == removal()
+    assert member.upstream_refused(0.2, "a", Refusal.NOT_REGISTERED, removal(), vclock={1: 39}) == [], "said once"
+    member.check_invariants()
+
+
+def test_a_removal_of_an_earlier_registration_is_not_ours():
+    """Removed, then joined again under the same UUID: the re-join's checkpoint holds the
+    removal's row (or our id changed), so a peer that has not applied the new registration
+    yet is merely behind."""
+    member = core()
+    member.observe(0.0, view())
+    assert member.upstream_refused(0.0, "a", Refusal.NOT_REGISTERED, removal(lsn=40), vclock={1: 40}) == []
+    assert member.upstream_refused(0.0, "b", Refusal.NOT_REGISTERED, removal(instance_id=2), vclock={}) == []
+    assert member.removal is None
+    assert not rs.is_removal_of(removal(), 3, {1: 41}) and rs.is_removal_of(removal(), 3, {1: 39})
+
+
+def test_applying_our_own_removal_stops_the_member():
+    member = core()
+    assert member.own_row_deleted(0.0, removal()) == [rs.Removed(removal=removal(), told_by=None)]
+    assert member.own_row_deleted(0.1, removal()) == []

@@ -131,9 +131,10 @@ def test_encode_request_round_trip() -> None:
 def test_encode_ok_round_trip() -> None:
     (bare,) = decode_all(encode_ok(sync=7, schema_version=3))
     assert bare.header == {0: 0, 1: 7, 5: 3} and bare.body == {}
-    data = encode_ok(sync=8, schema_version=3, body={Key.DATA: [[1]]}, stream_id=2)
+    data = encode_ok(sync=8, schema_version=3, body={Key.DATA: [[1]]}, vclock={1: 4})
     (frame,) = decode_all(data)
-    assert (frame.sync, frame.schema_version, frame.stream_id, frame.body) == (8, 3, 2, {48: [[1]]})
+    assert (frame.sync, frame.schema_version, frame.body) == (8, 3, {48: [[1]]})
+    assert frame.header == {0: 0, 1: 8, 5: 3, Key.VCLOCK: {1: 4}}
 
 
 def test_encode_error_round_trip() -> None:

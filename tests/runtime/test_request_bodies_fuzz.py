@@ -18,7 +18,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replicaset.console import ConsoleError, evaluate
+from replicaset.console import ConsoleError, Entry, evaluate
 from replicaset.core.quorum import Level
 from replicaset.iproto.constants import Key
 from replicaset.iproto.errors import RemoteProtocolError
@@ -148,22 +148,33 @@ async def _snapshot() -> str:
     return "ok"
 
 
-CONSOLE_VALUES = {"box.info": lambda: {"id": 1, "vclock": {1: 5}}, "box.cfg": lambda: {"wal_mode": "write"}}
-CONSOLE_ACTIONS = {"box.snapshot": _snapshot, "box.remove": _remove}
-CONSOLE_CORPUS = ["box.info", "box.info.vclock", "box.snapshot()", "box.remove(3)", "box.remove(3, {force = true})"]
+async def _configure(options: Any = None) -> None:
+    return None
+
+
+CONSOLE_BOX = Entry(fields={
+    "info": Entry(read=lambda: {"id": 1, "vclock": {1: 5}, "replication": {1: {"id": 1}}, "members": [{"id": 1}]}),
+    "cfg": Entry(read=lambda: {"wal_mode": "write", "wal.group_commit_rows_max": 8}, call=_configure),
+    "snapshot": Entry(call=_snapshot),
+    "remove": Entry(call=_remove),
+})
+CONSOLE_CORPUS = ["box.info", "box.info.vclock", "box.snapshot()", "box.remove(3)", "box.remove(3, {force = true})",
+                  "return box.info.replication[1].id", "box.cfg{read_only = true, log_level = 'debug'}",
+                  "box.info.members[1]['id']", "box.cfg.wal.group_commit_rows_max", "box.cfg{[{}] = 1}"]
 
 
 @examples(ci=300, deep=30_000)
 def test_console_expressions_answer_or_are_refused(max_examples: int) -> None:
     pieces = st.sampled_from(["box", ".", "info", "remove", "(", ")", "{", "}", ",", "=", " ", "true", "9" * 5000,
-                              "force", "-", "1", "\n", "٣"])
+                              "force", "-", "1", "\n", "٣", "[", "]", "'", '"', "\\", "return", "cfg", ";", "nil",
+                              "1.5e308", "e9", "{" * 20])
     exprs = st.text(max_size=40) | st.lists(pieces, max_size=12).map("".join) | st.sampled_from(CONSOLE_CORPUS)
 
     @fuzz(max_examples)
     @given(expr=exprs)
     def check(expr: str) -> None:
         try:
-            trio.run(evaluate, expr, CONSOLE_VALUES, CONSOLE_ACTIONS)
+            trio.run(evaluate, expr, CONSOLE_BOX)
         except ConsoleError as exc:
             assert str(exc)
 
@@ -174,5 +185,5 @@ def test_a_console_integer_too_long_for_python_is_refused_by_the_console() -> No
     """Found by the fuzzer: an integer argument of more than 4300 digits made `int()` raise
     a bare ValueError (Python's digit limit), which the session does not answer."""
     with pytest.raises(ConsoleError, match="integer"):
-        trio.run(evaluate, "box.remove(" + "9" * 5000 + ")", CONSOLE_VALUES, CONSOLE_ACTIONS)
+        trio.run(evaluate, "box.remove(" + "9" * 5000 + ")", CONSOLE_BOX)
 

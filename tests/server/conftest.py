@@ -73,15 +73,22 @@ class Server:
         return events
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
+@contextmanager
+def running(tmp_path: Path, *args: str) -> Iterator[Server]:
+    """A fresh single instance in `tmp_path`, started with `args`, killed at the end."""
     srv = Server(tmp_path / "data", tmp_path / "server.log")
     try:
-        yield srv.start()
+        yield srv.start(*args)
     finally:
         if srv.proc is not None and srv.proc.poll() is None:
             srv.proc.kill()
             srv.proc.wait(10)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    with running(tmp_path) as srv:
+        yield srv
 
 
 REPLICASET_UUID = "8c5e4a52-0000-4000-8000-00000000abcd"

@@ -1,6 +1,6 @@
 """Anti-entropy on real processes: a member a little behind catches up by delta sync; one
 further behind than `delta_sync_threshold_transactions` takes a checkpoint from a peer that
-holds its rows, when the operator allowed it, and says it needs one otherwise."""
+holds its rows, unless the operator turned that off, and then says it needs one."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def test_a_little_behind_catches_up_by_delta_sync(replicaset_factory):
     assert not events(third, "snapshot_transfer") and not events(third, "rejoin")
 
 
-def test_far_behind_takes_a_checkpoint_when_allowed(replicaset_factory):
-    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, AE + "replication.auto_rejoin = true\n")
+def test_far_behind_takes_a_checkpoint_by_default(replicaset_factory):
+    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, AE)
     assert third.stop() == 0
     write_kv(first, 0, 3000, ROW)
     third.start()
@@ -39,10 +39,11 @@ def test_far_behind_takes_a_checkpoint_when_allowed(replicaset_factory):
     rs.wait_converged()
     assert kv_count(third) == 3000
     assert rs.info(third)["id"] == 3, "the same member, its data from the checkpoint"
+    assert rs.info(third)["anti_entropy"]["runs"]["snapshot"] >= 1, "counted before the re-join, kept across it"
 
 
-def test_far_behind_without_leave_says_what_it_needs_and_streams(replicaset_factory):
-    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, AE)
+def test_far_behind_with_auto_rejoin_off_says_what_it_needs_and_streams(replicaset_factory):
+    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, AE + "replication.auto_rejoin = false\n")
     assert third.stop() == 0
     write_kv(first, 0, 3000, ROW)
     third.start()

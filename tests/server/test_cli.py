@@ -32,8 +32,8 @@ def test_console_prints_box_info_as_yaml(server):
     assert vclock == [{1: BOOTSTRAP_ROWS}], "bootstrap writes _cluster's DDL and its own row"
     cfg = yaml.safe_load(cli("console", f"127.0.0.1:{server.port}", "-e", "box.cfg").stdout)[0]
     assert cfg["wal_mode"] == "write"
-    bad = cli("console", f"127.0.0.1:{server.port}", "-e", "box.info.nothing")
-    assert bad.returncode == 1 and "does not exist" in bad.stdout
+    bad = cli("console", f"127.0.0.1:{server.port}", "-e", "box.info.nothing.at_all")
+    assert bad.returncode == 1 and "attempt to index box.info.nothing (a nil value)" in bad.stdout
 
 
 def test_sql_command_prints_a_table(server):

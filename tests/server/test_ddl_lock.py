@@ -57,7 +57,7 @@ def test_any_member_runs_ddl_and_every_member_takes_it(ddl_set) -> None:
     with second.client() as client:
         client.execute("CREATE TABLE t2(id INTEGER PRIMARY KEY, x TEXT)")
     with third.client() as client:
-        altered = client.execute("ALTER TABLE kv ADD COLUMN extra TEXT")
+        altered = client.execute("ALTER TABLE kv ADD COLUMN extra TEXT", options={"return_vclock": True})
     # The ALTER is acknowledged at QUORUM, two members of three: member 1 may take it a
     # moment later, so the write naming the new column there waits for the ALTER's vclock.
     with first.client() as client:

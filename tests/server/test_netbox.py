@@ -8,17 +8,13 @@ one JSON line, which the test checks.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import Server
-
-NETBOX_TIMEOUT_S = 60
+from tests.server.conftest import Server, running
+from tests.server.connectors import run_lua, tarantool_binary  # noqa: F401 - a fixture
 NETBOX_SCRIPT = r"""
 local json = require('json')
 local report = {}
@@ -48,35 +44,16 @@ os.exit(0)
 
 
 @pytest.fixture
-def tarantool_binary() -> str:
-    binary = shutil.which("tarantool")
-    if binary is None:
-        pytest.skip("the tarantool binary (Debian package `tarantool`) is not installed")
-    return binary
-
-
-@pytest.fixture
 def server_with_users(tmp_path: Path) -> Iterator[Server]:
     config = tmp_path / "users.toml"
     config.write_text('[auth]\nguest = false\nusers = { alice = "secret" }\n')
-    srv = Server(tmp_path / "data", tmp_path / "server.log")
-    try:
-        yield srv.start("--config", str(config))
-    finally:
-        if srv.proc is not None and srv.proc.poll() is None:
-            srv.proc.kill()
-            srv.proc.wait(10)
+    with running(tmp_path, "--config", str(config)) as srv:
+        yield srv
 
 
 def run_netbox(binary: str, tmp_path: Path, uri: str) -> dict:
     """Run the script against `uri` (net.box's `[user:password@]host:port`)."""
-    script = tmp_path / "netbox.lua"
-    script.write_text(NETBOX_SCRIPT)
-    done = subprocess.run(
-        [binary, str(script), uri], cwd=tmp_path, capture_output=True, text=True, timeout=NETBOX_TIMEOUT_S
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_lua(binary, tmp_path, NETBOX_SCRIPT, uri)
 
 
 def test_netbox_connects_and_runs_sql_with_binds(tarantool_binary, server, tmp_path):

@@ -5,6 +5,7 @@ error naming it; and members agree whatever happened."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -22,7 +23,7 @@ from tests.server.test_replicaset import rows
 def test_a_quorum_write_is_answered_with_a_vclock_any_member_can_read_at(quorum_set) -> None:
     rs, (first, second, third) = quorum_set
     with second.client() as client:
-        written = client.execute("INSERT INTO kv(k, v) VALUES (1, 'q')", options=QUORUM)
+        written = client.execute("INSERT INTO kv(k, v) VALUES (1, 'q')", options={**QUORUM, "return_vclock": True})
     assert written.row_count == 1 and written.vclock and written.vclock[2] >= 1
     with third.client() as client:
         seen = client.execute("SELECT v FROM kv WHERE k = 1", options={"wait_vclock": written.vclock})
@@ -51,7 +52,7 @@ def test_any_statement_of_a_stream_waits_for_its_vclock(quorum_set) -> None:
     2's written only while it waits, then the transaction commits with both."""
     rs, (first, second, third) = quorum_set
     with second.client() as client:
-        written = client.execute("INSERT INTO kv(k, v) VALUES (1, 'from 2')", options=QUORUM)
+        written = client.execute("INSERT INTO kv(k, v) VALUES (1, 'from 2')", options={**QUORUM, "return_vclock": True})
     ahead = {2: written.vclock[2] + 1}
     outcome: list[object] = []
     with first.client() as client:
@@ -112,6 +113,23 @@ def test_quorum_commits_without_one_member_and_all_does_not(quorum_set) -> None:
         assert rows(first) == rows(second) == [[1, "quorum", 0]]
     rs.wait_converged()
     assert rows(third) == [[1, "quorum", 0]]
+
+
+def test_an_all_write_with_two_members_hung_names_both(quorum_set) -> None:
+    """Issue 32: with members 2 and 3 SIGSTOPped, an ALL write failed naming one of them.
+    The error names every member that did not prepare, with why (no answer, or dead once
+    SWIM holds it so)."""
+    rs, (first, second, third) = quorum_set
+    with second.paused(), third.paused():
+        with first.client() as client:
+            with pytest.raises(ServerError) as refused:
+                client.execute("INSERT INTO kv(k, v) VALUES (1, 'all')", options={"consistency": "all"})
+    message = refused.value.message
+    assert "1 of 3 members prepared" in message, message
+    named = re.findall(r"member (\d) \((no answer|dead)\)", message)
+    assert sorted(int(member) for member, _ in named) == [2, 3], message
+    rs.wait_converged()
+    assert rows(first) == []
 
 
 def test_a_minority_commits_nothing_and_says_so_in_bounded_time(quorum_set) -> None:

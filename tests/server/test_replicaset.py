@@ -250,8 +250,8 @@ def test_demo_runs_three_members_and_they_agree(tmp_path):
 
 @pytest.mark.parametrize("rejoin_by", ["flag", "config"])
 def test_member_whose_rows_are_gone_everywhere_rejoins(replicaset_factory, rejoin_by):
-    """`serve --rejoin` after the instance said it needs it, or `[replication] auto_rejoin`
-    doing it by itself."""
+    """`serve --rejoin` after the instance said it needs it (`auto_rejoin = false`), or
+    `[replication] auto_rejoin` (the default) doing it by itself."""
     rs = replicaset_factory(extra_config="wal_max_size = 65536\n")
     first = rs.bootstrap()
     with first.client() as client:
@@ -277,7 +277,8 @@ def test_member_whose_rows_are_gone_everywhere_rejoins(replicaset_factory, rejoi
     rs.wait_converged([first, second])
 
     if rejoin_by == "flag":
-        third.start()
+        manual = rs.config_with("manual", "replication.auto_rejoin = false\n")
+        third.start("--config", str(manual))
 
         def both_stopped() -> list[dict] | None:
             upstreams = [upstream_of(rs, third, i, "stopped") for i in (1, 2)]
@@ -287,9 +288,9 @@ def test_member_whose_rows_are_gone_everywhere_rejoins(replicaset_factory, rejoi
         assert all("join again" in u["message"] for u in upstreams), upstreams
         wait_for(lambda: '"event": "rejoin_needed"' in third.log_path.read_text(), "rejoin_needed logged")
         assert third.stop() == 0
-        third.start("--rejoin")
+        third.start("--config", str(manual), "--rejoin")
     else:
-        third.start("--config", str(rs.config_with("auto", "replication.auto_rejoin = true\n")))
+        third.start()  # [replication] auto_rejoin is on by default
     vclock = rs.wait_converged()
     assert vclock[3] == len(mine)
     assert rows(third, "SELECT count(*) FROM kv") == [[405]]

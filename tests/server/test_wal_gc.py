@@ -71,8 +71,15 @@ def test_a_stopped_member_keeps_its_rows_until_it_is_back(replicaset_factory):
 
 
 def test_past_the_maximum_retention_a_stopped_member_repairs_from_a_checkpoint(replicaset_factory):
+    """Issue 32: with the default config the member stayed `loading` for good. It repairs
+    by itself (a gap repair: a re-join from a checkpoint), keeps its local table's rows,
+    and counts the repair, also after another restart."""
     rs, (first, second, third) = quorum_set_of(replicaset_factory, 3,
-                                               GC_CONFIG + "gc.max_retention_s = 1\nreplication.auto_rejoin = true\n")
+                                               GC_CONFIG + 'gc.max_retention_s = 1\nlocal_tables = ["scratch"]\n')
+    with third.client() as client:
+        client.execute("CREATE TABLE scratch(k INTEGER PRIMARY KEY, v TEXT)")
+        for k in range(5):
+            client.execute("INSERT INTO scratch(k, v) VALUES (?, 'this member only')", [k])
     held = {int(o): lsn for o, lsn in rs.info(third)["vclock"].items() if int(o) != 0}
     assert third.stop() == 0
     write_kv(first, 0, 3 * ROWS, ROW)
@@ -86,5 +93,18 @@ def test_past_the_maximum_retention_a_stopped_member_repairs_from_a_checkpoint(r
     wait_for(gone_past_member_3, "members 1 and 2 collected rows member 3 lacks")
     third.start()
     rs.wait_converged()
+    rs.wait_status(third, "running")
     assert kv_count(third) == kv_count(first)
     assert '"event": "rejoin"' in third.log_path.read_text(), "the rows were gone: a checkpoint transfer"
+
+    def local_rows() -> list:
+        with third.client() as client:
+            return client.execute("SELECT k, v FROM scratch ORDER BY k").rows
+
+    assert local_rows() == [[k, "this member only"] for k in range(5)]
+    assert rs.info(third)["anti_entropy"]["runs"]["gap"] == 1
+    assert third.stop() == 0
+    third.start()
+    rs.wait_status(third, "running")
+    assert rs.info(third)["anti_entropy"]["runs"]["gap"] == 1, "counted for good, not since the start"
+    assert local_rows() == [[k, "this member only"] for k in range(5)]
