@@ -99,7 +99,16 @@ from replicaset.meta.store import MetaStore
 from replicaset.meta.txns import TxnStatus
 from replicaset.runtime import swim as swim_wire
 from replicaset.runtime.writer import Writer, WriteFailed
-from replicaset.storage import ApplyError, Captured, Engine, EngineConfig, GapError, SchemaPending, SqlError
+from replicaset.storage import (
+    ApplyError,
+    Captured,
+    Engine,
+    EngineConfig,
+    GapError,
+    SchemaPending,
+    SqlError,
+    TxnConflict,
+)
 from replicaset.testing import lww
 from replicaset.storage.rows import DmlPayload
 from wal import GroupCommitPolicy, Record, RecordType, VClock, WalError, WalMode
@@ -200,7 +209,8 @@ class SwimChange:
 SWIM_UUID = "00000000-0000-4000-8000-00000000cafe"  # the replica set's uuid on simulated datagrams
 # Where each kind of event is addressed (its argument naming the member): what a paused
 # member holds until it resumes.
-_ADDRESSED = {"tick": 0, "sync": 0, "swim_tick": 0, "link_lost": 0, "deliver": 1, "txn_deliver": 1, "swim_deliver": 1}
+_ADDRESSED = {"tick": 0, "sync": 0, "swim_tick": 0, "link_lost": 0, "deliver": 1, "txn_deliver": 1, "swim_deliver": 1,
+              "stream_step": 0}
 
 
 NO_FAULTS = Faults(delay_max_s=0.01, cut_per_s=0, partition_per_s=0, duplicate_p=0, reorder_p=0, crash_per_s=0,
@@ -272,11 +282,14 @@ class Client:
 class QuorumWorkload:
     """Client transactions at QUORUM or ALL for a run: how many, at which level, what each
     writes (`statements`), and the end checks it adds (`check`). This one sends none: the
-    transactions of a scenario are begun by its script (`Simulation.begin`)."""
+    transactions of a scenario are begun by its script (`Simulation.begin`). With
+    `interleaved`, each transaction is a stream whose statements arrive one by one, with
+    other clients' statements, applied rows and decided rows on its member in between."""
 
     transactions: int = 0
     level: q.Level = q.Level.QUORUM
     single_key_one_writes: bool = False
+    interleaved: bool = False
 
     async def setup(self, sim: Simulation, writer: Writer) -> None:
         """Tables the workload needs, made at consistency ONE on member 1 before the others open."""
@@ -362,6 +375,45 @@ class Bank(QuorumWorkload):
             assert not lost, f"{where}: member {i} lost acknowledged transfers {sorted(lost)}"
 
 
+@dataclass
+class StreamBank(Bank):
+    """Bank transfers as stream transactions whose statements interleave on their member
+    with other streams' (`interleaved`), from every member at once. A transfer reads the
+    source balance in one statement (into `snap`) and writes it back, less the amount, in
+    a later one: only the conflict on a table read and written by another transaction
+    since keeps a transfer committed between the two from being lost, which the balances
+    check would show."""
+
+    interleaved: bool = True
+
+    async def setup(self, sim: Simulation, writer: Writer) -> None:
+        await super().setup(sim, writer)
+        await writer.execute("CREATE TABLE snap(xfer INTEGER PRIMARY KEY, bal INTEGER)")
+
+    async def statements(self, sim: Simulation, member: Member) -> tuple[list[Statement], Any] | None:
+        src, dst = sim.rng.sample(range(self.accounts), 2)
+        amount = sim.rng.randint(1, 30)
+        transfer = len(self.asked) + 1
+        self.asked[transfer] = (src, dst, amount)
+        return [("INSERT INTO snap(xfer, bal) SELECT ?, bal FROM acct WHERE id = ?", (transfer, src)),
+                ("UPDATE acct SET bal = (SELECT bal FROM snap WHERE xfer = ?) - ? WHERE id = ?", (transfer, amount, src)),
+                ("UPDATE acct SET bal = bal + ? WHERE id = ?", (amount, dst)),
+                ("INSERT INTO xfer(id, src, dst, amount) VALUES (?, ?, ?, ?)", (transfer, src, dst, amount))], transfer
+
+
+@dataclass
+class OpenStream:
+    """A client's stream transaction on `member_id` (`QuorumWorkload.interleaved`): the
+    statements sent so far and its rows between them, as the server's session keeps them."""
+
+    member_id: int
+    incarnation: int
+    statements: list[Statement]
+    what: Any
+    captured: Captured | None = None
+    sent: int = 0
+
+
 def _rows(engine: Engine, sql: str, binds: tuple[Any, ...] = ()) -> list[list[Any]]:
     result = engine.query(sql, binds)
     assert result is not None, f"{sql!r} is no read"
@@ -409,6 +461,8 @@ class Simulation:
         self.script = list(script)
         self.txns_left = quorum.transactions if quorum is not None else 0
         self.clients: dict[int, Client] = {}
+        self.streams: list[OpenStream] = []  # stream transactions not committed yet
+        self.stream_conflicts = 0  # stream transactions that conflicted before their COMMIT
         # Who answered PREPARED for each transaction, seen on the way out of each member,
         # never by the coordinator's count: a commit needs a quorum of them.
         self.prepared_by: dict[int, set[int]] = {}
@@ -532,7 +586,7 @@ class Simulation:
                 continue
             await getattr(self, f"_on_{kind}")(*args)
             self.check_invariants()
-            if self.healed and self.writes_left == 0 and self.txns_left == 0 and self._converged():
+            if self.healed and self.writes_left == 0 and self.txns_left == 0 and not self.streams and self._converged():
                 self.trace({"event": "End", "steps": self.traced_steps})
                 return
         raise AssertionError(f"seed {self.seed}: no convergence after {max_events} events: {self.vclocks()}")
@@ -904,8 +958,46 @@ class Simulation:
         if made is None:
             return
         statements, what = made
-        if await self.begin(member.id, statements, self.quorum.level, what=what) is not None:
+        if self.quorum.interleaved:
             self.txns_left -= 1
+            stream = OpenStream(member_id=member.id, incarnation=member.incarnation, statements=statements, what=what)
+            self.streams.append(stream)
+            self._at(self.rng.uniform(0.001, 0.02), "stream_step", member.id, stream)
+        elif await self.begin(member.id, statements, self.quorum.level, what=what) is not None:
+            self.txns_left -= 1
+
+    async def _on_stream_step(self, member_id: int, stream: OpenStream) -> None:
+        """The stream's next statement, as the server's session runs it, or its COMMIT once
+        all are sent. The client gives up on a refusal; its connection dies with its
+        member's process."""
+        member = self.members[member_id]
+        writer, driver = member.writer, member.driver
+        ended = (writer is None or driver is None or member.incarnation != stream.incarnation
+                 or driver.write_refusal(self.now_s) is not None)
+        if not ended and stream.sent < len(stream.statements):
+            assert writer is not None
+            sql, binds = stream.statements[stream.sent]
+            try:
+                _, stream.captured = await writer.stream_execute(stream.captured, sql, binds, quorum=True)
+            except TxnConflict:
+                self.stream_conflicts += 1
+                ended = True
+            except SqlError:
+                ended = True
+            else:
+                stream.sent += 1
+                self._at(self.rng.uniform(0.001, 0.03), "stream_step", member_id, stream)
+                return
+        self.streams.remove(stream)
+        if ended or stream.captured is None:
+            return
+        assert writer is not None and self.quorum is not None
+        try:
+            await writer.check_stream(stream.captured)
+        except TxnConflict:
+            self.stream_conflicts += 1
+            return
+        await self._begin_captured(member, stream.captured, self.quorum.level, what=stream.what)
 
     async def begin(self, member_id: int, statements: Sequence[Statement], level: q.Level = q.Level.QUORUM, *,
                     what: Any = None) -> Client | None:
@@ -917,16 +1009,22 @@ class Simulation:
         writer, driver, engine, records = member.writer, member.driver, member.engine, member.records
         if writer is None or driver is None or engine is None or records is None:
             return None
-        txn = await writer.begin_stream()
+        captured = None
         try:
             for sql, binds in statements:
-                writer.stream_execute(txn, sql, binds)
+                _, captured = await writer.stream_execute(captured, sql, binds, quorum=True)
         except SqlError:
-            writer.rollback_stream(txn)
             return None
-        captured = writer.capture_stream(txn)
-        if not captured.rows:
+        return await self._begin_captured(member, captured, level, what=what)
+
+    async def _begin_captured(self, member: Member, captured: Captured | None, level: q.Level, *,
+                              what: Any) -> Client | None:
+        """A captured transaction's PENDING record, then the driver begins it, as
+        QuorumHost.commit does."""
+        driver, engine, records = member.driver, member.engine, member.records
+        if driver is None or engine is None or records is None or captured is None or not captured.rows:
             return None
+        member_id = member.id
         txn_id = engine.hlc.now(self._clock_ms())
         members = frozenset(self.members)
         reads = {key: q.Version(hlc=v[0], origin=v[1]) if v else q.NO_VERSION for key, v in captured.reads.items()}

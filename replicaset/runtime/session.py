@@ -6,11 +6,11 @@ writer's flush settles its ticket) and sent by the connection's sending task, so
 pipelined writes share one flush; a QUORUM write and a peer's PREPARE wait for their
 answer in a task beside the read loop. Each STREAM_ID gets a lane (a task
 and a bounded queue) that runs that stream's requests in order. A stream transaction
-holds the single writer from its first statement to COMMIT or ROLLBACK, and is rolled
-back when `stream_timeout_s` passes or the connection closes; while one does, requests
-outside streams go to lane 0 instead, so the read loop never waits for a writer that
-this very connection holds. Replies gather in an outbox, sent with one `send_all` per
-batch of frames read.
+takes the single writer for each of its statements only: between them its rows wait
+outside SQLite (`Writer.stream_execute`), so no stream, however slow its client, holds up
+another's statements, a decided quorum row or an applied one. It is rolled back when
+`stream_timeout_s` passes or the connection closes. Replies gather in an outbox, sent
+with one `send_all` per batch of frames read.
 """
 
 from __future__ import annotations
@@ -45,14 +45,13 @@ from replicaset.runtime.peer_access import PeerGate, PeerRefused, remote_address
 from replicaset.runtime.transfer import ServeStart, resume_start, serve_checkpoint
 from replicaset.runtime.writer import WriteFailed
 from replicaset.storage import (
-    BatchAbandoned,
     Captured,
     DdlNeedsLock,
     EngineFatal,
-    LocalTxn,
     SqlError,
     StatementResult,
     StatementTimeout,
+    TxnConflict,
 )
 from replicaset.storage.statements import Columns, first_word
 from wal import VClock
@@ -75,10 +74,10 @@ class _ConnectionClosed(Exception):
 
 @dataclass
 class _Stream:
-    txn: LocalTxn | None = None
+    captured: Captured | None = None  # the open transaction's rows between its statements
     began: bool = False
     deadline: float = math.inf
-    timed_out: bool = False
+    aborted: RequestError | None = None  # what every later request of the transaction hears, until ROLLBACK
     level: Level = Level.ONE
 
 
@@ -151,7 +150,6 @@ class Session:
         self._outbox_ready = trio.Event()  # set when a reply queued outside a request's task awaits its send
         self._lanes: dict[int, trio.MemorySendChannel[Frame]] = {}
         self._lane_backlog: dict[int, int] = {}
-        self._writer_holders = 0
         self._stream0 = _Stream()
         self._relay_conn: int | None = None  # the driver's key of the relay this connection carries
         self._salt = os.urandom(32)
@@ -259,7 +257,7 @@ class Session:
                     continue
                 if frame is None:
                     break
-                if frame.stream_id == 0 and not self._writer_holders and not self._lane_backlog.get(0):
+                if frame.stream_id == 0 and not self._lane_backlog.get(0):
                     await self._handle_reporting(frame, self._stream0)
                 else:
                     await self._route(frame, nursery)
@@ -309,15 +307,14 @@ class Session:
         except WriteFailed as exc:  # a full disk refused what it needed written (box.snapshot(), a JOIN's checkpoint)
             self._reply_error(frame.sync, exc.code, str(exc))
 
-    def _release_stream(self, stream: _Stream) -> None:
-        if stream.txn is not None:
-            self._node.writer.rollback_stream(stream.txn)
-            stream.txn = None
-            self._writer_holders -= 1
+    @staticmethod
+    def _release_stream(stream: _Stream) -> None:
+        """The open transaction's rows are outside SQLite: dropping them rolls it back."""
+        stream.captured = None
 
     def _expire(self, stream: _Stream) -> None:
         self._release_stream(stream)
-        stream.timed_out = True
+        stream.aborted = RequestError(ErrorCode.TRANSACTION_TIMEOUT, "Transaction has been aborted by timeout")
         stream.deadline = math.inf
         self._node.log.info("stream_transaction_timeout")
 
@@ -591,22 +588,17 @@ class Session:
             self._check_sql(sql)
         binds = decode_binds(frame.body.get(Key.SQL_BIND))
         node = self._node
-        if stream.timed_out:
-            raise RequestError(ErrorCode.TRANSACTION_TIMEOUT, "Transaction has been aborted by timeout")
+        if stream.aborted is not None:
+            raise stream.aborted
         options = _options(frame.body, stream.level if stream.began else self._default_level)
         try:
             if options.wait_vclock is not None:
-                await self._wait_vclock(options.wait_vclock, holding_writer=stream.txn is not None)
+                await self._wait_vclock(options.wait_vclock)
             if stream.began:
-                if stream.txn is None:
-                    node.check_writable()
-                    stream.txn = await node.writer.begin_stream()
-                    self._writer_holders += 1
-                try:
-                    self._reply_result(frame, node.writer.stream_execute(stream.txn, sql, binds))
-                except BatchAbandoned:
-                    self._expire(stream)  # the stream's transaction is gone with its batch
-                    raise
+                node.check_writable()
+                result, stream.captured = await node.writer.stream_execute(
+                    stream.captured, sql, binds, quorum=stream.level is not Level.ONE)
+                self._reply_result(frame, result)
                 return
             if node.engine.is_read(sql):
                 result = node.engine.query(sql, binds)
@@ -631,6 +623,10 @@ class Session:
                 return
         except StatementTimeout as exc:
             raise RequestError(ErrorCode.TIMEOUT, str(exc)) from exc
+        except TxnConflict as exc:
+            self._release_stream(stream)  # nothing of it remains
+            stream.aborted = RequestError(ErrorCode.TRANSACTION_CONFLICT, str(exc))
+            raise stream.aborted from exc
         except SqlError as exc:
             raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
         if ticket.settled and ticket.error is None:
@@ -686,17 +682,11 @@ class Session:
     def _synchro_timeout_s(self) -> float:
         return float(self._node.config["replication.synchro_timeout_s"])
 
-    async def _wait_vclock(self, wanted: VClock, *, holding_writer: bool) -> None:
+    async def _wait_vclock(self, wanted: VClock) -> None:
         """Read-your-writes on any member, for reads and writes alike: wait until this
         member holds `wanted`, so that a statement naming what a DDL elsewhere created
-        runs once that DDL is here. A stream whose transaction is open holds the writer
-        that applies what it would wait for: it is answered at once instead."""
+        runs once that DDL is here."""
         engine = self._node.engine
-        if holding_writer and not wanted <= engine.vclock:
-            raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"this member's vclock {engine.vclock.to_dict()} does not "
-                                                         f"reach OPTIONS wait_vclock {wanted.to_dict()}, and this "
-                                                         "stream's open transaction holds the writer that would "
-                                                         "apply it: give wait_vclock with the stream's first statement")
         with trio.move_on_after(self._synchro_timeout_s()):
             while not wanted <= engine.vclock:
                 await trio.sleep(WAIT_VCLOCK_POLL_S)
@@ -767,35 +757,31 @@ class Session:
         if isinstance(requested, (int, float)) and not isinstance(requested, bool) and requested > 0:
             timeout_s = min(timeout_s, requested)
         stream.level = _options(frame.body, self._default_level).level
-        stream.began, stream.timed_out = True, False
+        stream.began, stream.aborted = True, None
         stream.deadline = trio.current_time() + timeout_s
         self._reply_ok(frame)
 
     async def _finish(self, frame: Frame, stream: _Stream, *, commit: bool) -> None:
         if frame.stream_id == 0:
             raise RequestError(ErrorCode.UNABLE_TO_PROCESS_OUT_OF_STREAM, "COMMIT and ROLLBACK need a STREAM_ID")
-        txn, timed_out = stream.txn, stream.timed_out
-        stream.txn, stream.began, stream.timed_out, stream.deadline = None, False, False, math.inf
-        if txn is not None:
-            self._writer_holders -= 1
-        if timed_out and commit:
-            raise RequestError(ErrorCode.TRANSACTION_TIMEOUT, "Transaction has been aborted by timeout")
-        if txn is not None:
-            if commit and stream.level is not Level.ONE:
-                try:
-                    captured = self._node.writer.capture_stream(txn)
-                except SqlError as exc:
-                    raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
-                await self._commit_captured(captured, stream.level)
-            elif commit:
-                try:
-                    await self._node.writer.commit_stream(txn)
-                except SqlError as exc:
-                    raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
-                except WriteFailed as exc:
-                    raise RequestError(exc.code, str(exc)) from exc
-            else:
-                self._node.writer.rollback_stream(txn)
+        captured, aborted = stream.captured, stream.aborted
+        stream.captured, stream.began, stream.aborted, stream.deadline = None, False, None, math.inf
+        if aborted is not None and commit:
+            raise aborted
+        if commit and captured is not None and captured.rows:
+            writer = self._node.writer
+            try:
+                if stream.level is not Level.ONE:
+                    await writer.check_stream(captured)
+                    await self._commit_captured(captured, stream.level)
+                else:
+                    await writer.commit_stream(captured)
+            except TxnConflict as exc:
+                raise RequestError(ErrorCode.TRANSACTION_CONFLICT, str(exc)) from exc
+            except SqlError as exc:
+                raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
+            except WriteFailed as exc:
+                raise RequestError(exc.code, str(exc)) from exc
         self._reply_ok(frame)
 
 

@@ -160,38 +160,44 @@ class Writer:
         await ticket.wait()
         return result
 
-    async def begin_stream(self) -> LocalTxn:
-        """Take the writer for a stream transaction; the caller must end it."""
-        await self.token.acquire()
-        try:
-            await self._flush_now()
-            return self.engine.begin(explicit=True)
-        except BaseException:
-            self.token.release()
-            raise
+    async def stream_execute(self, captured: Captured | None, sql: str, binds: Sequence[Any] | dict[str, Any], *,
+                             quorum: bool) -> tuple[StatementResult, Captured]:
+        """One statement of a stream transaction, on top of its earlier rows (`captured`,
+        None before its first write), and the transaction's rows taken back out. The writer
+        is held for this statement only, never while the client thinks: a decided row or an
+        applied one never waits behind an open stream. A statement that fails leaves the
+        transaction as it was; `TxnConflict` when a row it wrote changed meanwhile."""
+        async with self.token:
+            txn = await self._resume(captured, quorum=quorum)
+            try:
+                result = self.engine.execute(txn, sql, binds)
+            except BatchAbandoned:
+                self._fail_tickets()
+                raise
+            except SqlError:
+                self.engine.rollback(txn)
+                raise
+            return result, self.engine.capture(txn)
 
-    def stream_execute(self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any]) -> StatementResult:
-        """A statement of a stream transaction; BatchAbandoned ends the transaction (the
-        caller gives up the writer), as the stream's batch held it alone."""
-        try:
-            return self.engine.execute(txn, sql, binds)
-        except BatchAbandoned:
-            self._fail_tickets()
-            raise
-
-    async def commit_stream(self, txn: LocalTxn) -> None:
-        try:
+    async def commit_stream(self, captured: Captured) -> None:
+        """A stream transaction at ONE: its rows written again and committed, returned once
+        durable; `TxnConflict` when a row it wrote changed since."""
+        async with self.token:
+            txn = await self._resume(captured, quorum=False)
             ticket = await self._commit(txn)
             await self._flush_now()
-        finally:
-            self.token.release()
         await ticket.wait()
 
-    def rollback_stream(self, txn: LocalTxn) -> None:
-        try:
-            self.engine.rollback(txn)
-        finally:
-            self.token.release()
+    async def check_stream(self, captured: Captured) -> None:
+        """Before a stream transaction's COMMIT at QUORUM or ALL: `TxnConflict` when a key it
+        wrote or a table it read was written here since (its PREPARE checks the versions on
+        every member; what it read, only this member knows)."""
+        async with self.token:
+            self.engine.check_unchanged(captured)
+
+    async def _resume(self, captured: Captured | None, *, quorum: bool) -> LocalTxn:
+        await self._flush_unless(BatchKind.LOCAL)
+        return self.engine.resume(captured, quorum=quorum)
 
     # ---------------------------------------------------------------- quorum transactions
 
@@ -203,13 +209,6 @@ class Writer:
         async with self.token:
             txn, result = await self._execute_one(sql, binds, quorum=True, trusted=trusted)
             return result, self.engine.capture(txn)
-
-    def capture_stream(self, txn: LocalTxn) -> Captured:
-        """A stream transaction's rows, taken back out; the stream gives up the writer."""
-        try:
-            return self.engine.capture(txn)
-        finally:
-            self.token.release()
 
     async def commit_captured(self, captured: Captured, *, txn_id: int, min_stamp: int) -> Record:
         """Write a decided quorum transaction as our next row, returned once flushed."""

@@ -14,6 +14,7 @@ from replicaset.storage.errors import (
     SchemaPending,
     SqlError,
     StatementTimeout,
+    TxnConflict,
 )
 from replicaset.storage.statements import StatementShape
 from replicaset.storage.tombstones import Purged
@@ -38,4 +39,5 @@ __all__ = [
     "StatementResult",
     "StatementShape",
     "StatementTimeout",
+    "TxnConflict",
 ]

@@ -228,12 +228,12 @@ class RowApplier:
             if info is None:
                 raise ApplyError(f"no such table {row.table!r} for row {row.key!r}")
             if not versioned:
-                self._apply_unversioned(info, row)
+                write_unversioned(self._conn, info, row)
                 continue
             if not take_version(self._conn, row.table, row.key, version, row.op is Op.DELETE, lsn):
                 continue  # a newer version is stored
             if info.virtual is not None:
-                self._apply_virtual(info.virtual, row)
+                write_virtual(self._conn, info.virtual, row)
                 continue
             resolved = bool(info.unique_groups)
             if resolved:
@@ -249,37 +249,43 @@ class RowApplier:
         for info in touched.values():
             self._unique.resolve(info)
 
-    def _apply_virtual(self, vt: VirtualTable, row: CapturedRow) -> None:
-        """Through the module, which keeps its own shadow tables: out, then in again."""
-        image = (row.old if row.op is Op.DELETE else row.new) or {}
-        unknown = [c for c in image if c not in vt.columns]
-        if unknown or vt.key not in image:
-            raise ApplyError(f"row {row.key!r} does not fit virtual table {vt.name!r} (columns {', '.join(vt.columns)})")
-        self._conn.execute(f"DELETE FROM {quote(vt.name)} WHERE {quote(vt.key)} = ?", (image[vt.key],))
-        if row.op is not Op.DELETE:
-            self._conn.execute(f"INSERT INTO {quote(vt.name)}({', '.join(map(quote, image))})"
-                               f" VALUES ({', '.join('?' * len(image))})", list(image.values()))
 
-    def _apply_unversioned(self, info: TableInfo, row: CapturedRow) -> None:
-        if info.virtual is not None:
-            self._apply_virtual(info.virtual, row)
-            return
-        if info.pk_columns:
-            if row.op is Op.DELETE:
-                delete_row(self._conn, info, row.old or {}, row.key)
-            else:
-                self._conn.execute(*upsert_sql(info, row.new or {}))
-            return
+def write_virtual(conn: apsw.Connection, vt: VirtualTable, row: CapturedRow) -> None:
+    """Through the module, which keeps its own shadow tables: out, then in again."""
+    image = (row.old if row.op is Op.DELETE else row.new) or {}
+    unknown = [c for c in image if c not in vt.columns]
+    if unknown or vt.key not in image:
+        raise ApplyError(f"row {row.key!r} does not fit virtual table {vt.name!r} (columns {', '.join(vt.columns)})")
+    conn.execute(f"DELETE FROM {quote(vt.name)} WHERE {quote(vt.key)} = ?", (image[vt.key],))
+    if row.op is not Op.DELETE:
+        conn.execute(f"INSERT INTO {quote(vt.name)}({', '.join(map(quote, image))})"
+                     f" VALUES ({', '.join('?' * len(image))})", list(image.values()))
+
+
+def write_unversioned(conn: apsw.Connection, info: TableInfo, row: CapturedRow, *, cache: bool = True) -> None:
+    """A row's image as it is, with no version to compare: a local table's row (only this
+    member has it), or a stream transaction's own row written again (`Transactions.resume`)."""
+    if info.virtual is not None:
+        write_virtual(conn, info.virtual, row)
+        return
+    if info.pk_columns:
         if row.op is Op.DELETE:
-            self._conn.execute(f"DELETE FROM {quote(info.name)} WHERE rowid = ?", (row.rowid,))
+            delete_row(conn, info, row.old or {}, row.key, cache=cache)
         else:
-            values = row.new or {}
-            cols = ["rowid", *values]
-            self._conn.execute(
-                f"INSERT OR REPLACE INTO {quote(info.name)}({', '.join(map(quote, cols))})"
-                f" VALUES ({', '.join('?' * len(cols))})",
-                (row.rowid, *values.values()),
-            )
+            sql, values = upsert_sql(info, row.new or {})
+            conn.execute(sql, values, can_cache=cache)
+        return
+    if row.op is Op.DELETE:
+        conn.execute(f"DELETE FROM {quote(info.name)} WHERE rowid = ?", (row.rowid,), can_cache=cache)
+    else:
+        values = row.new or {}
+        cols = ["rowid", *values]
+        conn.execute(
+            f"INSERT OR REPLACE INTO {quote(info.name)}({', '.join(map(quote, cols))})"
+            f" VALUES ({', '.join('?' * len(cols))})",
+            (row.rowid, *values.values()),
+            can_cache=cache,
+        )
 
 
 def resolve_after_local_write(

@@ -87,6 +87,7 @@ class RecordApplier:
             elif payload is not None:
                 self._hlc.receive(payload.hlc, self._clock_ms())
                 self._rows.apply_rows(payload.rows, (payload.hlc, origin), versioned=origin != LOCAL_ORIGIN, lsn=lsn)
+                self._batches.wrote({row.table for row in payload.rows})
                 self._quorum_row(batch, payload.quorum_txn, origin, lsn)
             else:
                 raise ApplyError(f"row {origin}:{lsn} has unknown type {record.type}")

@@ -55,6 +55,10 @@ class AutoIds:
         self._sql = ""
         # table -> the id `rs_next_id` just gave the trigger's insert, until `rs_assigned`
         self._open: dict[str, int] = {}
+        # table -> the highest id handed out since start: a transaction whose rows wait
+        # outside SQLite (a stream's between statements, a quorum one until decided) keeps
+        # its ids, which max(rowid) no longer shows
+        self._handed_out: dict[str, int] = {}
         # (table, non-key values) of the rows of this statement left to the client's insert
         self._declined: list[tuple[str, tuple[Any, ...]]] = []
         conn.create_scalar_function("rs_next_id", self._next_id, 1)
@@ -73,12 +77,15 @@ class AutoIds:
         self._declined.clear()
 
     def _next_id(self, table: str) -> int:
-        """An id no other member can produce: above every id in the table, in our residue."""
+        """An id no other member can produce: above every id in the table and every one
+        handed out here, in our residue."""
         top = self._conn.execute(f"SELECT max(rowid) FROM {quote(table)}", can_cache=True).fetchone()[0] or 0
+        top = max(top, self._handed_out.get(table, 0))
         value = (((max(top, 0) >> AUTO_ID_NODE_BITS) + 1) << AUTO_ID_NODE_BITS) | self._id
         if value > AUTO_ID_MAX[self._mode]:
             raise SqlError(f"auto ids of table {table!r} are exhausted under auto_id_mode = {self._mode}")
         self._open[table] = value
+        self._handed_out[table] = value
         return value
 
     def _assigned(self, table: str, *values: Any) -> bool:

@@ -18,7 +18,7 @@ again (`log_records=False`): their records come from the WAL.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -68,6 +68,10 @@ class Batches:
         self.pending = vclock.copy()
         self.current: Batch | None = None
         self.system_changes = 0  # committed batches that may have changed a system table (`_cluster`)
+        # Table -> `writes_seq` when rows of it were last written: a stream transaction's
+        # reads are still good while the tables it read were written no later than it read them.
+        self.table_writes: dict[str, int] = {}
+        self.writes_seq = 0
         # Set when a SQLite commit failed after its WAL append: the engine must stop.
         self.fatal: EngineFatal | None = None
 
@@ -117,6 +121,13 @@ class Batches:
         for record in records:
             self.vclock.reset(record.origin, record.lsn)
         return records
+
+    def wrote(self, tables: Iterable[str]) -> None:
+        """Rows of `tables` were written for commit (a batch that fails later leaves the
+        mark: at worst a stream transaction conflicts needlessly)."""
+        self.writes_seq += 1
+        for table in tables:
+            self.table_writes[table] = self.writes_seq
 
     def abandon(self) -> None:
         """SQLite already rolled back the open batch's transaction (an interrupted write):

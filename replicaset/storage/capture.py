@@ -37,6 +37,7 @@ class Capture:
         self.upkeep = IndexUpkeep(conn, tables)
         self._virtual: dict[tuple[str, int], None] = {}  # rows of virtual tables the statement touched
         self.inserting = False  # the statement running is an INSERT (or REPLACE)
+        self.temp_written = False  # a client's TEMP table was changed (no row of it is captured)
         conn.preupdate_hook(self._on_change)
 
     def mark(self) -> int:
@@ -75,6 +76,7 @@ class Capture:
             self.upkeep.on_change(u)
             return
         if u.database_name != "main" or is_internal(u.table_name):
+            self.temp_written |= u.database_name == "temp" and not is_internal(u.table_name)
             return
         info = self._tables.get(u.table_name)
         if info is not None and info.shadow_of is not None:

@@ -48,7 +48,7 @@ from replicaset.storage.keys import SCHEMA_KEY
 from replicaset.storage.schema import SchemaState, TableCache, committed_schema_id, read_vclock
 from replicaset.storage.statements import StatementShape, describe, is_read, run_statement, sql_message
 from replicaset.storage.rows import DmlPayload
-from replicaset.storage.transactions import Captured, Committed, LocalTxn, StatementResult, Transactions
+from replicaset.storage.transactions import ANY_TABLE, Captured, Committed, LocalTxn, StatementResult, Transactions
 from wal import LOCAL_ORIGIN, Record, RecordType, RowsUnavailable, VClock, Wal
 
 Logger = Callable[..., None]
@@ -198,7 +198,15 @@ class Engine:
     ) -> StatementResult:
         """Run one client statement in its own savepoint; a failure leaves nothing behind.
         `trusted` statements come from the node itself (system tables) and skip the authorizer."""
-        return self._transactions.execute(txn, sql, binds, trusted=trusted)
+        result = self._transactions.execute(txn, sql, binds, trusted=trusted)
+        if txn.explicit:
+            try:
+                access = self._access.get(sql)
+            except SqlError:  # names a TEMP table, which only the writer has: say it read everything
+                self._transactions.note_reads(txn, (ANY_TABLE,), ())
+            else:
+                self._transactions.note_reads(txn, access.reads, access.writes)
+        return result
 
     def commit(self, txn: LocalTxn) -> Committed | None:
         """Finish a transaction: stamp it and queue its WAL records (durable after flush)."""
@@ -210,8 +218,19 @@ class Engine:
     # ------------------------------------------------------------------ quorum transactions
 
     def capture(self, txn: LocalTxn) -> Captured:
-        """Take a QUORUM or ALL transaction's rows and the versions it read, rolling it back."""
+        """Take a transaction's rows and the versions it read, rolling it back: a QUORUM or
+        ALL transaction's until decided, a stream transaction's between its statements."""
         return self._transactions.capture(txn)
+
+    def check_unchanged(self, captured: Captured) -> None:
+        """`TxnConflict` when a key a stream transaction wrote, or a table it read, was
+        written by another transaction since (`resume` checks it too)."""
+        self._transactions.check_unchanged(captured)
+
+    def resume(self, captured: Captured | None, *, quorum: bool) -> LocalTxn:
+        """A stream transaction open again with what `capture` took out of it;
+        `TxnConflict` when a key it wrote changed meanwhile."""
+        return self._transactions.resume(captured, quorum=quorum)
 
     def commit_captured(self, captured: Captured, *, txn_id: int, min_stamp: int) -> Record:
         """Write a decided quorum transaction as our next row, with a stamp above every

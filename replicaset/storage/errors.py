@@ -17,6 +17,12 @@ class BatchAbandoned(StatementTimeout):
     fails their tickets; nothing of the batch reached the WAL, so nothing acknowledged is lost."""
 
 
+class TxnConflict(SqlError):
+    """A stream transaction wrote a row that another transaction committed since, or the
+    schema it ran against changed: nothing of it remains, and it may be run again
+    (ER_TRANSACTION_CONFLICT, as a quorum transaction that meets a newer version)."""
+
+
 class DdlNeedsLock(SqlError):
     """A replicated DDL statement ran outside the set's DDL lock: it was undone, and is to
     be run again as a quorum transaction, which takes the lock (docs/design/README.md §4.6)."""

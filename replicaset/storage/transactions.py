@@ -15,6 +15,16 @@ handler. A read stops alone; SQLite answers a stopped write by rolling back the 
 SQLite transaction, which is the batch: then the batch is abandoned (`BatchAbandoned`) and
 its queued transactions, never durable, fail with it (the writer's tickets), as they would
 after a failed WAL append; Tarantool's cascading rollback after a WAL error is the same.
+
+A stream transaction never keeps its savepoint open while its client thinks: that would
+hold the one writer, and every decided quorum row and applied row behind it. After each
+statement its rows are captured and rolled back (`capture`); the next statement, and a
+COMMIT at ONE, first `resume` it: every key it wrote must still be as it was when it
+wrote it (the same version, or for a local table the same row), else it conflicts at
+once, as a PREPARE meeting a newer version does on any member; so does a table it read
+(in a statement that did not write it) and another transaction wrote since, which keeps a
+read-then-write serializable on this member; then its rows are written again as they were, with triggers off (their effects are among the rows), and the
+statement runs on top of them. A stream transaction holds no DDL (`schema_change_refusal`).
 """
 
 from __future__ import annotations
@@ -22,23 +32,37 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
 
 from replicaset.core.hlc import HLC
-from replicaset.storage.apply import UniqueResolver, get_version, resolve_after_local_write, set_version
+from replicaset.storage.apply import (
+    UniqueResolver,
+    get_version,
+    resolve_after_local_write,
+    set_version,
+    write_unversioned,
+)
 from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batches, BatchKind
 from replicaset.storage.capture import Capture
 from replicaset.storage.config import EngineConfig
-from replicaset.storage.errors import BatchAbandoned, DdlNeedsLock, EngineFatal, SqlError, StatementTimeout
+from replicaset.storage.errors import (
+    ApplyError,
+    BatchAbandoned,
+    DdlNeedsLock,
+    EngineFatal,
+    SqlError,
+    StatementTimeout,
+    TxnConflict,
+)
 from replicaset.storage.keys import SCHEMA_KEY
 from replicaset.storage.returning import ReturningRows
 from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
-from replicaset.storage.schema import SchemaState, TableCache
+from replicaset.storage.schema import SchemaState, TableCache, quote
 from replicaset.storage.statements import (
     Authorizer,
     first_word,
@@ -68,18 +92,23 @@ class LocalTxn:
     ddl: DdlPayload | None = None
     ddl_local: bool = False
     done: bool = False
+    # A stream transaction's tables read and not written by a statement, with
+    # `Batches.writes_seq` when first read: it conflicts once another writes one of them.
+    read_tables: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Captured:
-    """A quorum transaction's rows, taken back out of SQLite until it is decided, and the
-    version of each key it writes as it was read (None: no version, a new key). A DDL
-    statement's transaction has no rows: it holds the set's DDL lock, `SCHEMA_KEY`, read
-    at the schema id, and its decided row is `ddl`."""
+    """A transaction's rows, taken back out of SQLite, and the version of each key it
+    writes as it was read (None: no version, a new key): a QUORUM or ALL transaction's
+    until it is decided, a stream transaction's between two of its statements. A DDL
+    statement's transaction has no rows: at QUORUM it holds the set's DDL lock,
+    `SCHEMA_KEY`, read at the schema id, and its decided row is `ddl`."""
 
     rows: tuple[CapturedRow, ...]
     reads: dict[tuple[str, str], tuple[int, int] | None]
     ddl: DdlPayload | None = None
+    read_tables: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,6 +119,8 @@ class Committed:
     txn_id: int
 
 
+# A stream transaction's read of what `Engine.access` cannot name: any write conflicts with it.
+ANY_TABLE = "*"
 CHECK_STEPS = 10_000  # SQLite VM steps between two looks at the clock: a short statement never looks
 _MAY_NOT_BE_MODIFIED = re.compile(r"table (\S+) may not be modified")
 
@@ -159,6 +190,7 @@ class Transactions:
         self._auto_ids.start()
         self._returning.start()
         self._capture.error = None
+        self._capture.temp_written = False
         cursor = self._conn.cursor()
         limit = self._config.statement_timeout_s
         try:
@@ -171,6 +203,9 @@ class Transactions:
                 changes = self._conn.changes()
             self._capture.settle_virtual()
             error = self._capture.error or self._auto_ids.error
+            if error is None and txn.explicit and self._capture.temp_written:
+                error = ("a stream transaction cannot write TEMP tables: its rows wait outside SQLite between "
+                         "its statements, and a TEMP table's are not captured; write it outside the stream")
             if error is None:
                 rows = self._returning.complete(rows)
         except SqlError:
@@ -307,6 +342,7 @@ class Transactions:
             raise SqlError(f"transaction of {size} bytes exceeds max_txn_bytes = {self._config.max_txn_bytes}")
         self._internal(f"RELEASE {txn.savepoint}")
         txn.done = True
+        self._batches.wrote({row.table for row in rows})
         records = []
         for kind, origin, payload in parts:
             lsn = self._batches.pending.get(origin) + 1
@@ -326,21 +362,23 @@ class Transactions:
         return Committed(records=tuple(records), txn_id=stamp) if records else None
 
     def capture(self, txn: LocalTxn) -> Captured:
-        """The rows of a QUORUM or ALL transaction with the versions read, then the
-        transaction rolled back: its changes reach SQLite only as its decided row, on every
-        member alike (docs/design/README.md §4.5)."""
+        """The transaction's rows with the versions read, then the transaction rolled back:
+        a QUORUM or ALL transaction's changes reach SQLite only as its decided row, on every
+        member alike (docs/design/README.md §4.5), and a stream transaction's wait for its
+        next statement outside SQLite (`resume`)."""
         if txn.done:
             raise SqlError("the transaction is already finished")
         rows = tuple(self._capture.rows[txn.capture_mark:])
         refusal = None
-        if txn.ddl is not None:
+        if txn.ddl is not None:  # an autocommit QUORUM statement: a stream refuses DDL
             ddl = txn.ddl
             self.rollback(txn)
             if txn.ddl_local:
                 raise SqlError("a DDL statement on local tables changes this member only: run it at consistency ONE")
             origin, lsn = self._schema.schema_id
             return Captured(rows=(), reads={SCHEMA_KEY: (lsn, origin) if lsn else None}, ddl=ddl)
-        if local := next((r.table for r in rows if r.table in self._config.local_tables), None):
+        local_tables = self._config.local_tables
+        if txn.quorum and (local := next((r.table for r in rows if r.table in local_tables), None)):
             refusal = f"table {local!r} is local to each member: a quorum transaction writes replicated tables only"
         else:
             size = len(DmlPayload(hlc=0, schema_id=self._schema.schema_id, rows=list(rows)).pack())
@@ -350,7 +388,101 @@ class Transactions:
         self.rollback(txn)
         if refusal:
             raise SqlError(refusal)
-        return Captured(rows=rows, reads=reads)
+        return Captured(rows=rows, reads=reads, read_tables=dict(txn.read_tables))
+
+    def note_reads(self, txn: LocalTxn, reads: Iterable[str], writes: Iterable[str]) -> None:
+        """A statement of a stream transaction read `reads`: a later write of one by
+        another transaction makes this one conflict, as a later write of a row it wrote
+        does. A table the statement also writes is left to its rows' versions."""
+        written = set(writes)
+        for table in reads:
+            if table not in written:
+                txn.read_tables.setdefault(table, self._batches.writes_seq)
+
+    def resume(self, captured: Captured | None, *, quorum: bool) -> LocalTxn:
+        """A stream transaction open again with the rows `capture` took out, for its next
+        statement or its COMMIT; `TxnConflict` when another transaction committed a key it
+        wrote since (nothing of it remains then)."""
+        txn = self.begin(explicit=True, quorum=quorum)
+        if captured is None:
+            return txn
+        txn.read_tables = dict(captured.read_tables)
+        try:
+            self.check_unchanged(captured)
+            self._write_again(captured.rows)
+        except BaseException:
+            self.rollback(txn)
+            raise
+        return txn
+
+    def check_unchanged(self, captured: Captured) -> None:
+        """`TxnConflict` unless every key the transaction wrote is as it was when it first
+        wrote it (a replicated one at the same version, a local one, which has no version,
+        holding the same row) and no table it read was written since."""
+        for table, seq in captured.read_tables.items():
+            written = self._batches.writes_seq if table == ANY_TABLE else self._batches.table_writes.get(table, 0)
+            if written > seq:
+                what = ("a table was written by another transaction since this one read a TEMP table (whose reads "
+                        "count as reads of every table)") if table == ANY_TABLE else (
+                        f"table {table!r} was written by another transaction since this one read it")
+                raise TxnConflict(f"Transaction has been aborted by conflict: {what}; retry it")
+        local_tables = self._config.local_tables
+        for (table, key), version in captured.reads.items():
+            if table not in local_tables and get_version(self._conn, table, key) != version:
+                raise TxnConflict(f"Transaction has been aborted by conflict: row {key!r} of table {table!r} was "
+                                  "changed by another transaction since this one wrote it; retry it")
+        first: dict[tuple[str, str], CapturedRow] = {}
+        for row in captured.rows:
+            info = self._tables.get(row.table)
+            # A local virtual table's captured row is its image after the statement, not a
+            # change from a known one: it is not checked.
+            if row.table in local_tables and (info is None or info.virtual is None):
+                first.setdefault((row.table, row.key), row)
+        for row in first.values():
+            if self._stored_image(row) != (None if row.op is Op.INSERT else row.old):
+                raise TxnConflict(f"Transaction has been aborted by conflict: row {row.key!r} of local table "
+                                  f"{row.table!r} was changed by another transaction since this one wrote it; retry it")
+
+    def _stored_image(self, row: CapturedRow) -> dict[str, Any] | None:
+        """The committed row at `row`'s key, by the columns its image names; None if absent."""
+        info = self._tables.get(row.table)
+        image = (row.old if row.op is not Op.INSERT else row.new) or {}
+        if info is None:
+            return {"": "the table is gone"}
+        columns = list(image)
+        if info.pk_columns:
+            where = " AND ".join(f"{quote(c)} IS ?" for c in info.pk_columns)
+            key_values = [image.get(c) for c in info.pk_columns]
+        else:
+            where, key_values = "rowid = ?", [row.rowid]
+        found = self._conn.execute(f"SELECT {', '.join(map(quote, columns))} FROM {quote(info.name)} WHERE {where}",
+                                   key_values, can_cache=False).fetchone()
+        return dict(zip(columns, found)) if found is not None else None
+
+    def _write_again(self, rows: tuple[CapturedRow, ...]) -> None:
+        """The transaction's rows as they were captured, with triggers off: what its
+        triggers and cascades did is among them. Statements prepared while triggers are off
+        are not cached, as in `_resolve_unique_locally`."""
+        if not rows:
+            return
+        self._capture.paused = True
+        self._conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
+        try:
+            for row in rows:
+                info = self._tables.get(row.table)
+                if info is None:
+                    raise TxnConflict(f"Transaction has been aborted by conflict: table {row.table!r} is gone")
+                try:
+                    write_unversioned(self._conn, info, row, cache=False)
+                except (apsw.ConstraintError, ApplyError) as exc:
+                    raise TxnConflict(f"Transaction has been aborted by conflict: row {row.key!r} of table "
+                                      f"{row.table!r} cannot be written again: {exc}; retry it") from exc
+            self._capture.upkeep.flush()
+        finally:
+            self._capture.upkeep.discard()
+            self._conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 1)
+            self._capture.paused = False
+        self._capture.rows.extend(rows)
 
     def _resolve_unique_locally(self, rows: list[CapturedRow]) -> None:
         """Settle latent rows as appliers will (docs/design/README.md §4.2): not captured, no triggers.

@@ -1,5 +1,5 @@
 """A short seeded chaos run in the suite: three members whose every peer link goes through the
-harness's proxies, the bank, set and register workloads, kills, pauses, partitions and link
+harness's proxies, the bank, set, register and stream-transaction workloads, kills, pauses, partitions and link
 faults from one seed, then heal, convergence and the checks. Longer runs, with the Spark audit
 and the member faults, are `make chaos` (docs/reliability.md)."""
 
@@ -23,7 +23,7 @@ WALL_S_MAX = 45.0
 def test_a_short_seeded_run_loses_nothing_and_converges(tmp_path: Path) -> None:
     options = RunOptions(seed=SEED, duration_s=16.0, kinds=PROCESS_FAULTS + PARTITIONS + LINK_FAULTS,
                          fault_s=(2.0, 3.5), gap_s=(1.0, 2.0), converge_timeout_s=15.0, audit=False,
-                         root=tmp_path / "chaos")
+                         root=tmp_path / "chaos", workloads=("bank", "set", "registers", "streams"))
     started = time.monotonic()
     out = io.StringIO()
     report = run(options, out=out)
@@ -34,6 +34,7 @@ def test_a_short_seeded_run_loses_nothing_and_converges(tmp_path: Path) -> None:
     assert report["acknowledged_writes_lost"] == report["duplicates"] == report["divergent_rows_total"] == 0
     for workload, kind in (("bank", "transfer:ok"), ("set", "insert:ok"), ("registers", "write:ok")):
         assert report["operations"][workload].get(kind, 0) >= 20, report["operations"]
+    assert report["operations"]["streams"].get("transfer:ok", 0) >= 5, report["operations"]
     # Every ordered pair's TCP links and SWIM datagrams went through its proxy: `[cluster] dial`
     # is applied wherever a member reaches a peer.
     for pair, stats in report["proxies"].items():

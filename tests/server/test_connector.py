@@ -12,6 +12,7 @@ from tarantool.utils import version_id
 from replicaset import __version__
 from replicaset.iproto.constants import GREETING_VERSION, IPROTO_PROTOCOL_VERSION, Key, RequestType
 from replicaset.iproto.errors import ServerError
+from tests.server.conftest import wait_for
 
 
 @pytest.fixture
@@ -103,17 +104,38 @@ def test_stream_transaction_commits_atomically_and_rolls_back(server):
         assert client.execute("SELECT count(*) FROM acc").rows == [[2]]
 
 
-def test_stream_transaction_times_out_and_releases_the_writer(server):
+def test_an_open_stream_transaction_holds_up_no_other_write(server):
+    """Its rows wait outside SQLite between its statements: another client's write runs at
+    once, however long the stream's client thinks."""
+    with server.client() as client:
+        client.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
+        client.call(RequestType.BEGIN, {Key.TIMEOUT: 60}, stream_id=3)
+        client.call(RequestType.EXECUTE, {Key.SQL_TEXT: "INSERT INTO t VALUES (1)"}, stream_id=3)
+        with server.client(timeout_s=5) as other:  # the writer held for 60 s failed this at 5 s
+            other.execute("INSERT INTO t VALUES (2)")
+            assert other.execute("SELECT id FROM t").rows == [[2]]
+        client.call(RequestType.COMMIT, {}, stream_id=3)
+        assert client.execute("SELECT id FROM t ORDER BY id").rows == [[1], [2]]
+
+
+def test_stream_transaction_times_out_and_leaves_nothing(server):
     with server.client() as client:
         client.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
         client.call(RequestType.BEGIN, {Key.TIMEOUT: 0.2}, stream_id=3)
         client.call(RequestType.EXECUTE, {Key.SQL_TEXT: "INSERT INTO t VALUES (1)"}, stream_id=3)
-        with server.client() as other:
-            other.execute("INSERT INTO t VALUES (2)")  # waits for the timeout, then proceeds
-        with pytest.raises(ServerError) as expired:
+
+        def expired() -> str | None:
+            try:
+                client.call(RequestType.EXECUTE, {Key.SQL_TEXT: "SELECT count(*) FROM t"}, stream_id=3)
+            except ServerError as exc:
+                return exc.message
+            return None
+
+        assert "timeout" in wait_for(expired, "the stream transaction's timeout")
+        with pytest.raises(ServerError) as refused:
             client.call(RequestType.COMMIT, {}, stream_id=3)
-        assert "timeout" in expired.value.message
-        assert client.execute("SELECT id FROM t").rows == [[2]]
+        assert "timeout" in refused.value.message
+        assert client.execute("SELECT id FROM t").rows == []
 
 
 def test_oversize_transaction_is_refused(server):

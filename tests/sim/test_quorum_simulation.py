@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from replicaset.core import quorum as q
-from replicaset.sim import NO_FAULTS, Bank, Client, Faults, QuorumWorkload, Simulation, Statement, _rows
+from replicaset.sim import NO_FAULTS, Bank, Client, Faults, QuorumWorkload, Simulation, Statement, StreamBank, _rows
+from replicaset.storage.transactions import Transactions
 from tests.sim.simkit import simulate
 
 UPSERT = "INSERT INTO kv(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v"
@@ -42,6 +43,26 @@ def test_bank_transfers_under_crashes_and_drops_keep_the_total_and_every_acknowl
 def test_bank_transfers_without_faults_are_all_acknowledged_or_conflict(tmp_path: Path) -> None:
     sim = simulate(tmp_path, 1, faults=NO_FAULTS, writes=0, quorum=Bank(transactions=30), wal_mode="fsync")
     assert set(outcomes(sim)) <= {"acked", "Conflict"} and outcomes(sim)["acked"] >= 25
+
+
+@pytest.mark.parametrize(("seed", "faults"), [(11, NO_FAULTS), (12, NO_FAULTS), (13, Faults()), (14, Faults())])
+def test_stream_transfers_interleaved_on_each_member_conflict_and_lose_nothing(
+        tmp_path: Path, seed: int, faults: Faults) -> None:
+    """Transfers as stream transactions whose statements interleave on one member with
+    other streams' (the server's sessions): some conflict, none stalls another, and the
+    balances are exactly what the logged transfers moved."""
+    bank = StreamBank(transactions=40)
+    sim = simulate(tmp_path, seed, faults=faults, writes=0, quorum=bank, wal_mode="write")
+    assert sim.stream_conflicts >= 1, "the seed was meant to have streams on one member conflict"
+    assert outcomes(sim).get("acked", 0) >= 5, outcomes(sim)
+
+
+def test_a_stream_that_ignored_what_it_read_would_lose_a_transfer(tmp_path: Path, monkeypatch) -> None:
+    """Without the conflict on a table read then written by another transaction, a transfer
+    committed between a stream's read of a balance and its write of it is lost."""
+    monkeypatch.setattr(Transactions, "note_reads", lambda self, txn, reads, writes: None)
+    with pytest.raises(AssertionError, match="balances"):
+        simulate(tmp_path, 11, faults=NO_FAULTS, writes=0, quorum=StreamBank(transactions=40), wal_mode="write")
 
 
 def test_a_balance_no_transfer_explains_would_be_caught(tmp_path: Path) -> None:

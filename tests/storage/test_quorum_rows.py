@@ -31,7 +31,7 @@ def pair(tmp_path: Path) -> tuple[Engine, Engine]:
 def capture(engine: Engine, *statements: str):
     """Capture, then flush the local batch the capture ran in, as the writer does before
     an apply batch."""
-    txn = engine.begin(explicit=len(statements) > 1)
+    txn = engine.begin(explicit=len(statements) > 1, quorum=True)
     for sql in statements:
         engine.execute(txn, sql)
     captured = engine.capture(txn)

@@ -168,6 +168,44 @@ def check_registers(ops: list[Op], finals: list[list[list[Any]]], *, initial: in
     return check
 
 
+def check_ledger(ops: list[Op], accounts: list[list[Any]], ledger: list[list[Any]], *, opening: int) -> Check:
+    """One member's final `accounts` (rows `[id, bal]`) and `ledger` (rows `[id, src, dst,
+    amount]`): every balance is its opening one plus what the ledger's transfers moved (a
+    transfer lost in part, or a lost update, shows here), none is negative, every
+    acknowledged transfer is in the ledger once, and none that definitely failed or was
+    never asked for is."""
+    check = Check("streams")
+    transfers = [op for op in ops if op.kind == "transfer"]
+    asked = {op.value[0]: tuple(op.value[1:]) for op in transfers}
+    by_outcome = {outcome: {op.value[0] for op in transfers if op.outcome == outcome} for outcome in (OK, FAILED, UNKNOWN)}
+    expected = {row[0]: opening for row in accounts}
+    logged: set[Any] = set()
+    for transfer, src, dst, amount in ledger:
+        if asked.get(transfer) != (src, dst, amount):
+            check.problems.append(f"ledger holds transfer {transfer} {[src, dst, amount]}, which nobody asked for")
+        logged.add(transfer)
+        expected[src] = expected.get(src, 0) - amount
+        expected[dst] = expected.get(dst, 0) + amount
+    balances = {row[0]: row[1] for row in accounts}
+    if balances != expected:
+        wrong = {a: (balances.get(a), expected.get(a)) for a in sorted(set(balances) | set(expected))
+                 if balances.get(a) != expected.get(a)}
+        check.problems.append(f"balances (held, what the ledger explains) differ: {wrong}")
+    negative = {a: b for a, b in balances.items() if b < 0}
+    if negative:
+        check.problems.append(f"negative balances {negative}")
+    lost = sorted(by_outcome[OK] - logged)
+    revived = sorted(by_outcome[FAILED] & logged)
+    check.lost = len(lost)
+    for what, found in (("acknowledged transfers missing from the ledger", lost),
+                        ("failed transfers in the ledger", revived)):
+        if found:
+            check.problems.append(f"{len(found)} {what}: {found[:PROBLEMS_SHOWN_MAX]}")
+    check.figures = {"transfers": dict(Counter(op.outcome for op in transfers)), "ledger": len(ledger)}
+    check.problems = check.problems[:PROBLEMS_SHOWN_MAX]
+    return check
+
+
 def divergent_rows(views: list[dict[str, list[list[Any]]]]) -> dict[str, int]:
     """Per table, the rows (by first column, the key) not identical on every member."""
     found: dict[str, int] = {}

@@ -10,6 +10,11 @@
 - registers: last-writer-wins upserts of a few keys at ONE through our own client
   (`replicaset.iproto.client.Client`): the connector's `execute` cannot send EXECUTE's
   OPTIONS map, where the level is given per request.
+- streams: transfers as stream transactions (QUORUM) through our own client, two at a time
+  on one connection with their statements interleaved: each reads its source balance, then
+  writes it back less the amount, credits the destination and logs itself in a ledger. Two
+  transactions of one member that meet on a row or a table conflict at once, never wait
+  for each other, and a transfer committed between another's read and write is never lost.
 
 Every choice a worker makes (member, accounts, amounts, keys, read or write) comes from its
 own `random.Random` seeded from the run's seed; what the server answers, and when, does not.
@@ -29,10 +34,11 @@ import tarantool
 from tarantool.error import DatabaseError, NetworkError
 
 from replicaset.iproto.client import Client
+from replicaset.iproto.constants import RequestType
 from replicaset.iproto.errors import RemoteProtocolError, ServerError
 from replicaset.testing.chaos.cluster import HOST, Cluster, Member
-from replicaset.testing.chaos.history import (OK, UNKNOWN, Check, History, Op, check_bank, check_registers,
-                                              check_set, outcome_of_error)
+from replicaset.testing.chaos.history import (FAILED, OK, UNKNOWN, Check, History, Op, check_bank, check_ledger,
+                                              check_registers, check_set, outcome_of_error)
 
 PAUSE_S = 0.01  # between one worker's requests: two cores carry the members too
 CONNECT_RETRY_S = 0.2
@@ -221,6 +227,81 @@ class Registers(Workload):
                                initial=self.INITIAL)
 
 
+class Streams(Workload):
+    name = "streams"
+    tables = ("sacct", "sledger")
+    STREAMS = (1, 2)  # on one connection, statements interleaved
+
+    def __init__(self, accounts: int = 4, opening: int = 100) -> None:
+        self.accounts, self.opening = accounts, opening
+
+    def setup(self) -> list[str]:
+        values = ", ".join(f"({a}, {self.opening})" for a in range(1, self.accounts + 1))
+        return ["CREATE TABLE sacct(id INTEGER PRIMARY KEY, bal INTEGER NOT NULL)",
+                f"INSERT INTO sacct(id, bal) VALUES {values}",
+                "CREATE TABLE sledger(id INTEGER PRIMARY KEY, src INTEGER, dst INTEGER, amount INTEGER)"]
+
+    def connect(self, member: Member, timeout_s: float) -> Client:
+        return Client.connect(HOST, member.port, timeout_s=timeout_s)
+
+    def request(self, ctx: Context, conn: Any, member: Member, rng: random.Random, n: int, worker: int) -> None:
+        """Two transfers, step by step in turn: read, write back, credit and log, COMMIT.
+        A transfer refused before its COMMIT, or whose connection went before it, failed:
+        the server keeps nothing of an open stream transaction."""
+        transfers = {}
+        for stream in self.STREAMS:
+            src, dst = rng.sample(range(1, self.accounts + 1), 2)
+            transfer_id = (worker * OPS_PER_WORKER_MAX + n) * len(self.STREAMS) + stream
+            transfers[stream] = [transfer_id, src, dst, rng.randint(1, self.opening // 4)]
+        open_streams = list(self.STREAMS)
+        try:
+            for stream in self.STREAMS:
+                conn.call(RequestType.BEGIN, {}, stream_id=stream)
+            balances: dict[int, int] = {}
+            for step in range(4):
+                for stream in list(open_streams):
+                    _, src, dst, amount = transfers[stream]
+                    try:
+                        if step == 0:
+                            balances[stream] = conn.execute("SELECT bal FROM sacct WHERE id = ?", [src],
+                                                            stream_id=stream).rows[0][0]
+                        elif step == 1:
+                            conn.execute("UPDATE sacct SET bal = ? WHERE id = ?", [balances[stream] - amount, src],
+                                         stream_id=stream)
+                        elif step == 2:
+                            conn.execute("UPDATE sacct SET bal = bal + ? WHERE id = ?", [amount, dst], stream_id=stream)
+                        else:
+                            conn.execute("INSERT INTO sledger(id, src, dst, amount) VALUES (?, ?, ?, ?)",
+                                         transfers[stream], stream_id=stream)
+                    except ServerError as exc:
+                        self._failed(ctx, member, worker, transfers[stream], f"{exc.code}: {exc.message[:160]}")
+                        open_streams.remove(stream)
+                        conn.call(RequestType.ROLLBACK, {}, stream_id=stream)
+                        continue
+                    if step == 0 and balances[stream] < amount:  # no funds: nothing to move
+                        open_streams.remove(stream)
+                        conn.call(RequestType.ROLLBACK, {}, stream_id=stream)
+            while open_streams:
+                stream = open_streams.pop(0)
+                op = {"workload": self.name, "worker": worker, "member": member.n, "kind": "transfer",
+                      "value": transfers[stream]}
+                self.call(ctx, op, lambda: conn.call(RequestType.COMMIT, {}, stream_id=stream), lambda r: True)
+        except (OSError, ConnectionError, RemoteProtocolError, ServerError, _Broken) as exc:
+            for stream in open_streams:
+                self._failed(ctx, member, worker, transfers[stream], _text(exc))
+            raise _Broken from exc
+
+    def _failed(self, ctx: Context, member: Member, worker: int, transfer: list[int], error: str) -> None:
+        now = ctx.history.now()
+        ctx.history.add(Op(workload=self.name, worker=worker, member=member.n, kind="transfer", value=transfer,
+                           outcome=FAILED, start_s=now, end_s=now, error=error))
+
+    def check(self, history: History, views: dict[int, dict[str, list[list[Any]]]]) -> Check:
+        return _merge({n: check_ledger(history.of(self.name), [row[:2] for row in view["sacct"]],
+                                       [row[:4] for row in view["sledger"]], opening=self.opening)
+                       for n, view in views.items()})
+
+
 def _merge(checks: dict[int, Check]) -> Check:
     """One workload checked against every member's table: the worst figures, every problem
     named by its member."""
@@ -233,7 +314,8 @@ def _merge(checks: dict[int, Check]) -> Check:
     return merged
 
 
-WORKLOADS: dict[str, Callable[[], Workload]] = {"bank": Bank, "set": AppendSet, "registers": Registers}
+WORKLOADS: dict[str, Callable[[], Workload]] = {"bank": Bank, "set": AppendSet, "registers": Registers,
+                                                "streams": Streams}
 
 
 def start_workers(ctx: Context, workloads: list[Workload], workers_each: int, seed: int) -> list[threading.Thread]:
