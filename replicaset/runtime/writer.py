@@ -169,14 +169,7 @@ class Writer:
         transaction as it was; `TxnConflict` when a row it wrote changed meanwhile."""
         async with self.token:
             txn = await self._resume(captured, quorum=quorum)
-            try:
-                result = self.engine.execute(txn, sql, binds)
-            except BatchAbandoned:
-                self._fail_tickets()
-                raise
-            except SqlError:
-                self.engine.rollback(txn)
-                raise
+            result = self._run(txn, sql, binds)
             return result, self.engine.capture(txn)
 
     async def commit_stream(self, captured: Captured) -> None:
@@ -225,8 +218,14 @@ class Writer:
         """A statement in a transaction of its own, left open for the caller (who holds the
         token) to commit or, when `quorum`, capture; rolled back if the statement fails."""
         txn = await self._begin(quorum=quorum)
+        return txn, self._run(txn, sql, binds, trusted=trusted)
+
+    def _run(self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any], *,
+             trusted: bool = False) -> StatementResult:
+        """A statement in `txn`; a failed one rolls `txn` back, one that stopped the batch
+        fails the batch's other transactions too."""
         try:
-            return txn, self.engine.execute(txn, sql, binds, trusted=trusted)
+            return self.engine.execute(txn, sql, binds, trusted=trusted)
         except BatchAbandoned:
             self._fail_tickets()
             raise

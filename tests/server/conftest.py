@@ -7,6 +7,7 @@ import signal
 import ssl
 import time
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ import pytest
 
 from replicaset.testing.processes import start_instance, stop_instance
 from replicaset.iproto.client import Client
+from replicaset.iproto.errors import ServerError
 
 
 # A new replica set's first rows: CREATE TABLE _cluster, then the bootstrap member's row.
@@ -114,6 +116,32 @@ def wait_for(check: Callable[[], T], what: str, timeout_s: float = WAIT_S) -> T:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout_s} s (last: {value!r})")
         time.sleep(POLL_S)
+
+
+WAITING_S = 0.3  # how long a request that must wait for something is seen waiting
+
+
+def answer_after(request: Callable[[], object], meanwhile: Callable[[], None], timeout_s: float) -> object:
+    """`request()` in a thread of its own, which must still be waiting `WAITING_S` later;
+    then `meanwhile()`, what it waits for; its answer, or the ServerError it got."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(request())
+        except ServerError as exc:
+            outcome.append(exc)
+
+    waiting = threading.Thread(target=run)
+    waiting.start()
+    try:
+        time.sleep(WAITING_S)
+        assert waiting.is_alive(), f"the request did not wait: {outcome}"
+        meanwhile()
+    finally:
+        waiting.join(timeout_s)
+    assert len(outcome) == 1, f"no answer within {timeout_s} s"
+    return outcome[0]
 
 
 class ReplicaSet:

@@ -15,7 +15,7 @@ from replicaset.iproto.constants import ErrorCode, Key
 from replicaset.iproto.errors import ServerError
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.storage.keys import SCHEMA_KEY
-from tests.server.conftest import REPLICASET_UUID, ReplicaSet, Server, wait_for
+from tests.server.conftest import REPLICASET_UUID, ReplicaSet, Server, answer_after, wait_for
 from tests.server.test_replicaset import rows
 
 LEASE_S = 2.0
@@ -78,26 +78,17 @@ def test_a_write_naming_a_new_column_waits_for_the_vclock_of_the_ddl(ddl_set) ->
     sent only while it waits, instead of failing on a column member 1 does not have yet."""
     rs, (first, second, third) = ddl_set
     alter_row = {3: rs.info(third)["vclock"].get(3, 0) + 1}
-    outcome: list[object] = []
 
-    def write() -> None:
+    def write() -> object:
         with first.client() as client:
-            try:
-                outcome.append(client.execute("INSERT INTO kv(k, v, extra) VALUES (1, 'a', 'e')",
-                                              options={"wait_vclock": alter_row}))
-            except ServerError as exc:
-                outcome.append(exc)
+            return client.execute("INSERT INTO kv(k, v, extra) VALUES (1, 'a', 'e')", options={"wait_vclock": alter_row})
 
-    writer = threading.Thread(target=write)
-    writer.start()
-    try:
-        time.sleep(0.3)
-        assert writer.is_alive(), f"the write did not wait for the ALTER: {outcome}"
+    def alter() -> None:
         with third.client() as client:
             client.execute("ALTER TABLE kv ADD COLUMN extra TEXT")
-    finally:
-        writer.join(LEASE_S * 3)
-    assert len(outcome) == 1 and not isinstance(outcome[0], ServerError), outcome
+
+    written = answer_after(write, alter, LEASE_S * 3)
+    assert not isinstance(written, ServerError), written
     rs.wait_converged()
     assert rows(first) == rows(second) == rows(third) == [[1, "a", 0, "e"]]
     no_errors_logged(first, second, third)

@@ -16,7 +16,7 @@ from replicaset.iproto.codec import encode_request
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.errors import ServerError
 from replicaset.iproto.peer import PeerKey, PeerRequest
-from tests.server.conftest import QUORUM, REPLICASET_UUID, SYNCHRO_TIMEOUT_S, wait_for
+from tests.server.conftest import QUORUM, REPLICASET_UUID, SYNCHRO_TIMEOUT_S, answer_after, wait_for
 from tests.server.test_cli import cli
 from tests.server.test_replicaset import rows
 
@@ -54,30 +54,20 @@ def test_any_statement_of_a_stream_waits_for_its_vclock(quorum_set) -> None:
     with second.client() as client:
         written = client.execute("INSERT INTO kv(k, v) VALUES (1, 'from 2')", options={**QUORUM, "return_vclock": True})
     ahead = {2: written.vclock[2] + 1}
-    outcome: list[object] = []
     with first.client() as client:
         client.call(RequestType.BEGIN, {}, stream_id=1)
         client.execute("INSERT INTO kv(k, v) VALUES (3, 'in the stream')", stream_id=1,
                        options={"wait_vclock": written.vclock})
 
-        def later_statement() -> None:
-            try:
-                outcome.append(client.execute("SELECT v FROM kv WHERE k = 2", stream_id=1,
-                                              options={"wait_vclock": ahead}))
-            except ServerError as exc:
-                outcome.append(exc)
-
-        waiting = threading.Thread(target=later_statement)
-        waiting.start()
-        try:
-            time.sleep(0.3)
-            assert waiting.is_alive(), f"the statement did not wait for its vclock: {outcome}"
+        def write_awaited() -> None:
             with second.client() as other:
                 other.execute("INSERT INTO kv(k, v) VALUES (2, 'awaited')", options=QUORUM)
-        finally:
-            waiting.join(SYNCHRO_TIMEOUT_S * 3)
-        assert len(outcome) == 1 and not isinstance(outcome[0], ServerError), outcome
-        assert outcome[0].rows == [["awaited"]]
+
+        seen = answer_after(lambda: client.execute("SELECT v FROM kv WHERE k = 2", stream_id=1,
+                                                   options={"wait_vclock": ahead}),
+                            write_awaited, SYNCHRO_TIMEOUT_S * 3)
+        assert not isinstance(seen, ServerError), seen
+        assert seen.rows == [["awaited"]]
         client.call(RequestType.COMMIT, {}, stream_id=1)
     rs.wait_converged()
     assert rows(first) == rows(second) == rows(third) == [[1, "from 2", 0], [2, "awaited", 0],
