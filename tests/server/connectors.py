@@ -44,10 +44,26 @@ def run_asynctnt(port: int, body: Callable[[asynctnt.Connection], Awaitable[T]])
     return asyncio.run(asyncio.wait_for(session(), ASYNCTNT_TIMEOUT_S))
 
 
-def run_lua(binary: str, tmp_path: Path, script: str, *args: str) -> dict[str, Any]:
-    """Run a Lua `script` in the tarantool binary with `args`; it prints one JSON line last."""
+# What every net.box script does around its body: connect to `arg[1]` as a user's script
+# would, fill `report` (the body may use `conn` while connected), print it as a JSON line.
+NETBOX_FRAME = r"""
+local json = require('json')
+local conn = require('net.box').connect(arg[1], {wait_connected = 10})
+local report = {connected = conn:is_connected(), connect_error = conn.error}
+if report.connected then
+%s
+end
+conn:close()
+print(json.encode(report))
+os.exit(0)
+"""
+
+
+def run_netbox(binary: str, tmp_path: Path, body: str, *args: str) -> dict[str, Any]:
+    """A net.box script of `body` run in the tarantool binary with `args` (`arg[1]` is the
+    server's `[user:password@]host:port`); the `report` it filled."""
     path = tmp_path / "netbox_script.lua"
-    path.write_text(script)
+    path.write_text(NETBOX_FRAME % body)
     done = subprocess.run([binary, str(path), *args], cwd=tmp_path, capture_output=True, text=True,
                           timeout=NETBOX_TIMEOUT_S)
     assert done.returncode == 0, done.stderr

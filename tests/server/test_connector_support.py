@@ -13,7 +13,7 @@ import tarantool
 
 from replicaset.iproto.constants import ErrorCode
 from tests.server.conftest import Server, running
-from tests.server.connectors import run_asynctnt, run_lua, tarantool_binary  # noqa: F401 - a fixture
+from tests.server.connectors import run_asynctnt, run_netbox, tarantool_binary  # noqa: F401 - a fixture
 
 SQL_INSTEAD = "use SQL (EXECUTE)"
 
@@ -113,28 +113,22 @@ def test_asynctnt_calls_evals_and_gets_errors_for_what_is_not_served(kv: Server)
 
 
 NETBOX_SCRIPT = r"""
-local json = require('json')
-local conn = require('net.box').connect(arg[1], {wait_connected = 10})
-local report = {connected = conn:is_connected()}
-local function try(f, ...)
-    local ok, result = pcall(f, ...)
-    return ok and {value = result} or {error = tostring(result)}
-end
-report.info = try(conn.call, conn, 'box.info')
-report.eval = try(conn.eval, conn, 'return box.info.status')
-report.execute = try(conn.execute, conn, 'SELECT v FROM kv')
-report.select = try(function() return conn.space.kv:select{1} end)
-report.unknown = try(conn.call, conn, 'nothing_here')
-report.after = try(conn.execute, conn, 'SELECT count(*) FROM kv')
-conn:close()
-print(json.encode(report))
-os.exit(0)
+    local function try(f, ...)
+        local ok, result = pcall(f, ...)
+        return ok and {value = result} or {error = tostring(result)}
+    end
+    report.info = try(conn.call, conn, 'box.info')
+    report.eval = try(conn.eval, conn, 'return box.info.status')
+    report.execute = try(conn.execute, conn, 'SELECT v FROM kv')
+    report.select = try(function() return conn.space.kv:select{1} end)
+    report.unknown = try(conn.call, conn, 'nothing_here')
+    report.after = try(conn.execute, conn, 'SELECT count(*) FROM kv')
 """
 
 
 def test_netbox_calls_box_info_evals_and_gets_errors_for_what_is_not_served(
         kv: Server, tarantool_binary: str, tmp_path: Path) -> None:  # noqa: F811
-    report = run_lua(tarantool_binary, tmp_path, NETBOX_SCRIPT, f"127.0.0.1:{kv.port}")
+    report = run_netbox(tarantool_binary, tmp_path, NETBOX_SCRIPT, f"127.0.0.1:{kv.port}")
     assert report["connected"] is True
     assert report["info"]["value"]["status"] == "running", report["info"]
     assert report["eval"] == {"value": "running"}

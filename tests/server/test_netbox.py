@@ -14,19 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.server.conftest import Server, running
-from tests.server.connectors import run_lua, tarantool_binary  # noqa: F401 - a fixture
+from tests.server.connectors import run_netbox, tarantool_binary  # noqa: F401 - a fixture
 NETBOX_SCRIPT = r"""
-local json = require('json')
-local report = {}
-local conn = require('net.box').connect(arg[1], {wait_connected = 10})
-report.connected = conn:is_connected()
-report.connect_error = conn.error
-local function run(sql, binds)
-    local ok, result = pcall(conn.execute, conn, sql, binds)
-    if ok then return result end
-    return {error = tostring(result)}
-end
-if report.connected then
+    local function run(sql, binds)
+        local ok, result = pcall(conn.execute, conn, sql, binds)
+        if ok then return result end
+        return {error = tostring(result)}
+    end
     report.create = run("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
     report.insert_1 = run("INSERT INTO kv(k, v) VALUES (?, ?)", {1, 'x'})
     report.insert_2 = run("INSERT INTO kv(k, v) VALUES (?, ?)", {2, 'y'})
@@ -36,10 +30,6 @@ if report.connected then
     local kv = conn.space.kv
     report.kv_format = kv and kv:format()
     report.kv_primary_key = kv and kv.index.pk and kv.index.pk.parts
-end
-conn:close()
-print(json.encode(report))
-os.exit(0)
 """
 
 
@@ -51,13 +41,13 @@ def server_with_users(tmp_path: Path) -> Iterator[Server]:
         yield srv
 
 
-def run_netbox(binary: str, tmp_path: Path, uri: str) -> dict:
-    """Run the script against `uri` (net.box's `[user:password@]host:port`)."""
-    return run_lua(binary, tmp_path, NETBOX_SCRIPT, uri)
+def netbox_session(binary: str, tmp_path: Path, uri: str) -> dict:
+    """The script against `uri` (net.box's `[user:password@]host:port`)."""
+    return run_netbox(binary, tmp_path, NETBOX_SCRIPT, uri)
 
 
 def test_netbox_connects_and_runs_sql_with_binds(tarantool_binary, server, tmp_path):
-    report = run_netbox(tarantool_binary, tmp_path, f"127.0.0.1:{server.port}")
+    report = netbox_session(tarantool_binary, tmp_path, f"127.0.0.1:{server.port}")
     assert report["connected"] is True, report.get("connect_error")
     assert report["create"] == {"row_count": 1}
     assert report["insert_1"] == {"row_count": 1}
@@ -77,9 +67,9 @@ def test_netbox_connects_and_runs_sql_with_binds(tarantool_binary, server, tmp_p
 def test_netbox_authenticates_with_chap_sha1(tarantool_binary, server_with_users, tmp_path):
     # net.box sends the scramble as a msgpack str of raw bytes, where PyPI `tarantool` sends bin
     port = server_with_users.port
-    report = run_netbox(tarantool_binary, tmp_path, f"alice:secret@127.0.0.1:{port}")
+    report = netbox_session(tarantool_binary, tmp_path, f"alice:secret@127.0.0.1:{port}")
     assert report["connected"] is True, report.get("connect_error")
     assert report["select"]["rows"] == [[2, "y"]]
-    refused = run_netbox(tarantool_binary, tmp_path, f"alice:wrong@127.0.0.1:{port}")
+    refused = netbox_session(tarantool_binary, tmp_path, f"alice:wrong@127.0.0.1:{port}")
     assert refused["connected"] is False
     assert "credentials are invalid" in refused["connect_error"]

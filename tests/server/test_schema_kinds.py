@@ -16,7 +16,7 @@ import pytest
 import tarantool
 
 from tests.server.conftest import Server, running
-from tests.server.connectors import run_asynctnt, run_lua, tarantool_binary  # noqa: F401 - a fixture
+from tests.server.connectors import run_asynctnt, run_netbox, tarantool_binary  # noqa: F401 - a fixture
 
 NOT_NULL_INTEGER = {"type": "integer", "is_nullable": False}
 
@@ -96,20 +96,12 @@ KINDS = {
 }
 
 NETBOX_SCRIPT = r"""
-local json = require('json')
-local conn = require('net.box').connect(arg[1], {wait_connected = 10})
-local report = {connected = conn:is_connected(), connect_error = conn.error}
-if report.connected then
     local ok, result = pcall(conn.execute, conn, arg[2])
     report.rows = ok and result.rows or nil
     report.execute_error = not ok and tostring(result) or nil
     local space = conn.space[arg[3]]
     report.format = space and space:format()
     report.key_parts = space and space.index[0] and space.index[0].parts
-end
-conn:close()
-print(json.encode(report))
-os.exit(0)
 """
 
 
@@ -159,7 +151,7 @@ def test_a_fresh_connection_of_every_connector_works_after_each_kind_of_table(
 
     assert run_asynctnt(local_server.port, asynctnt_session) == kind.rows
 
-    report = run_lua(tarantool_binary, tmp_path, NETBOX_SCRIPT, f"127.0.0.1:{local_server.port}", kind.query,
+    report = run_netbox(tarantool_binary, tmp_path, NETBOX_SCRIPT, f"127.0.0.1:{local_server.port}", kind.query,
                      kind.space)
     assert report["connected"] is True, report.get("connect_error")
     assert report.get("rows") == kind.rows, report.get("execute_error")
@@ -183,7 +175,7 @@ def test_an_object_the_views_cannot_describe_is_listed_bare_and_logged(
         return [conn.schema.spaces["orphan"].name, [list(row) for row in await conn.execute(kept.query)]]
 
     assert run_asynctnt(server.port, asynctnt_session) == ["orphan", kept.rows]
-    report = run_lua(tarantool_binary, tmp_path, NETBOX_SCRIPT, f"127.0.0.1:{server.port}", kept.query, "orphan")
+    report = run_netbox(tarantool_binary, tmp_path, NETBOX_SCRIPT, f"127.0.0.1:{server.port}", kept.query, "orphan")
     assert report["connected"] is True, report.get("connect_error")
     assert report.get("rows") == kept.rows
     assert report["format"] == []
