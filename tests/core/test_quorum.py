@@ -164,7 +164,9 @@ def test_a_member_held_dead_counts_with_the_conflicts_already_received():
     assert coordinator.conflict(1.0, TXN, 3, "k", 0x99) == [], "1 vote and 4, 5 unanswered can still make 3"
     actions = coordinator.member_dead(2.0, 4)
     assert kinds(actions) == [q.DecideAbort, q.SendAbort, q.ReleaseIntents, q.FailClient]
-    assert actions[3].error == q.QuorumNotReached(answered=1, needed=3, total=5, dead=frozenset({4}))
+    assert actions[3].error == q.QuorumNotReached(
+        answered=1, needed=3, total=5, dead=frozenset({4}),
+        unconfirmed=((2, q.Silence.REFUSED), (3, q.Silence.REFUSED), (4, q.Silence.DEAD), (5, q.Silence.NO_ANSWER)))
     assert actions[1].to == {4, 5}, "the members that answered CONFLICT placed no intent"
     assert coordinator.tick(10.0) == [], "the client was answered once, before its deadline"
     coordinator.check_invariants()
