@@ -20,9 +20,6 @@ WRONG = [c for c in SMALL if c.violation is not None]
 TLC_MARGIN_S = 300
 pytestmark = pytest.mark.timeout(run_tlc.TIMEOUT_S_SMALL + TLC_MARGIN_S)
 
-# TLC stops a small configuration at its own limit and says so: the test's is above it.
-pytestmark = pytest.mark.timeout(run_tlc.TIMEOUT_S_SMALL + 300)
-
 needs_tlc = pytest.mark.skipif(
     run_tlc.tools_available() is not None,
     reason=f"TLC cannot run here: {run_tlc.tools_available()}",
