@@ -39,6 +39,7 @@ class _Cluster:
     members: list[_Member]
     cluster_rows: set[int]
     calls: list[str] = field(default_factory=list)
+    join_refusals: list[str] = field(default_factory=list)
 
     def member(self, n: int) -> _Member:
         return next(m for m in self.members if m.n == n)
@@ -50,8 +51,13 @@ class _Cluster:
     def registered(self, member: _Member, instance_id: int) -> bool:
         return instance_id in self.cluster_rows
 
+    def running_member(self, besides: _Member, timeout_s: float) -> _Member | None:
+        return next((m for m in self.members if m is not besides and m.running), None)
+
     def join(self, member: _Member, through: _Member) -> int:
         self.calls.append(f"join {member.n} through {through.n}")
+        if self.join_refusals:
+            raise RuntimeError(self.join_refusals.pop(0))
         return 6
 
     def restart(self, member: _Member) -> None:
@@ -88,3 +94,20 @@ def test_a_removal_refused_while_the_row_stays_is_retried_then_given_up(tmp_path
     assert record.notes and record.notes[-1].startswith("box.remove(3) refused until the deadline"), record.notes
     heal()
     assert cluster.calls == ["kill 3", "restart 3"], cluster.calls
+
+
+def test_a_refused_re_join_is_tried_again_on_a_fresh_directory(tmp_path: Path, monkeypatch) -> None:
+    """A registration is refused while SWIM on the registrar holds a voter dead, falsely too
+    on a loaded machine (seed 4's third re-join); an operator joins again, so does the harness."""
+    monkeypatch.setattr(faults, "REMOVE_POLL_S", 0.01)
+    first = _Member(1, tmp_path / "m1", answers=[ServerError(ErrorCode.TIMEOUT, "committed, but fewer than 2")])
+    cluster = _Cluster([first, _Member(3, tmp_path / "m3")], cluster_rows={1, 2},
+                       join_refusals=["members [5] are dead (SWIM); the transaction was aborted (error 222)"])
+    fault = Fault(at_s=0.0, kind="remove-rejoin", duration_s=1.0, members=(3,))
+    record = Injected(fault, 0.0)
+    heal = faults.remove_rejoin(cluster, fault, record)  # type: ignore[arg-type]
+    (tmp_path / "m3").mkdir()
+    heal()
+    assert cluster.calls == ["kill 3", "join 3 through 1", "join 3 through 1"], cluster.calls
+    assert "failed, joining again" in record.notes[1] and "dead (SWIM)" in record.notes[1], record.notes
+    assert record.notes[2] == "re-joined through member 1 as instance 6", record.notes

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from replicaset.iproto.client import Client
+from replicaset.iproto.errors import ServerError
 from replicaset.storage.schema import is_internal
 from replicaset.testing.chaos.proxy import HOST, Network
 from replicaset.testing.processes import free_port, start_instance, stop_instance
@@ -191,6 +192,24 @@ class Cluster(Signalled):
     def info(self, member: Member) -> dict[str, Any]:
         with member.client() as client:
             return client.eval("box.info")[0]
+
+    def running_member(self, besides: Member, timeout_s: float) -> Member | None:
+        """A live member other than `besides` whose `box.info.status` is `running`, the first
+        in order, waited for up to `timeout_s`: a member still loading, or orphan after a
+        re-join of its own, refuses a removal or a joiner's registration as a write."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for member in self.members:
+                if member is besides or not member.running or member.paused:
+                    continue
+                try:
+                    if self.info(member)["status"] == "running":
+                        return member
+                except (OSError, ServerError):
+                    continue
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(POLL_S)
 
     def registered(self, member: Member, instance_id: int) -> bool:
         """Whether `member`'s `_cluster` still holds `instance_id`."""

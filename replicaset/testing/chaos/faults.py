@@ -23,6 +23,10 @@ FILL_BYTES_MAX = 1024 * 1024 * 1024
 TMPFS_SIZE = "64m"
 REMOVE_WAIT_S = 15.0  # SWIM declares a silent member dead within suspect + dead timeouts (3 s here)
 REMOVE_POLL_S = 0.5
+# A join is refused while SWIM on the registrar holds a voter dead (a false one too, on a
+# loaded machine, with the harness's 1 s suspect timeout) or the registrar is not running:
+# joined again, as an operator would, until this long after the first try.
+REJOIN_WAIT_S = 30.0
 
 
 def clock_skew(cluster: Cluster, fault: Fault, record: Injected) -> Callable[[], None]:
@@ -147,11 +151,13 @@ def remove_rejoin(cluster: Cluster, fault: Fault, record: Injected) -> Callable[
     it there (a QUORUM write shrinking the set); at the end wipe its data directory and
     join it again, as a new instance that takes the freed id."""
     member = cluster.member(fault.members[0])
-    through = next(m for m in cluster.members if m is not member and m.running and not m.paused)
     cluster.kill(member)
+    through = cluster.running_member(besides=member, timeout_s=REMOVE_WAIT_S)
+    if through is None:
+        record.notes.append(f"member {member.n} not removed: no other member was running")
     deadline = time.monotonic() + REMOVE_WAIT_S
     removed = False
-    while not removed:
+    while through is not None and not removed:
         try:
             with through.client() as client:
                 answer = client.eval(f"box.remove({member.n})")[0]
@@ -180,12 +186,21 @@ def remove_rejoin(cluster: Cluster, fault: Fault, record: Injected) -> Callable[
         if member.on_tmpfs:
             record.notes.append("not re-joined: its data directory is a tmpfs mount")
             return
-        shutil.rmtree(member.data_dir)
-        try:
-            instance_id = cluster.join(member, through)
-            record.notes.append(f"re-joined through member {through.n} as instance {instance_id}")
-        except RuntimeError as exc:
-            record.notes.append(f"member {member.n} did not restart: the re-join failed: {exc}")
+        deadline = time.monotonic() + REJOIN_WAIT_S
+        while True:
+            shutil.rmtree(member.data_dir, ignore_errors=True)
+            registrar = cluster.running_member(besides=member, timeout_s=REMOVE_WAIT_S) or through
+            assert registrar is not None, "removed through a member"
+            try:
+                instance_id = cluster.join(member, registrar)
+            except RuntimeError as exc:
+                if time.monotonic() > deadline:
+                    record.notes.append(f"member {member.n} did not restart: the re-join failed: {exc}")
+                    return
+                record.notes.append(f"a re-join through member {registrar.n} failed, joining again: {exc}")
+                continue
+            record.notes.append(f"re-joined through member {registrar.n} as instance {instance_id}")
+            return
     return heal
 
 
