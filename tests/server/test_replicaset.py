@@ -15,6 +15,7 @@ from replicaset.iproto.errors import ServerError
 from tests.server.conftest import QUORUM, REPLICASET_UUID, ReplicaSet, Server, wait_for
 
 LOAD_WRITES_MAX = 100_000
+PREPARE_SENT_S = 1.0
 
 
 @pytest.fixture
@@ -491,6 +492,9 @@ def test_a_member_killed_while_it_registers_a_joiner_leaves_no_half_registration
         joining = threading.Thread(target=join_through_second)
         joining.start()
         wait_for(lambda: rs.info(second)["synchro"]["queue"]["len"] == 1, "member 2 began the registration")
+        # The PREPAREs leave a few scheduler turns after the transaction begins; on a loaded
+        # machine a kill at once could come first, and then nobody prepares anything.
+        time.sleep(PREPARE_SENT_S)
         second.kill()
     joining.join(30)
     assert isinstance(started["joiner"], RuntimeError), started
