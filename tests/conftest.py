@@ -29,6 +29,8 @@ GRACE_S = 30.0  # past the limit, a test the alarm did not stop ends the session
 # `make test-deep`'s long variants: above TLC's six hours for a deep configuration.
 DEEP_TIMEOUT_S = 8 * 3600
 TIMED_OUT = pytest.StashKey[float]()  # the limit a test inside trio.run was stopped at
+JVM_GROUP = "jvm"
+JVM_TESTS = ("tests/specs/", "tests/audit/")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -37,6 +39,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("deep") and not any(mark.name == "timeout" for mark in item.own_markers):
             item.add_marker(pytest.mark.timeout(DEEP_TIMEOUT_S))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The tests run on two pytest-xdist workers (`-n 2`). The ones that run a JVM (TLC;
+    Spark in process or spark-submit on a standalone cluster) are one unit of work, sent
+    first to one worker and run there one after another: each takes both cores, and beside
+    another JVM it would only wait for them. The other worker meanwhile takes the rest one
+    test at a time: the servers' and the cores' tests, which mostly wait on sockets and
+    timers. (xdist's own `loadgroup` cannot do it under pytest 9: it renames items through
+    a field pytest 9 no longer has.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class JvmApart(LoadScopeScheduling):  # the largest unit goes out first
+        def _split_scope(self, nodeid: str) -> str:
+            return JVM_GROUP if nodeid.startswith(JVM_TESTS) else nodeid
+
+    return JvmApart(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)

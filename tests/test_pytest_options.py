@@ -67,7 +67,7 @@ def test_a_test_that_runs_forever_is_stopped_and_the_session_goes_on(tmp_path: P
     shutil.copy(CONFTEST, tmp_path / "conftest.py")
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(PYPROJECT), "--rootdir", str(tmp_path), "-p", "no:cacheprovider",
-         "-q", "--timeout=2", str(tmp_path / "test_inner.py")],
+         "-q", "-n", "0", "--timeout=2", str(tmp_path / "test_inner.py")],  # one process: the later runs in it
         capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path,
     )
     output = run.stdout + run.stderr
