@@ -53,10 +53,12 @@ Total == Cardinality(Members)
 QuorumSize == Total \div 2 + 1
 NoKey == "nokey"
 
-(* Slot values.  "pv"/"rv": written, not yet durable; "p"/"r": durable     *)
-(* PREPARED / REFUSED by a conflict; "f": REFUSED by a fence (always      *)
-(* written durably).                                                       *)
-SlotValues == {"none", "pv", "rv", "p", "r", "f"}
+(* Slot values.  "pv": PREPARED written, not yet durable (it holds the    *)
+(* intent, a crash loses both); "p": durable PREPARED; "r": REFUSED by a  *)
+(* conflict; "f": REFUSED by a fence.  A refusal is modelled durable at   *)
+(* once: a refusal lost before its fsync was never answered and holds no  *)
+(* intent, so it is a PREPARE that has not landed yet.                    *)
+SlotValues == {"none", "pv", "p", "r", "f"}
 
 VARIABLES
     status,     \* status[m]: "up" | "down"
@@ -97,7 +99,7 @@ Conflict(m, t) ==
     \/ \E u \in Txns : u # t /\ Begun(u) /\ Key(u) = Key(t) /\ Holds(m, u)
     \/ \E u \in applied[m] : Key(u) = Key(t) /\ u \notin txn[t].read
 
-Answer(m, t) == IF Conflict(m, t) THEN "rv" ELSE "pv"
+Answer(m, t) == IF Conflict(m, t) THEN "r" ELSE "pv"
 
 (* A recoverer has a stake in t: its coordinator, or a member with a slot. *)
 Stake(r, t) == Begun(t) /\ Up(r) /\ (r = Coord(t) \/ slot[r][t] # "none")
@@ -140,7 +142,7 @@ Begin(t, c, k) ==
                                   read |-> {u \in applied[c] : Key(u) = k}]]
     /\ slot' = [slot EXCEPT ![c][t] =
                    IF \E u \in Txns : u # t /\ Begun(u) /\ Key(u) = k /\ Holds(c, u)
-                   THEN "rv" ELSE "pv"]
+                   THEN "r" ELSE "pv"]
     /\ UNCHANGED <<status, applied, rows, durableLen, decision, acked, token, crashes, fences>>
 
 (* A PREPARE lands on p (any time, any number of times: write-once).     *)
@@ -151,8 +153,8 @@ Prepare(p, t) ==
 
 (* The slot's fsync. *)
 SyncSlot(m, t) ==
-    /\ Up(m) /\ slot[m][t] \in {"pv", "rv"}
-    /\ slot' = [slot EXCEPT ![m][t] = IF @ = "pv" THEN "p" ELSE "r"]
+    /\ Up(m) /\ slot[m][t] = "pv"
+    /\ slot' = [slot EXCEPT ![m][t] = "p"]
     /\ UNCHANGED <<status, txn, applied, rows, durableLen, decision, acked, token, crashes, fences>>
 
 (* The coordinator has PREPARED answers from a majority of the total     *)
@@ -166,18 +168,26 @@ Ack(t) ==
 
 (* A recoverer fences m: a member with no slot writes REFUSED durably.   *)
 (* A volatile slot is not fenced: the member answers it once durable.    *)
+(* The recoverer does not know what the coordinator decided in memory    *)
+(* (an ack); fencing an implicit commit changes nothing, so it is left   *)
+(* out to keep the model small.                                           *)
 Fence(r, m, t) ==
-    /\ Stake(r, t) /\ decision[t] = "none"
+    /\ Stake(r, t) /\ decision[t] # "abort" /\ ~ImplicitCommit(t)
     /\ Up(m) /\ slot[m][t] = "none" /\ fences < MaxFences
     /\ slot' = [slot EXCEPT ![m][t] = "f"]
     /\ fences' = fences + 1
     /\ UNCHANGED <<status, txn, applied, rows, durableLen, decision, acked, token, crashes>>
 
-(* A recoverer decides from the durable slots; otherwise it asks again.  *)
+(* A recoverer decides from the durable slots alone; otherwise it asks    *)
+(* again.  It cannot see a decision made in another member's memory, so   *)
+(* an abort is not guarded by decision[t] (a commit it overrides is a     *)
+(* split that NoSplitDecision sees through acked, rows or the slots).    *)
 RecoverDecide(r, t) ==
-    /\ Stake(r, t) /\ decision[t] = "none"
-    /\ \/ ImplicitCommit(t) /\ decision' = [decision EXCEPT ![t] = "commit"]
-       \/ (ImplicitAbort(t) \/ ExtraAbort(t)) /\ decision' = [decision EXCEPT ![t] = "abort"]
+    /\ Stake(r, t)
+    /\ \/ ImplicitCommit(t) /\ decision[t] = "none"
+          /\ decision' = [decision EXCEPT ![t] = "commit"]
+       \/ (ImplicitAbort(t) \/ ExtraAbort(t)) /\ decision[t] # "abort"
+          /\ decision' = [decision EXCEPT ![t] = "abort"]
     /\ UNCHANGED <<status, txn, slot, applied, rows, durableLen, acked, token, crashes, fences>>
 
 (* The explicit commit, off the client's path: the coordinator takes the  *)
@@ -213,7 +223,7 @@ Token(t) ==
 Crash(m) ==
     /\ Up(m) /\ crashes < MaxCrashes
     /\ status' = [status EXCEPT ![m] = "down"]
-    /\ slot' = [slot EXCEPT ![m] = [t \in Txns |-> IF @[t] \in {"pv", "rv"} THEN "none" ELSE @[t]]]
+    /\ slot' = [slot EXCEPT ![m] = [t \in Txns |-> IF @[t] = "pv" THEN "none" ELSE @[t]]]
     /\ rows' = [rows EXCEPT ![m] = SubSeq(@, 1, durableLen[m])]
     /\ crashes' = crashes + 1
     /\ UNCHANGED <<txn, applied, durableLen, decision, acked, token, fences>>
@@ -229,7 +239,7 @@ Restart(m) ==
 Terminated ==
     /\ \A t \in Txns : Begun(t) /\ decision[t] # "none"
     /\ \A m \in Members : Up(m)
-    /\ \A m \in Members, t \in Txns : slot[m][t] \notin {"pv", "rv"}
+    /\ \A m \in Members, t \in Txns : slot[m][t] # "pv"
     /\ \A t \in Txns : decision[t] = "commit" =>
           /\ t \in DurableRows(Coord(t))
           /\ \A m \in Members : t \in applied[m]
