@@ -133,6 +133,7 @@ CONFIGS: tuple[Config, ...] = (
     _wrong("QuorumParallel", "VoteBeforeDurable", "AckedIsCommitted"),
     _wrong("QuorumParallel", "ReusableToken", "AckedTokenHeld"),
     _correct("QuorumParallel", "_deep", deep=True),
+    _correct("QuorumParallel", "_deep_live", deep=True),
     # Removing a member under QUORUM writes: a removed coordinator's pending transactions
     # (`core/quorum.py`'s Participant follows the rule).
     _correct("QuorumRemoval"),
