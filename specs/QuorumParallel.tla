@@ -93,11 +93,17 @@ ImplicitAbort(t) == Cardinality(RefusedSet(t)) > Total - QuorumSize
 (* the row is applied there or u is aborted.                              *)
 Holds(m, u) == slot[m][u] \in {"pv", "p"} /\ u \notin applied[m] /\ decision[u] # "abort"
 
+(* A row on the key applied on m that the coordinator had not read.  The *)
+(* intent alone is not enough: it goes when the row is applied, and a     *)
+(* transaction that read the older version must still be refused          *)
+(* (variant QuorumParallel_NoReadCheck).                                  *)
+StaleRead(m, t) == \E u \in applied[m] : Key(u) = Key(t) /\ u \notin txn[t].read
+
 (* Why a member refuses t: another transaction's intent on the key, or a *)
-(* row on the key applied here that the coordinator had not read.         *)
+(* stale read.                                                            *)
 Conflict(m, t) ==
     \/ \E u \in Txns : u # t /\ Begun(u) /\ Key(u) = Key(t) /\ Holds(m, u)
-    \/ \E u \in applied[m] : Key(u) = Key(t) /\ u \notin txn[t].read
+    \/ StaleRead(m, t)
 
 Answer(m, t) == IF Conflict(m, t) THEN "r" ELSE "pv"
 

@@ -132,6 +132,7 @@ CONFIGS: tuple[Config, ...] = (
     _wrong("QuorumParallel", "DeadlineAbortNoFence", "NoSplitDecision"),
     _wrong("QuorumParallel", "VoteBeforeDurable", "AckedIsCommitted"),
     _wrong("QuorumParallel", "ReusableToken", "AckedTokenHeld"),
+    _wrong("QuorumParallel", "NoReadCheck", "NoLostUpdate"),
     _correct("QuorumParallel", "_deep", deep=True),
     _correct("QuorumParallel", "_deep_live", deep=True),
     # Removing a member under QUORUM writes: a removed coordinator's pending transactions
