@@ -124,6 +124,17 @@ CONFIGS: tuple[Config, ...] = (
     _wrong("QuorumCommit", "AbortIfUndecided", "NoSplitDecision"),
     _correct("QuorumCommit", "_deep", deep=True),
     _correct("QuorumCommit", "_deep_live", deep=True),
+    # QUORUM writes in one round trip (proposed): durable write-once slots, the outcome
+    # implicit in them, fences for recovery, the row off the client's path.
+    _correct("QuorumParallel"),
+    _correct("QuorumParallel", "_live"),
+    _wrong("QuorumParallel", "RestartAborts", "NoSplitDecision"),
+    _wrong("QuorumParallel", "DeadlineAbortNoFence", "NoSplitDecision"),
+    _wrong("QuorumParallel", "VoteBeforeDurable", "AckedIsCommitted"),
+    _wrong("QuorumParallel", "ReusableToken", "AckedTokenHeld"),
+    _wrong("QuorumParallel", "NoReadCheck", "NoLostUpdate"),
+    _correct("QuorumParallel", "_deep", deep=True),
+    _correct("QuorumParallel", "_deep_live", deep=True),
     # Removing a member under QUORUM writes: a removed coordinator's pending transactions
     # (`core/quorum.py`'s Participant follows the rule).
     _correct("QuorumRemoval"),
