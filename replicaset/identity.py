@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,9 +18,10 @@ T = TypeVar("T")
 FILE_NAME = "instance.toml"
 # Kept from the join until a majority of members hold the joiner's `_cluster` row (docs/design/README.md §4.7).
 PENDING_REGISTRATION_FILE = "registration.toml"
-# The member a join went through, followed by its UUID until `_cluster` names it: the
-# checkpoint the joiner got may be old enough that every member its `_cluster` names has
-# been replaced since (`JoinUpstream`).
+# The member a join went through and every member registered there when it served the
+# join, each followed by its UUID until `_cluster` names it: the checkpoint the joiner got
+# may be old enough that the members its `_cluster` names have been replaced since
+# (`JoinUpstream`).
 JOIN_UPSTREAM_FILE = "join_upstream.toml"
 # Kept while a join is under way (`Joining`): a join started again after a crash registers
 # the same instance UUID, and so gets the same id, instead of leaving behind an id no
@@ -103,7 +104,7 @@ def _read_if_there(path: Path, parse: Callable[[dict[str, Any]], T]) -> T | None
         return parse(tomllib.loads(path.read_text()))
     except FileNotFoundError:
         return None
-    except (OSError, KeyError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, tomllib.TOMLDecodeError) as exc:
         raise IdentityError(f"{path} is unreadable: {exc}") from exc
 
 
@@ -127,25 +128,34 @@ def clear_pending_registration(data_dir: Path) -> None:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JoinUpstream:
-    """The member a join took its checkpoint from. A checkpoint may predate every member
-    registered now (members removed and replaced since: `tools/chaos.py --seed 4 --faults
-    remove-rejoin`), and its `_cluster` would then name only addresses where other
-    instances answer: the joiner follows this member until its own `_cluster` names it."""
+    """A member the joiner follows by its UUID until its own `_cluster` names it: the
+    member a join took its checkpoint from, and each member registered there when it
+    served the join. A checkpoint may predate every member registered now (members removed
+    and replaced since: `tools/chaos.py --seed 4 --faults remove-rejoin`), and its
+    `_cluster` would then name only addresses where other instances answer; and the member
+    the join went through may stop right after it, before the joiner has the rows that
+    name the others (the same run under load)."""
 
     uuid: str
     address: str
-
-    def save(self, data_dir: Path) -> None:
-        write_durably(data_dir / JOIN_UPSTREAM_FILE, f'uuid = "{self.uuid}"\naddress = "{self.address}"\n')
-
-    @classmethod
-    def load(cls, data_dir: Path) -> JoinUpstream | None:
-        return _read_if_there(data_dir / JOIN_UPSTREAM_FILE,
-                              lambda doc: cls(uuid=str(uuid.UUID(doc["uuid"])), address=str(doc["address"])))
+    instance_id: int  # as registered there; 0: not named
 
     @staticmethod
-    def clear(data_dir: Path) -> None:
-        (data_dir / JOIN_UPSTREAM_FILE).unlink(missing_ok=True)
+    def save_all(data_dir: Path, upstreams: Sequence[JoinUpstream]) -> None:
+        """`upstreams` replace those kept; none left removes the file."""
+        if not upstreams:
+            (data_dir / JOIN_UPSTREAM_FILE).unlink(missing_ok=True)
+            return
+        write_durably(data_dir / JOIN_UPSTREAM_FILE, "".join(
+            f'[[upstream]]\nuuid = "{u.uuid}"\naddress = "{u.address}"\ninstance_id = {u.instance_id}\n\n'
+            for u in upstreams))
+
+    @classmethod
+    def load_all(cls, data_dir: Path) -> list[JoinUpstream]:
+        def parse(doc: dict[str, Any]) -> list[JoinUpstream]:
+            return [cls(uuid=str(uuid.UUID(u["uuid"])), address=str(u["address"]), instance_id=int(u["instance_id"]))
+                    for u in doc["upstream"]]
+        return _read_if_there(data_dir / JOIN_UPSTREAM_FILE, parse) or []
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -66,13 +66,18 @@ def test_a_join_under_way_survives_an_os_crash(tmp_path: Path, monkeypatch: pyte
         Joining.load(tmp_path)
 
 
-def test_the_member_a_join_went_through_is_kept_until_cleared_and_a_damaged_file_is_named(tmp_path: Path) -> None:
-    assert JoinUpstream.load(tmp_path) is None
-    kept = JoinUpstream(uuid=str(uuid.uuid4()), address="127.0.0.1:3301")
-    kept.save(tmp_path)
-    assert JoinUpstream.load(tmp_path) == kept
-    (tmp_path / JOIN_UPSTREAM_FILE).write_text('uuid = "not a uuid"\naddress = "127.0.0.1:3301"\n')
-    with pytest.raises(IdentityError, match=f"{JOIN_UPSTREAM_FILE} is unreadable"):
-        JoinUpstream.load(tmp_path)
-    JoinUpstream.clear(tmp_path)
-    assert JoinUpstream.load(tmp_path) is None
+def test_the_members_a_join_follows_are_kept_until_cleared_and_a_damaged_file_is_named(tmp_path: Path) -> None:
+    assert JoinUpstream.load_all(tmp_path) == []
+    kept = [JoinUpstream(uuid=str(uuid.uuid4()), address=f"127.0.0.1:{port}", instance_id=port - 3300)
+            for port in (3301, 3302)]
+    JoinUpstream.save_all(tmp_path, kept)
+    assert JoinUpstream.load_all(tmp_path) == kept
+    JoinUpstream.save_all(tmp_path, kept[1:])
+    assert JoinUpstream.load_all(tmp_path) == kept[1:]
+    for damaged in ('[[upstream]]\nuuid = "not a uuid"\naddress = "127.0.0.1:3301"\n', 'upstream = ["127.0.0.1:3301"]\n'):
+        (tmp_path / JOIN_UPSTREAM_FILE).write_text(damaged)
+        with pytest.raises(IdentityError, match=f"{JOIN_UPSTREAM_FILE} is unreadable"):
+            JoinUpstream.load_all(tmp_path)
+    JoinUpstream.save_all(tmp_path, [])
+    assert not (tmp_path / JOIN_UPSTREAM_FILE).exists()
+    assert JoinUpstream.load_all(tmp_path) == []

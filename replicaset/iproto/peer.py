@@ -64,3 +64,4 @@ class PeerKey(IntEnum):
     RESUME = 0x85  # JOIN: [vclock, size, offset, digest]: the first `offset` bytes of that checkpoint are kept
     NONCE = 0x86  # PEER_AUTH: the dialer's fresh random challenge
     PROOF = 0x87  # PEER_AUTH and its answer: an HMAC-SHA256 proof of the cluster secret
+    REGISTERED = 0x88  # JOIN's end: [[instance id, uuid, address], ...] registered at the member serving it

@@ -86,7 +86,9 @@ class CheckpointChunk:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Joined:
-    """The end of a JOIN: the checkpoint's vclock, size and digest, and the joiner's id."""
+    """The end of a JOIN: the checkpoint's vclock, size and digest, the joiner's id, and
+    the members registered at the member serving it, whom the joiner follows until its own
+    `_cluster` names them (`JoinUpstream`)."""
 
     vclock: VClock
     size: int
@@ -95,6 +97,7 @@ class Joined:
     origin: int
     lsn: int
     barrier: VClock
+    registered: tuple[tuple[int, str, str], ...] = ()  # (id, uuid, address) at the member serving it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -360,6 +363,7 @@ def joined(frame: Frame, *, anonymous: bool = False) -> Joined:
         origin=origin,
         lsn=lsn,
         barrier=body.vclock(PeerKey.BARRIER, "BARRIER"),
+        registered=body.registered(PeerKey.REGISTERED, "REGISTERED"),
     )
 
 
@@ -386,7 +390,9 @@ class _Body:
         return self.frame.body[key]
 
     def uuid(self, key: int, field: str) -> str:
-        value = self.required(key, field)
+        return self._uuid_of(self.required(key, field), field)
+
+    def _uuid_of(self, value: Any, field: str) -> str:
         if not isinstance(value, str) or len(value) != 36:
             raise self.error(field, "must be a UUID string of 36 characters")
         try:
@@ -395,7 +401,9 @@ class _Body:
             raise self.error(field, f"is not a UUID: {value!r}") from None
 
     def address(self, key: int, field: str) -> str:
-        value = self.required(key, field)
+        return self._address_of(self.required(key, field), field)
+
+    def _address_of(self, value: Any, field: str) -> str:
         if not isinstance(value, str) or not 0 < len(value.encode()) <= ADDRESS_BYTES_MAX:
             raise self.error(field, f"must be HOST:PORT of at most {ADDRESS_BYTES_MAX} bytes")
         host, sep, port = value.rpartition(":")
@@ -431,6 +439,21 @@ class _Body:
             return VClock(value)
         except ValueError as exc:
             raise self.error(field, str(exc)) from None
+
+    def registered(self, key: int, field: str) -> tuple[tuple[int, str, str], ...]:
+        """`[[instance id, uuid, address], ...]`, none when absent; an empty address (a
+        member registered without one) is kept as it is."""
+        value = self.frame.body.get(key, [])
+        if not isinstance(value, list) or len(value) > INSTANCE_ID_MAX:
+            raise self.error(field, f"must be a list of at most {INSTANCE_ID_MAX} members, got {_short(value)}")
+        members = []
+        for member in value:
+            if not (isinstance(member, list) and len(member) == 3 and _is_int(member[0], INSTANCE_ID_MIN, INSTANCE_ID_MAX)):
+                raise self.error(field, f"must hold [instance id, uuid, address] entries, got {_short(member)}")
+            instance_id, uuid, address = member
+            members.append((instance_id, self._uuid_of(uuid, field),
+                            address if address == "" else self._address_of(address, field)))
+        return tuple(members)
 
     def resume(self, key: int, field: str) -> Resume:
         value = self.required(key, field)

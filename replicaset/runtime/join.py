@@ -108,7 +108,11 @@ def join(
         # Before the identity, which marks the join done: a joiner that stopped in between
         # must not take writes before a majority holds its row (docs/design/README.md §4.7).
         save_pending_registration(data_dir, registration.pending)
-    JoinUpstream(uuid=joined.peer_uuid, address=peer).save(data_dir)
+    through = JoinUpstream(uuid=joined.peer_uuid, address=peer,
+                           instance_id=next((i for i, u, _ in joined.registered if u == joined.peer_uuid), 0))
+    others = [JoinUpstream(uuid=u, address=a, instance_id=i) for i, u, a in joined.registered
+              if i != registration.instance_id and u != joined.peer_uuid and a]
+    JoinUpstream.save_all(data_dir, [through, *others])
     identity = Identity(replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid,
                         instance_id=registration.instance_id, anonymous=anonymous)
     identity.save(data_dir)

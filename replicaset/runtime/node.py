@@ -142,7 +142,7 @@ class Node:
         self.removed = False  # this member's own row is gone: it takes no writes
         self.removal: Removal | None = None  # who removed this member, once it learned it: it stops
         self.links_open: dict[str, trio.Event] = {}  # upstream key -> set when its applier's link closes
-        self.join_upstream = JoinUpstream.load(data_dir)  # followed until `_cluster` names it
+        self.join_upstreams = JoinUpstream.load_all(data_dir)  # each followed until `_cluster` names it
         self.anonymous_followers: dict[int, str] = {}  # relay connection -> the follower's uuid
         # Users and guest's rights, read once (docs/access-control.md); passwords only hashed.
         self.users = access.parse_users(config["auth.users"])
@@ -459,8 +459,8 @@ class Node:
         return next((i for i, u, _ in self.members() if u == uuid), None)
 
     def upstreams(self) -> dict[str, Upstream]:
-        """Every member but us, by UUID, the member our join went through until `_cluster`
-        names it (`JoinUpstream`), and the configured addresses of no member."""
+        """Every member but us, by UUID, the members our join named until `_cluster` names
+        them (`JoinUpstream`), and the configured addresses of no member."""
         if self.isolated:
             return {}
         mine = {self.listen_address, self.config.listen} | self.ignored_addresses
@@ -469,9 +469,9 @@ class Node:
             for _, uuid, address in self.members()
             if uuid != self.identity.instance_uuid and address
         }
-        joined = self.join_upstream
-        if joined is not None and joined.uuid not in found:
-            found[joined.uuid] = Upstream(key=joined.uuid, address=joined.address, uuid=joined.uuid)
+        for joined in self.join_upstreams:
+            if joined.uuid not in found and joined.address not in mine:
+                found[joined.uuid] = Upstream(key=joined.uuid, address=joined.address, uuid=joined.uuid)
         taken = {u.address for u in found.values()} | mine
         configured = {a: Upstream(key=a, address=a, uuid=None) for a in self.config.replication if a not in taken}
         return found | configured
@@ -507,16 +507,14 @@ class Node:
         appliers stop for good, SWIM gossips REMOVED, and once nothing of theirs is on its
         way the participant hears it (`_stop_following`); this member, removed, takes no
         more writes (they would fork from the set). Any change of `_cluster` also reaches
-        the participant (a joiner is followed from now on), and the member our join went
-        through is forgotten once `_cluster` names it."""
+        the participant (a joiner is followed from now on), and the members our join named
+        are settled (`_settle_join_upstreams`)."""
         current = {uuid: instance_id for instance_id, uuid, _ in self.members()}
         gone = {uuid: instance_id for uuid, instance_id in self._registered.items() if uuid not in current}
         changed, self._registered = current != self._registered, current
         now = trio.current_time()
-        if self.join_upstream is not None and self.join_upstream.uuid in current:
-            self.log.info("join_upstream_registered", uuid=self.join_upstream.uuid)
-            JoinUpstream.clear(self.data_dir)
-            self.join_upstream = None
+        if self.join_upstreams:
+            self._settle_join_upstreams(current, now)
         if changed:
             self.driver.txn_members(now, self.quorum.view())
         for uuid, instance_id in gone.items():
@@ -538,6 +536,24 @@ class Node:
             for key in keys:
                 self.carry_out(self.driver.applier_removed(key, now))
             self._nursery.start_soon(self._stop_following, instance_id, keys)
+
+    def _settle_join_upstreams(self, current: dict[str, int], now: float) -> None:
+        """A member our join named is followed as any member once `_cluster` names it; one
+        removed before we caught up (its `_cluster` row's tombstone is here, and our
+        registration is held, so the tombstone is not an older holder's of a reused id) is
+        followed no more."""
+        caught_up = self.driver.replicaset.registration is None
+        named = [u for u in self.join_upstreams if u.uuid in current]
+        removed = [u for u in self.join_upstreams if u not in named and caught_up and u.instance_id
+                   and self.engine.tombstone(CLUSTER_TABLE, f"{CLUSTER_TABLE}:{u.instance_id}") is not None]
+        for upstream in named:
+            self.log.info("join_upstream_registered", uuid=upstream.uuid)
+        for upstream in removed:
+            self.log.info("join_upstream_removed", uuid=upstream.uuid, member=upstream.instance_id)
+            self.carry_out(self.driver.applier_removed(upstream.uuid, now))
+        if named or removed:
+            self.join_upstreams = [u for u in self.join_upstreams if u not in named and u not in removed]
+            JoinUpstream.save_all(self.data_dir, self.join_upstreams)
 
     def _removal_here(self, instance_id: int, uuid: str) -> Removal | None:
         """The removal of `instance_id` as this member applied it: the row that left its

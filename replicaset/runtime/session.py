@@ -396,7 +396,7 @@ class Session:
             node.log.info("join_serving", joiner_uuid=uuid, joiner_id=registration.instance_id,
                           checkpoint=checkpoint.name, vclock=vclock.to_dict(), **_resumed(hello.resume, start))
             await serve_checkpoint(self, frame.sync, checkpoint, vclock, registration, node.schema_version,
-                                   start=start, chunk_bytes=node.config.checkpoint_chunk_bytes)
+                                   start=start, chunk_bytes=node.config.checkpoint_chunk_bytes, registered=node.members)
 
     async def _join_anonymous(self, sync: int, hello: peer_messages.Hello) -> None:
         """A read-only follower's JOIN: the newest checkpoint, no registration (Tarantool's

@@ -61,6 +61,7 @@ class Joined:
     vclock: VClock
     size_bytes: int
     peer_uuid: str  # the member that served it
+    registered: tuple[tuple[int, str, str], ...]  # (id, uuid, address) registered there as it ended
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -272,7 +273,7 @@ async def fetch_checkpoint(
             pending = PendingRegistration(origin=end.origin, lsn=end.lsn, barrier=end.barrier.to_dict())
             registration = Registration(instance_id=end.instance_id, pending=pending)
             return Joined(registration=registration, vclock=end.vclock, size_bytes=end.size,
-                          peer_uuid=link.greeting_uuid)
+                          peer_uuid=link.greeting_uuid, registered=end.registered)
     finally:
         kept.close()
         await link.aclose()
@@ -335,12 +336,14 @@ def resume_start(checkpoint: BinaryIO, vclock: VClock, resume: peer_messages.Res
 async def serve_checkpoint(
     session: FrameSink, sync: int, checkpoint: BinaryIO, vclock: VClock, registration: Registration | None,
     schema_version: int, *, start: ServeStart | None = None, chunk_bytes: int = CHECKPOINT_CHUNK_BYTES,
+    registered: Callable[[], list[tuple[int, str, str]]] = list,
 ) -> None:
     """Stream an open checkpoint file from `start` (0 by default) in bounded chunks, each
     with its xxhash, the checkpoint's vclock and size (which name it for a later RESUME) and
     the joiner's id (which its log lines carry from the first chunk on), then the whole
     file's digest, its vclock and the joiner's registration (None for an anonymous
-    follower, whose id is 0)."""
+    follower, whose id is 0) with the members `registered` here as the transfer ends: the
+    checkpoint's `_cluster` may name none of those still running."""
     start = start or ServeStart()
     size = os.fstat(checkpoint.fileno()).st_size
     whole = start.prefix.copy()
@@ -363,5 +366,6 @@ async def serve_checkpoint(
     if registration is not None:
         ending[PeerKey.REGISTRATION_ROW] = [registration.pending.origin, registration.pending.lsn]
         ending[PeerKey.BARRIER] = dict(registration.pending.barrier)
+        ending[PeerKey.REGISTERED] = [list(member) for member in registered()]
     session.send_frame(encode_ok(sync=sync, schema_version=schema_version, body=ending))
     await session.flush_outbox()

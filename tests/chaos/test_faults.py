@@ -40,6 +40,7 @@ class _Cluster:
     cluster_rows: set[int]
     calls: list[str] = field(default_factory=list)
     join_refusals: list[str] = field(default_factory=list)
+    loading: list[int] = field(default_factory=list)
 
     def member(self, n: int) -> _Member:
         return next(m for m in self.members if m.n == n)
@@ -53,6 +54,10 @@ class _Cluster:
 
     def running_member(self, besides: _Member, timeout_s: float) -> _Member | None:
         return next((m for m in self.members if m is not besides and m.running), None)
+
+    def not_running(self, besides: _Member, timeout_s: float) -> list[int]:
+        self.calls.append("wait until the others run")
+        return list(self.loading)
 
     def join(self, member: _Member, through: _Member) -> int:
         self.calls.append(f"join {member.n} through {through.n}")
@@ -78,7 +83,7 @@ def test_a_removal_answered_with_a_timeout_is_taken_once_the_row_is_gone(tmp_pat
     assert len(record.notes) == 1 and record.notes[0].startswith("removed through member 1, answered: "), record.notes
     assert "committed as row 1:40" in record.notes[0], record.notes
     heal()
-    assert cluster.calls == ["kill 3", "join 3 through 1"], cluster.calls
+    assert cluster.calls == ["wait until the others run", "kill 3", "join 3 through 1"], cluster.calls
     assert not (tmp_path / "m3").exists(), "the removed member's data went before it joined as a new instance"
 
 
@@ -93,7 +98,7 @@ def test_a_removal_refused_while_the_row_stays_is_retried_then_given_up(tmp_path
     heal = faults.remove_rejoin(cluster, fault, record)  # type: ignore[arg-type]
     assert record.notes and record.notes[-1].startswith("box.remove(3) refused until the deadline"), record.notes
     heal()
-    assert cluster.calls == ["kill 3", "restart 3"], cluster.calls
+    assert cluster.calls == ["wait until the others run", "kill 3", "restart 3"], cluster.calls
 
 
 def test_a_refused_re_join_is_tried_again_on_a_fresh_directory(tmp_path: Path, monkeypatch) -> None:
@@ -108,6 +113,21 @@ def test_a_refused_re_join_is_tried_again_on_a_fresh_directory(tmp_path: Path, m
     heal = faults.remove_rejoin(cluster, fault, record)  # type: ignore[arg-type]
     (tmp_path / "m3").mkdir()
     heal()
-    assert cluster.calls == ["kill 3", "join 3 through 1", "join 3 through 1"], cluster.calls
+    assert cluster.calls == ["wait until the others run", "kill 3", "join 3 through 1", "join 3 through 1"], \
+        cluster.calls
     assert "failed, joining again" in record.notes[1] and "dead (SWIM)" in record.notes[1], record.notes
     assert record.notes[2] == "re-joined through member 1 as instance 6", record.notes
+
+
+def test_a_member_still_catching_up_is_waited_for_and_named_before_the_next_removal(tmp_path: Path) -> None:
+    """Seed 4 under load: member 2 was killed while instance 4, re-joined a moment before,
+    still caught up to what its registration's voters held, rows only member 2 had; it
+    could not vote, `box.remove(2)` found no quorum, and member 2 came back unremoved."""
+    first = _Member(1, tmp_path / "m1", answers=[ServerError(ErrorCode.TIMEOUT, "committed, but fewer than 2")])
+    cluster = _Cluster([first, _Member(2, tmp_path / "m2"), _Member(3, tmp_path / "m3")], cluster_rows={1, 3},
+                       loading=[3])
+    fault = Fault(at_s=0.0, kind="remove-rejoin", duration_s=1.0, members=(2,))
+    record = Injected(fault, 0.0)
+    faults.remove_rejoin(cluster, fault, record)  # type: ignore[arg-type]
+    assert cluster.calls == ["wait until the others run", "kill 2"], cluster.calls
+    assert record.notes[0] == "members [3] were not running after 15 s; removing anyway", record.notes

@@ -97,6 +97,12 @@ def test_join_replies_are_checked_before_the_joiner_uses_them() -> None:
         peer_messages.joined, frame({k: v for k, v in end.items() if k != PeerKey.REGISTRATION_ROW}))
     assert "must be [origin, lsn]" in refused(peer_messages.joined, frame({**end, PeerKey.REGISTRATION_ROW: [0, 7]}))
     assert "field BARRIER" in refused(peer_messages.joined, frame({**end, PeerKey.BARRIER: {1: "x"}}))
+    assert joined.registered == ()
+    member = [3, "0b8d3c9e-6a4f-4d7e-9c1b-2f5a6e7d8c9b", "127.0.0.1:3303"]
+    assert peer_messages.joined(frame({**end, PeerKey.REGISTERED: [member, [5, member[1], ""]]})).registered == (
+        (3, member[1], "127.0.0.1:3303"), (5, member[1], ""))
+    for bad in ([member[:2]], [[0, *member[1:]]], [[3, "not a uuid", member[2]]], [[3, member[1], "no port"]], "x"):
+        assert "field REGISTERED" in refused(peer_messages.joined, frame({**end, PeerKey.REGISTERED: bad}))
     assert "field CHUNK" in refused(peer_messages.checkpoint_chunk, frame({PeerKey.CHUNK: "text", PeerKey.OFFSET: 0}))
 
 

@@ -15,6 +15,7 @@ from replicaset.iproto.constants import Key
 from replicaset.iproto.errors import ServerError
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.cli import EXIT_REMOVED
+from replicaset.identity import JOIN_UPSTREAM_FILE
 from tests.server.conftest import QUORUM, REPLICASET_UUID, ReplicaSet, Server, quorum_set_of, wait_for
 from tests.server.test_cli import cli
 from tests.server.test_swim import SWIM_FAST
@@ -115,6 +116,30 @@ def test_a_removed_coordinators_prepared_transaction_is_aborted_and_the_next_joi
     rs.wait_converged()
     with replacement.client() as client:
         assert client.execute("SELECT v FROM kv WHERE k = 1").rows == [["the intent is gone"]]
+
+
+def test_members_a_join_named_are_followed_until_cluster_names_them_or_their_removal_is_here(replicaset_factory):
+    """A join names every member registered where it was served (`join_upstream.toml`),
+    and the joiner follows each until its own `_cluster` names it; one removed before the
+    joiner caught up is never named: once the joiner holds its removal, it is followed no
+    more and the file goes (here: a member that stopped while its file still named both)."""
+    rs, (first, second, third) = quorum_set_of(replicaset_factory, 3, SWIM_FAST)
+    uuids = {m: rs.info(m)["uuid"] for m in (first, third)}
+    third.kill()
+    wait_for(lambda: swim_state(rs, first, 3) == "dead", "member 3 DEAD on member 1")
+    assert console(first, "box.remove(3)")["removed"] == 3
+    rs.wait_converged([first, second])
+    second.stop()
+    (second.data_dir / JOIN_UPSTREAM_FILE).write_text(
+        f'[[upstream]]\nuuid = "{uuids[first]}"\naddress = "127.0.0.1:{first.port}"\ninstance_id = 1\n\n'
+        f'[[upstream]]\nuuid = "{uuids[third]}"\naddress = "127.0.0.1:{third.port}"\ninstance_id = 3\n')
+    second.start()
+    wait_for(lambda: not (second.data_dir / JOIN_UPSTREAM_FILE).exists(), "the file gone")
+    events = second.log_events()
+    events = events[max(i for i, e in enumerate(events) if e["event"] == "listening"):]  # since the restart
+    assert [e["uuid"] for e in events if e["event"] == "join_upstream_registered"] == [uuids[first]]
+    assert [(e["uuid"], e["member"]) for e in events if e["event"] == "join_upstream_removed"] == [(uuids[third], 3)]
+    assert console(second, "box.cfg")["replication"] == [f"127.0.0.1:{first.port}"]
 
 
 def test_a_joiner_whose_checkpoint_names_only_removed_members_follows_the_member_it_joined_through(

@@ -16,6 +16,7 @@ from tests.server.conftest import QUORUM, REPLICASET_UUID, ReplicaSet, Server, w
 
 LOAD_WRITES_MAX = 100_000
 PREPARE_SENT_S = 1.0
+BULK_ROWS = 20_000  # rows a joiner takes long enough to apply for its join member to die first
 
 
 @pytest.fixture
@@ -430,6 +431,29 @@ def test_a_join_after_a_snapshot_is_served_from_that_checkpoint(replicaset):
     assert [e["checkpoint"] for e in first.log_events() if e["event"] == "join_serving"] == [str(snapshots[0])]
     assert rows(second) == rows(first) == [[1, "before the snapshot"], [2, "after it"]]
     assert rows(second, "SELECT id FROM _cluster ORDER BY id") == [[1], [2]], "its own row came from the log"
+
+
+def test_a_joiner_whose_join_member_dies_at_once_catches_up_from_the_others(replicaset):
+    """Found by the chaos run of tests/chaos/test_removal_rejoin.py under load: a joiner got
+    a checkpoint whose `_cluster` names only the member it joined through, which died just
+    after the join; it could not learn the other members from rows it never got, so it
+    stayed `loading`, unable to vote, and SWIM elsewhere held it dead. The JOIN's end names
+    every member registered at the member serving it, and the joiner follows them too."""
+    first = replicaset.bootstrap()
+    with first.client() as client:
+        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, n INTEGER DEFAULT 0)")
+        client.eval("box.snapshot()")  # the checkpoint every join below is served: it names member 1 alone
+        client.execute(f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {BULK_ROWS}) "
+                       "INSERT INTO kv(k, v) SELECT x, hex(randomblob(100)) FROM c")
+    second = replicaset.join(first)
+    third = replicaset.join(first)
+    replicaset.wait_converged()
+    fourth = replicaset.join(first)
+    first.kill()  # before the joiner has the rows after the checkpoint, which name members 2 and 3
+    replicaset.wait_status(fourth, "running")
+    replicaset.wait_converged([second, third, fourth])
+    assert rows(fourth, "SELECT count(*) FROM kv") == [[BULK_ROWS]]
+    assert rows(fourth, "SELECT id FROM _cluster ORDER BY id") == [[1], [2], [3], [4]]
 
 
 def test_after_an_unclean_stop_a_member_fetches_its_rows_from_every_member_that_answers(trio_set):

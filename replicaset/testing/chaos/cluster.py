@@ -199,17 +199,31 @@ class Cluster(Signalled):
         re-join of its own, refuses a removal or a joiner's registration as a write."""
         deadline = time.monotonic() + timeout_s
         while True:
-            for member in self.members:
-                if member is besides or not member.running or member.paused:
-                    continue
-                try:
-                    if self.info(member)["status"] == "running":
-                        return member
-                except (OSError, ServerError):
-                    continue
-            if time.monotonic() > deadline:
-                return None
+            found = next((m for m in self._live(besides) if self._is_running(m)), None)
+            if found is not None or time.monotonic() > deadline:
+                return found
             time.sleep(POLL_S)
+
+    def not_running(self, besides: Member, timeout_s: float) -> list[int]:
+        """The live members other than `besides` whose status is still not `running` after
+        up to `timeout_s`: a joiner catching up votes for nothing yet (it must first hold
+        what its registration's voters held), so a removal waits for it, as an operator
+        would, or it may find no quorum until the removed member is back."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            behind = [m.n for m in self._live(besides) if not self._is_running(m)]
+            if not behind or time.monotonic() > deadline:
+                return behind
+            time.sleep(POLL_S)
+
+    def _live(self, besides: Member) -> list[Member]:
+        return [m for m in self.members if m is not besides and m.running and not m.paused]
+
+    def _is_running(self, member: Member) -> bool:
+        try:
+            return self.info(member)["status"] == "running"
+        except (OSError, ServerError):
+            return False
 
     def registered(self, member: Member, instance_id: int) -> bool:
         """Whether `member`'s `_cluster` still holds `instance_id`."""

@@ -147,10 +147,14 @@ def full_disk(cluster: Cluster, fault: Fault, record: Injected) -> Callable[[], 
 
 
 def remove_rejoin(cluster: Cluster, fault: Fault, record: Injected) -> Callable[[], None]:
-    """kill -9 the member, wait until SWIM on another member holds it dead, `box.remove(ID)`
-    it there (a QUORUM write shrinking the set); at the end wipe its data directory and
-    join it again, as a new instance that takes the freed id."""
+    """Once every other member runs (a joiner still catching up from an earlier fault votes
+    for nothing), kill -9 the member, wait until SWIM on another member holds it dead,
+    `box.remove(ID)` it there (a QUORUM write shrinking the set); at the end wipe its data
+    directory and join it again, as a new instance."""
     member = cluster.member(fault.members[0])
+    behind = cluster.not_running(besides=member, timeout_s=REMOVE_WAIT_S)
+    if behind:
+        record.notes.append(f"members {behind} were not running after {REMOVE_WAIT_S:.0f} s; removing anyway")
     cluster.kill(member)
     through = cluster.running_member(besides=member, timeout_s=REMOVE_WAIT_S)
     if through is None:
