@@ -79,6 +79,7 @@ from typing import Any
 import trio
 
 from replicaset.core import quorum as q
+from replicaset.core.admission import Admission, admit
 from replicaset.core import replication as repl
 from replicaset.core import swim
 from replicaset.core.replicaset import Refusal, ReplicaSet, must_recover
@@ -1181,7 +1182,7 @@ class Simulation:
         driver, writer, engine = member.driver, member.writer, member.engine
         assert driver is not None and writer is not None and engine is not None
         driver.txn_heartbeat(self.now_s, txn_id)
-        if engine.pending_vclock.get(record.origin) == record.lsn - 1:
+        if admit(engine.pending_vclock.get(record.origin), record.lsn) is Admission.NEXT:
             try:
                 await writer.apply([record], took=partial(driver.txn_commit_took, self.now_s) if driver.tracing else None)
             except (ApplyError, WriteFailed, WalError):
@@ -1357,7 +1358,7 @@ class Simulation:
         return {m: clock.get(m) for m in sorted(self.members)}
 
     def vclocks(self) -> dict[int, dict[int, int]]:
-        return {i: repl.replicated_part(m.engine.vclock).to_dict() for i, m in self.members.items() if m.engine}
+        return {i: m.engine.vclock.replicated().to_dict() for i, m in self.members.items() if m.engine}
 
     def _converged(self) -> bool:
         if any(m.driver is None or m.driver.recovering for m in self.members.values()):

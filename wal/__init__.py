@@ -20,7 +20,7 @@ from wal.group_commit import GroupCommitPolicy
 from wal.log import Wal, WalMode, fsync_path
 from wal.record import HEADER_SIZE, Record, RecordType, decode_record, encode_record
 from wal.segment import read_segment_records
-from wal.vclock import LOCAL_ORIGIN, Order, VClock
+from wal.vclock import LOCAL_ORIGIN, Order, VClock, covers
 
 __all__ = [
     "HEADER_SIZE",
@@ -28,6 +28,7 @@ __all__ = [
     "GroupCommitPolicy",
     "InvalidRecord",
     "LOCAL_ORIGIN",
+    "covers",
     "LsnOrderError",
     "Order",
     "Record",

@@ -118,6 +118,16 @@ class VClock:
             return NotImplemented
         return self._lsns == other._lsns
 
+    def covers(self, need: "Mapping[int, int] | VClock") -> bool:
+        """Every row `need` counts is held here."""
+        return covers(self._lsns, need)
+
+    def replicated(self) -> "VClock":
+        """Without origin 0, whose rows are never replicated."""
+        clock = VClock()
+        clock._lsns = {origin: lsn for origin, lsn in self._lsns.items() if origin != LOCAL_ORIGIN}
+        return clock
+
     def items(self) -> list[tuple[int, int]]:
         return sorted(self._lsns.items())
 
@@ -140,3 +150,10 @@ class VClock:
         if not isinstance(decoded, dict):
             raise ValueError(f"packed vclock must be a map, got {type(decoded).__name__}")
         return cls(decoded)
+
+
+def covers(have: "Mapping[int, int] | VClock", need: "Mapping[int, int] | VClock") -> bool:
+    """Every row `need` counts is in `have`: the one test behind a relay's sync, GC's
+    consumers and the purge horizon (plain maps or vclocks alike)."""
+    held = have._lsns if isinstance(have, VClock) else have
+    return all(held.get(origin, 0) >= lsn for origin, lsn in need.items())

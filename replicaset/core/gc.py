@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from wal import LOCAL_ORIGIN, VClock
+from wal import VClock, covers
 
 
 class Keeper(Enum):
@@ -76,14 +76,6 @@ class Plan:
     kept: Kept
 
 
-def _replicated(vclock: VClock) -> dict[int, int]:
-    return {origin: lsn for origin, lsn in vclock.items() if origin != LOCAL_ORIGIN}
-
-
-def _covers(consumer: Mapping[int, int], upto: Mapping[int, int]) -> bool:
-    return all(consumer.get(origin, 0) >= lsn for origin, lsn in upto.items())
-
-
 class WalGc:
     """One member's GC consumers of its log, and the decision of what goes."""
 
@@ -106,7 +98,7 @@ class WalGc:
         """`peer` holds `vclock` durably. Its latest word counts, even lower than before (a
         peer that lost rows in an OS crash needs them again, if they are still here)."""
         if peer in self.peers:
-            self.peers[peer] = _replicated(vclock if isinstance(vclock, VClock) else VClock(dict(vclock)))
+            self.peers[peer] = (vclock if isinstance(vclock, VClock) else VClock(dict(vclock))).replicated().to_dict()
 
     def collect(self, now_s: float, segments: Sequence[Segment], *, checkpoints: Sequence[VClock],
                 database: VClock) -> Plan:
@@ -134,17 +126,17 @@ class WalGc:
         if recovery is None:
             return Keeper.NO_CHECKPOINT, None
         upto_all = upto.to_dict()
-        if not _covers(recovery, upto_all):
+        if not covers(recovery, upto_all):
             return Keeper.CHECKPOINT, None
-        if not _covers(database.to_dict(), upto_all):
+        if not covers(database.to_dict(), upto_all):
             return Keeper.DATABASE, None
         age_s = now_s - segment.written_s
         if age_s < self.min_retention_s:
             return Keeper.MIN_RETENTION, None
         if age_s < self.max_retention_s:
-            upto_replicated = _replicated(upto)
+            upto_replicated = upto.replicated().to_dict()
             for peer, acked in self.peers.items():
-                if not _covers(acked, upto_replicated):
+                if not covers(acked, upto_replicated):
                     return Keeper.PEER, peer
         return None
 

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from replicaset.core.transitions import LocalProtocolError
-from wal import LOCAL_ORIGIN, VClock
+from wal import LOCAL_ORIGIN, VClock, covers
 
 Clock = dict[int, int]
 """origin -> LSN, without zero entries (a vclock's replicated part as a plain dict)."""
@@ -51,11 +51,6 @@ def _clock(items: Mapping[int, int]) -> Clock:
     """Validated (VClock's checks), origin 0 and zero entries dropped."""
     checked = VClock(dict(items))
     return {origin: lsn for origin, lsn in checked.items() if origin != LOCAL_ORIGIN}
-
-
-def covers(clock: Mapping[int, int], other: Mapping[int, int]) -> bool:
-    """Every row `other` names is in `clock`."""
-    return all(clock.get(origin, 0) >= lsn for origin, lsn in other.items())
 
 
 def horizon(vclocks: Iterable[Mapping[int, int]]) -> Clock:

@@ -202,7 +202,7 @@ class Applier:
         self.state, self.last_heard_s = S.AUTH, now_s
         return [
             SendSubscribe(
-                peer=self.peer, vclock=replicated_part(vclock).to_dict(), last_txn=dict(last_txn), include_own=include_own
+                peer=self.peer, vclock=vclock.replicated().to_dict(), last_txn=dict(last_txn), include_own=include_own
             )
         ]
 
@@ -211,7 +211,7 @@ class Applier:
         self.message, self.last_heard_s = None, now_s
         self.sync_target = relay_vclock.copy()
         self.upstream_vclock = relay_vclock.copy()
-        self.state = S.FOLLOW if _covers(local_vclock, relay_vclock) else S.SYNC
+        self.state = S.FOLLOW if local_vclock.covers(relay_vclock.replicated()) else S.SYNC
         return []
 
     @transition(APPLIER_TRANSITIONS)
@@ -256,7 +256,7 @@ class Applier:
             return []
         self._progressed(durable_vclock)
         self._leave_sync(durable_vclock)
-        return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
+        return [SendAck(peer=self.peer, vclock=durable_vclock.replicated().to_dict())]
 
     def _progressed(self, durable_vclock: VClock) -> None:
         """Rows were made durable: the link works, so the next failure backs off from the start."""
@@ -266,7 +266,7 @@ class Applier:
 
     def _leave_sync(self, durable_vclock: VClock) -> None:
         """Synced once we hold what the relay had at subscribe time, from whichever peer."""
-        if self.state is S.SYNC and _covers(durable_vclock, self.sync_target):
+        if self.state is S.SYNC and durable_vclock.covers(self.sync_target.replicated()):
             self.state = S.FOLLOW
 
     @transition(APPLIER_TRANSITIONS)
@@ -323,7 +323,7 @@ class Applier:
         self.upstream_vclock = self.upstream_vclock.merge(relay_vclock)
         self._progressed(durable_vclock)
         self._leave_sync(durable_vclock)
-        return [SendAck(peer=self.peer, vclock=replicated_part(durable_vclock).to_dict())]
+        return [SendAck(peer=self.peer, vclock=durable_vclock.replicated().to_dict())]
 
     @transition(APPLIER_TRANSITIONS)
     def ignore(self, now_s: float, message: str) -> list[Action]:
@@ -453,7 +453,7 @@ class Relay:
         if not include_own:
             wanted.reset(self.subscriber, max(wanted.get(self.subscriber), log_start.get(self.subscriber)))
         wanted.reset(LOCAL_ORIGIN, log_start.get(LOCAL_ORIGIN))
-        if not _covers(wanted, log_start):
+        if not wanted.covers(log_start.replicated()):
             self.state = RelayState.STOPPED
             return Refuse(
                 refusal=Refusal.ROWS_UNAVAILABLE,
@@ -464,7 +464,7 @@ class Relay:
             )
         self.state = RelayState.FOLLOW
         self.include_own = include_own
-        replicated = replicated_part(vclock)
+        replicated = vclock.replicated()
         self.sent, self.acked, self.held_at_subscribe = replicated, replicated.copy(), replicated.copy()
         self.last_sent_s = self.last_ack_s = now_s
         return [ReadLog(subscriber=self.subscriber, after=self.sent.to_dict())]
@@ -563,13 +563,3 @@ class Relay:
         assert self.sent_past(self.durable) == 0, "own rows are relayed only once durable"
         assert not (self.behind and self.withheld), "a relay behind keeps no row: it re-reads the log"
         assert len(self.withheld) <= WITHHELD_ROWS_MAX
-
-
-def replicated_part(vclock: VClock) -> VClock:
-    """The vclock without origin 0, whose rows are never replicated."""
-    return VClock({origin: lsn for origin, lsn in vclock.items() if origin != LOCAL_ORIGIN})
-
-
-def _covers(have: VClock, need: VClock) -> bool:
-    """True when `have` holds every row `need` counts (ignoring the local origin 0)."""
-    return all(have.get(origin) >= lsn for origin, lsn in need.items() if origin != LOCAL_ORIGIN)

@@ -369,7 +369,7 @@ class MemberDriver:
         if isinstance(accepted, repl.Refuse):
             return accepted
         self.relays[conn] = relay
-        return Accepted(vclock=repl.replicated_part(store.vclock).to_dict(), actions=self._of_relay(conn, accepted))
+        return Accepted(vclock=store.vclock.replicated().to_dict(), actions=self._of_relay(conn, accepted))
 
     @_event
     def relay_rows(self, conn: int, now_s: float, records: Sequence[Record]) -> list[Action]:

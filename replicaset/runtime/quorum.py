@@ -31,6 +31,7 @@ import trio
 
 from replicaset.config import dial_address
 from replicaset.core import quorum as q
+from replicaset.core.admission import Admission, admit
 from replicaset.iproto import peer_messages
 from replicaset.iproto.codec import Frame, FrameDecoder, encode_request
 from replicaset.iproto.constants import ErrorCode, Key
@@ -583,7 +584,7 @@ class QuorumHost:
             if record.origin != request.sender:
                 raise RequestError(ErrorCode.PROTOCOL, f"COMMIT from {request.sender} carries a row of {record.origin}")
             driver.txn_heartbeat(now, request.txn_id)
-            if node.engine.pending_vclock.get(record.origin) == record.lsn - 1:
+            if admit(node.engine.pending_vclock.get(record.origin), record.lsn) is Admission.NEXT:
                 self._committing[request.sender] += 1
                 try:
                     await node.writer.apply([record], took=partial(driver.txn_commit_took, now) if driver.tracing

@@ -130,7 +130,7 @@ def _options(body: dict[int, Any], default: Level) -> _Options:
         raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"OPTIONS consistency must be one, quorum or all, got {level!r:.40}")
     wait = raw.get("wait_vclock")
     try:
-        wait_vclock = None if wait is None else repl.replicated_part(VClock(wait))
+        wait_vclock = None if wait is None else VClock(wait).replicated()
     except (TypeError, ValueError) as exc:
         raise RequestError(ErrorCode.ILLEGAL_PARAMS, f"OPTIONS wait_vclock is not a vclock: {exc}") from None
     if not isinstance(raw.get(RETURN_VCLOCK, False), bool):
@@ -703,7 +703,7 @@ class Session:
             # request that asked: no connector knows where else to find it.
             asked = vclock is not None and _returns_vclock(frame)
             self._reply_ok(frame, {Key.SQL_INFO: sql_info(result.row_count or 0, result.autoincrement_ids)},
-                           vclock=repl.replicated_part(vclock).to_dict() if asked else None)
+                           vclock=vclock.replicated().to_dict() if asked else None)
 
     def _select(self, frame: Frame) -> None:
         """Only the system views connectors read at connect: data is read with SQL."""

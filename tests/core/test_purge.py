@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicaset.core.purge import PurgeHorizon, covers, horizon, under, under_stamps
+from replicaset.core.purge import PurgeHorizon, horizon, under, under_stamps
+from wal import covers
 from replicaset.core.transitions import LocalProtocolError
 
 # ------------------------------------------------------------------ the counter-example

@@ -6,7 +6,7 @@ EXPECTED = {
     "VClock", "Order", "Record", "RecordType", "encode_record", "decode_record", "Wal", "WalMode",
     "GroupCommitPolicy", "HEADER_SIZE", "read_segment_records", "WalError", "InvalidRecord",
     "RecordTooLarge", "TruncatedRecord", "CorruptRecord", "WalCorruption", "LsnOrderError",
-    "RowsUnavailable", "WalWriteError", "WalClosed", "fsync_path", "LOCAL_ORIGIN",
+    "RowsUnavailable", "WalWriteError", "WalClosed", "fsync_path", "LOCAL_ORIGIN", "covers",
 }
 
 

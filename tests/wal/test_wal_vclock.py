@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wal import Order, VClock
+from wal import Order, VClock, covers
 
 small_clocks = st.dictionaries(st.integers(0, 31), st.integers(0, 20), max_size=6).map(VClock)
 any_clocks = st.dictionaries(st.integers(0, 31), st.integers(0, 2**64 - 1)).map(VClock)
@@ -126,3 +126,12 @@ def test_presentation() -> None:
 def test_constructor_validates(items: dict[object, object]) -> None:
     with pytest.raises(ValueError):
         VClock(items)  # type: ignore[arg-type]
+
+
+def test_covers_asks_for_every_row_counted_and_replicated_drops_the_local_origin() -> None:
+    held = VClock({0: 9, 1: 5, 2: 3})
+    assert held.covers(VClock({1: 5, 2: 1})) and held.covers({1: 4}) and held.covers({})
+    assert not held.covers({1: 6}) and not held.covers(VClock({3: 1}))
+    assert held.replicated() == VClock({1: 5, 2: 3}) and held.get(0) == 9, "a new vclock; the original keeps origin 0"
+    assert not VClock({1: 5}).covers(held) and VClock({1: 5, 2: 3}).covers(held.replicated())
+    assert covers({1: 5}, {1: 5}) and not covers({}, VClock({1: 1})), "plain maps and vclocks alike"
