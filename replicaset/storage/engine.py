@@ -44,6 +44,7 @@ from replicaset.storage.batch import Batch, Batches, BatchKind
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.connections import Connections, connect
 from replicaset.storage.errors import BatchKindError, SqlError, StatementTimeout
+from replicaset.storage.pragmas import connection_pragma
 from replicaset.storage.keys import SCHEMA_KEY
 from replicaset.storage.schema import SchemaState, TableCache, committed_schema_id, read_vclock
 from replicaset.storage.statements import StatementShape, describe, is_read, run_statement, sql_message
@@ -198,6 +199,9 @@ class Engine:
     ) -> StatementResult:
         """Run one client statement in its own savepoint; a failure leaves nothing behind.
         `trusted` statements come from the node itself (system tables) and skip the authorizer."""
+        answer = connection_pragma(sql)
+        if answer is not None:
+            return StatementResult(columns=answer.columns, rows=answer.rows, row_count=0, autoincrement_ids=[])
         result = self._transactions.execute(txn, sql, binds, trusted=trusted)
         if txn.explicit:
             try:
@@ -349,7 +353,11 @@ class Engine:
 
     def query(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult | None:
         """Run a statement on the reader connection; None when it turns out to write. Past
-        `statement_timeout_s` SQLite stops it (a read-only statement interrupted ends alone)."""
+        `statement_timeout_s` SQLite stops it (a read-only statement interrupted ends alone).
+        A connection PRAGMA is answered without running (`pragmas.py`)."""
+        answer = connection_pragma(sql)
+        if answer is not None:
+            return StatementResult(columns=answer.columns, rows=answer.rows, row_count=None, autoincrement_ids=[])
         cursor = self._connections.reader.cursor()
         limit = self.config.statement_timeout_s
         self._read_deadline = time.monotonic() + limit if limit else math.inf

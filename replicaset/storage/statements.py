@@ -23,6 +23,7 @@ import apsw
 import apsw.ext
 
 from replicaset.storage.config import EngineConfig
+from replicaset.storage.pragmas import is_connection_pragma
 from replicaset.storage.schema import INTERNAL_PREFIX, TableCache, refused_alter
 from replicaset.storage.tokens import meaningful, tokenize
 
@@ -78,11 +79,12 @@ class StatementShape:
 def is_read(sql: str) -> bool:
     """Statements worth trying on a reader first; a reader refuses any write anyway. The
     PRAGMAs that describe the schema are among them: on the writer, `table_list` would
-    also list the engine's TEMP tables there, which no client can read."""
+    also list the engine's TEMP tables there, which no client can read; and so are the
+    connection PRAGMAs answered without running (`pragmas.py`)."""
     first = first_word(sql)
     if first == "PRAGMA":
         name = _PRAGMA_NAME.match(_LEADING_NOISE.sub("", sql, count=1))
-        return name is not None and name.group(1).lower() in _SCHEMA_PRAGMAS
+        return name is not None and name.group(1).lower() in _SCHEMA_PRAGMAS or is_connection_pragma(sql)
     return first.startswith(_READ_KEYWORDS)
 
 

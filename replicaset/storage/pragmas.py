@@ -1,0 +1,99 @@
+"""The per-connection PRAGMAs applications send, answered as SQLite would.
+
+Drivers and frameworks send a few PRAGMAs on every new connection (`foreign_keys = ON`,
+`busy_timeout`, `journal_mode = WAL`, `synchronous = NORMAL`). Every client's statements
+run on one writer connection shared by all, so a client cannot set them; but each asks for
+what every member runs already, or for what cannot matter here, and is answered exactly as
+SQLite answers it, without running. One that would change a member alone (foreign keys
+off, another journal mode, another sync level) is refused with the reason
+(docs/decisions.md, "Connection PRAGMAs"). Any other PRAGMA that sets something is the
+authorizer's to refuse (`statements.py`); one that only asks runs as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from replicaset.storage.errors import SqlError
+
+# PRAGMA [main.]name = value | PRAGMA [main.]name(value), one statement.
+_SETTING = re.compile(r"^\s*PRAGMA\s+(?:main\s*\.\s*)?(\w+)\s*(?:=\s*([^;()]+?)|\(\s*([^;()]+?)\s*\))\s*;?\s*$",
+                      re.IGNORECASE)
+_TRUE = frozenset({"1", "on", "yes", "true"})
+_FALSE = frozenset({"0", "off", "no", "false"})
+_TEXTS_CACHED = 256
+
+
+@dataclass(frozen=True, slots=True)
+class PragmaAnswer:
+    """SQLite's answer to the PRAGMA: its columns and rows (none for most settings)."""
+
+    columns: list[tuple[str, str | None]]
+    rows: list[list[Any]]
+
+
+def _foreign_keys(value: str) -> PragmaAnswer:
+    if value in _TRUE:
+        return PragmaAnswer(columns=[], rows=[])
+    raise SqlError(f"PRAGMA foreign_keys = {value} would change this member alone: every member enforces "
+                   "foreign keys, for every client")
+
+
+def _journal_mode(value: str) -> PragmaAnswer:
+    if value == "wal":
+        return PragmaAnswer(columns=[("journal_mode", None)], rows=[["wal"]])
+    raise SqlError(f"PRAGMA journal_mode = {value} would change this member alone: every member's database runs "
+                   "in WAL journal mode")
+
+
+def _synchronous(value: str) -> PragmaAnswer:
+    if value in ("normal", "1"):
+        return PragmaAnswer(columns=[], rows=[])
+    raise SqlError(f"PRAGMA synchronous = {value} would change this member alone: SQLite runs synchronous = NORMAL "
+                   "on every member, and what survives a crash is set by the replica set's own log (wal_mode)")
+
+
+def _busy_timeout(value: str) -> PragmaAnswer:
+    """Any timeout is taken and has nothing to do: clients never wait on SQLite's locks,
+    since the server orders every write itself."""
+    try:
+        milliseconds = int(value)
+    except ValueError:
+        raise SqlError(f"PRAGMA busy_timeout takes a number of milliseconds, got {value}") from None
+    return PragmaAnswer(columns=[("timeout", None)], rows=[[max(milliseconds, 0)]])
+
+
+_SETTINGS: dict[str, Callable[[str], PragmaAnswer]] = {
+    "foreign_keys": _foreign_keys,
+    "journal_mode": _journal_mode,
+    "synchronous": _synchronous,
+    "busy_timeout": _busy_timeout,
+}
+
+
+@functools.lru_cache(maxsize=_TEXTS_CACHED)
+def _parse(sql: str) -> tuple[str, str] | None:
+    match = _SETTING.match(sql)
+    if match is None or match.group(1).lower() not in _SETTINGS:
+        return None
+    value = (match.group(2) if match.group(2) is not None else match.group(3)).strip().strip("'\"").lower()
+    return match.group(1).lower(), value
+
+
+def is_connection_pragma(sql: str) -> bool:
+    """`sql` sets one of the PRAGMAs this module answers."""
+    return _parse(sql) is not None
+
+
+def connection_pragma(sql: str) -> PragmaAnswer | None:
+    """SQLite's answer to `sql` when it sets one of these PRAGMAs, None for any other
+    statement; SqlError, with the reason, when it would change this member alone."""
+    parsed = _parse(sql)
+    if parsed is None:
+        return None
+    name, value = parsed
+    return _SETTINGS[name](value)
