@@ -62,7 +62,7 @@ from wal import GroupCommitPolicy, RecordType, WalError, WalMode
 
 CLEAN_STOP_FILE = "clean_stop"
 CLUSTER_DDL = "CREATE TABLE _cluster(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, address TEXT NOT NULL)"
-MEMBER_WAIT_POLL_S = 0.02
+REJOIN_CHECK_S = 0.02  # a member waiting to re-join looks again: its timeout runs on the clock
 REGISTER_RETRY_S = 0.1  # after a conflicting registration: its row is on its way
 # A conflict (another registration won, or members see different memberships for now) and
 # a member not taking writes yet pass; a registration tries again until the join's deadline.
@@ -134,6 +134,7 @@ class Node:
         self.disk = DiskGuard(data_dir, self.log)  # opened (its reserve made) by `run`
         self.started_monotonic = time.monotonic()
         self.schema_version = 1
+        self.vclock_advanced = trio.Event()  # set, and replaced, at every flush that advanced the vclock
         self._system_views: dict[SystemView, list[list[Any]]] | None = None
         self.listen_address = config.listen
         self.trace_file: TraceFile | None = None
@@ -638,7 +639,7 @@ class Node:
                     self.rejoin_through = ""
             if not self.driver.rejoin_waiting:
                 return
-            await trio.sleep(MEMBER_WAIT_POLL_S)
+            await trio.sleep(REJOIN_CHECK_S)
 
     async def register(self, uuid: str, address: str) -> Registration:
         """`uuid`'s id (its old one if it has one), registered by this member, any member,
@@ -701,7 +702,7 @@ class Node:
         """Until the `_cluster` row of `uuid` is applied here, so that what we serve holds it."""
         with trio.move_on_after(self.config.replication_connect_timeout):
             while self.member_id(uuid) is None:
-                await trio.sleep(MEMBER_WAIT_POLL_S)
+                await self.vclock_advanced.wait()
             return
         raise RequestError(ErrorCode.TIMEOUT, f"the _cluster row of instance {uuid} did not arrive here within "
                                               f"replication_connect_timeout = {self.config.replication_connect_timeout} s")
@@ -755,6 +756,8 @@ class Node:
             self.driver.wal_flushed(trio.current_time())
         self.quorum.rows_flushed()
         self.relays.on_flush(records)
+        self.vclock_advanced.set()
+        self.vclock_advanced = trio.Event()
 
     def _on_synced(self, advanced: bool) -> None:
         self.driver.wal_synced(trio.current_time(), advanced=advanced)

@@ -86,7 +86,6 @@ TXN_REQUESTS = frozenset({PeerRequest.TXN_PREPARE, PeerRequest.TXN_COMMIT, PeerR
 # Governed by the cluster secret (`PeerGate`), not by user logins; by name, for the log.
 PEER_REQUESTS: dict[int, str] = {kind: kind.name for kind in (RequestType.JOIN, RequestType.SUBSCRIBE, PeerRequest.ACK,
                                                                *sorted(TXN_REQUESTS))}
-WAIT_VCLOCK_POLL_S = 0.001
 RETURN_VCLOCK = "return_vclock"
 # CALL serves the `box` functions connectors call on their own (PyPI `tarantool`'s
 # ConnectionPool calls box.info for `ro` and `status`), as the console evaluates them.
@@ -686,10 +685,11 @@ class Session:
         """Read-your-writes on any member, for reads and writes alike: wait until this
         member holds `wanted`, so that a statement naming what a DDL elsewhere created
         runs once that DDL is here."""
-        engine = self._node.engine
+        node = self._node
+        engine = node.engine
         with trio.move_on_after(self._synchro_timeout_s()):
             while not wanted <= engine.vclock:
-                await trio.sleep(WAIT_VCLOCK_POLL_S)
+                await node.vclock_advanced.wait()
             return
         raise RequestError(ErrorCode.TIMEOUT, f"this member's vclock {engine.vclock.to_dict()} did not reach "
                                               f"{wanted.to_dict()} within {self._synchro_timeout_s()} s")
