@@ -18,7 +18,9 @@ from tests.server.conftest import ReplicaSet, wait_for
 
 ACCOUNTS = 5
 PAUSE_S = 0.002
-CONVERGE_S = 1.0
+# A stuck row never converges; what the members have queued when the clients stop took
+# 1.94 s once on a 2-core machine at load average 8, over the 1.5 s allowed before.
+CONVERGE_S = 2.0
 
 
 def run_contended(rs: ReplicaSet, duration_s: float) -> None:
