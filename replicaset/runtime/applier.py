@@ -3,7 +3,6 @@ driver its applier's events and carrying out the actions; rows go to the single 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -21,6 +20,7 @@ from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.member import Action, ApplierAction, MemberDriver
 from replicaset.runtime import removal as removals
+from replicaset.runtime.clock import WallClock
 from replicaset.runtime.links import REFUSALS, PeerError, PeerLink
 from replicaset.runtime.peer_access import PeerCredentials
 from replicaset.runtime.writer import WriteFailed, Writer
@@ -54,6 +54,7 @@ class ApplierHost(Protocol):
     ignored_addresses: set[str]
     peer_credentials: PeerCredentials
     links_open: dict[str, trio.Event]
+    clock: WallClock
 
     def upstreams(self) -> Mapping[str, Upstream]: ...
 
@@ -160,7 +161,7 @@ async def _follow(node: ApplierHost, upstream: Upstream) -> None:
                 raise PeerError(ErrorCode.NO_CONNECTION, driver.appliers[key].message or "stopped")
             actions = []
             if frame.request_type == PeerRequest.ROWS:
-                received = driver.applier_rows(key, trio.current_time(), peer_messages.rows(frame), wall_ms=now_ms())
+                received = driver.applier_rows(key, trio.current_time(), peer_messages.rows(frame), wall_ms=node.clock.now_ns() // 1_000_000)
                 for tagged in received:
                     assert isinstance(tagged, ApplierAction) and isinstance(tagged.action, repl.ApplyRows)
                     actions += await _apply(node, key, tagged.action)
@@ -255,6 +256,3 @@ async def _schema_wait(node: ApplierHost, key: str) -> repl.ApplyRows | None:
             return tagged.action
     return None
 
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
 from replicaset.runtime import box
 from replicaset.runtime.checkpoint_daemon import CheckpointDaemon
+from replicaset.runtime.clock import SYSTEM_CLOCK, WallClock
 from replicaset.runtime.disk import DiskGuard
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.quorum import QuorumHost
@@ -67,10 +67,6 @@ REGISTER_RETRY_S = 0.1  # after a conflicting registration: its row is on its wa
 # A conflict (another registration won, or members see different memberships for now) and
 # a member not taking writes yet pass; a registration tries again until the join's deadline.
 RETRIED_REGISTRATION = frozenset({ErrorCode.TRANSACTION_CONFLICT, ErrorCode.READONLY})
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -107,9 +103,10 @@ class Node:
 
     def __init__(
         self, *, config: Config, identity: Identity, data_dir: Path, force_recovery: bool = False, rejoin: bool = False,
-        isolated: bool = False, move: bool = False,
+        isolated: bool = False, move: bool = False, clock: WallClock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
+        self.clock = clock  # the date; durations are trio's clock
         # `serve --move`: a member alone in its set may start at a new address, which its
         # `_cluster` row then takes (`_check_registered_address`).
         self.move = move
@@ -132,7 +129,7 @@ class Node:
         self._register_lock = trio.Lock()
         self.log = get_logger(identity.instance_id)
         self.disk = DiskGuard(data_dir, self.log)  # opened (its reserve made) by `run`
-        self.started_monotonic = time.monotonic()
+        self.started_s: float | None = None  # trio's clock, once running
         self.schema_version = 1
         self.vclock_advanced = trio.Event()  # set, and replaced, at every flush that advanced the vclock
         self._system_views: dict[SystemView, list[list[Any]]] | None = None
@@ -201,7 +198,7 @@ class Node:
         """The wall clock the HLC reads, `[debug] clock_skew_ms` off the true one: the fault
         harness skews one member's clock to show that last-writer-wins and the HLC's
         monotony hold when members' clocks disagree."""
-        return wall_clock_ms() + self.config["debug.clock_skew_ms"]
+        return self.clock.now_ns() // 1_000_000 + self.config["debug.clock_skew_ms"]
 
     def open_member(self) -> MemberDriver:
         """The member's driver over the open engine. Its replica-set core waits for `run`
@@ -275,6 +272,7 @@ class Node:
         self, serve_connection: Callable[[trio.SocketStream], Awaitable[None]], *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve until cancelled; `serve_connection` speaks iproto (over TLS with `[tls]`) on each accepted one."""
+        self.started_s = trio.current_time()
         self.disk.open()
         clean_marker = self.data_dir / CLEAN_STOP_FILE
         unclean = not clean_marker.exists() and (self.data_dir / "db.sqlite").exists()
@@ -811,7 +809,7 @@ class Node:
             "signature": vclock.signature,
             "status": self.status(),
             "ro": bool(self.config.read_only) or self.status() != "running",
-            "uptime": int(time.monotonic() - self.started_monotonic),
+            "uptime": int(trio.current_time() - self.started_s) if self.started_s is not None else 0,
             "listen": self.listen_address,
             "pid": os.getpid(),
             "replication": self.replication_info(),

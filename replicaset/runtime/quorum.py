@@ -20,7 +20,6 @@ release.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -165,7 +164,7 @@ class QuorumHost:
         config = self._node.config
         if self._node.disk.poll():  # deletions take room in RocksDB's log too; the next pass makes them
             return 0
-        gone = self.records.collect(self._node.driver, trio.current_time(), now_ms=time.time_ns() // 1_000_000,
+        gone = self.records.collect(self._node.driver, trio.current_time(), now_ms=self._node.clock.now_ns() // 1_000_000,
                                     members=self.view(),
                                     min_retention_ms=int(float(config["gc.min_retention_s"]) * 1000),
                                     max_retention_ms=int(float(config["gc.max_retention_s"]) * 1000))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import random
 import socket
-import time
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -151,7 +150,7 @@ class SwimHost:
         self.last_drop: str | None = None
         self._members_at_s = float("-inf")
         self._secret = node.cluster_secret
-        self._stamps = StampGuard(time.time_ns())
+        self._stamps = StampGuard(node.clock.now_ns())
         self._last_stamp_ns = 0
         self.refused = 0  # of `dropped`: no valid tag, or not fresh
         self._refused_logged = 0
@@ -198,7 +197,7 @@ class SwimHost:
                 self.last_drop = str(exc)
                 continue
             if self._secret is not None:
-                stale = self._stamps.refusal(sender, stamp_ns, time.time_ns())
+                stale = self._stamps.refusal(sender, stamp_ns, self._node.clock.now_ns())
                 if stale is not None:
                     self._refuse(stale, origin)
                     continue
@@ -247,7 +246,7 @@ class SwimHost:
         if where is None:
             return
         if self._secret is not None:
-            self._last_stamp_ns = max(time.time_ns(), self._last_stamp_ns + 1)
+            self._last_stamp_ns = max(self._node.clock.now_ns(), self._last_stamp_ns + 1)
             data = swim_seal(self._secret, self._last_stamp_ns, data)
         try:
             self._raw.sendto(data, where)

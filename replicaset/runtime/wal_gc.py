@@ -18,7 +18,6 @@ a transaction of their own. Where a removed member's origin ends is kept in the 
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -85,7 +84,7 @@ class WalGcHost:
             segments = [gc.Segment(name=path.name, start=vclock, written_s=path.stat().st_mtime)
                         for path, vclock in wal.segments()]
             self._checkpoints = [(path.name, vclock) for path, vclock in engine.checkpoints() if start <= vclock]
-            actions = node.driver.gc_collect(time.time(), segments, checkpoints=[v for _, v in self._checkpoints],
+            actions = node.driver.gc_collect(node.clock.now_ns() / 1e9, segments, checkpoints=[v for _, v in self._checkpoints],
                                              peers=frozenset(peers))
             for tagged in actions:
                 assert isinstance(tagged, GcAction)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -38,9 +37,21 @@ WAIT_S = 600.0  # virtual seconds
 SOCKET_AUTOJUMP_S = 0.01
 
 
-def make_node(data_dir: Path, instance_id: int = BOOTSTRAP_ID, **overrides: object) -> Node:
+class FixedClock:
+    """A wall clock that reads what the test set."""
+
+    def __init__(self, ns: int) -> None:
+        self.ns = ns
+
+    def now_ns(self) -> int:
+        return self.ns
+
+
+def make_node(data_dir: Path, instance_id: int = BOOTSTRAP_ID, clock: FixedClock | None = None,
+              **overrides: object) -> Node:
     identity = Identity(replicaset_uuid=str(uuid.uuid4()), instance_uuid=str(uuid.uuid4()), instance_id=instance_id)
-    return Node(config=load(overrides={"wal_mode": "write", **overrides}), identity=identity, data_dir=data_dir)
+    return Node(config=load(overrides={"wal_mode": "write", **overrides}), identity=identity, data_dir=data_dir,
+                **({"clock": clock} if clock is not None else {}))
 
 
 @asynccontextmanager
@@ -274,13 +285,13 @@ def test_a_member_with_a_skewed_clock_stamps_its_writes_that_far_ahead(tmp_path:
     a wall clock an hour ahead, so the bootstrap's own `_cluster` row carries a stamp an
     hour ahead of the true time."""
     skew_ms = 3_600_000
-    node = make_node(tmp_path / "data", **{"debug.clock_skew_ms": skew_ms})
+    now_ms = 1_800_000_000_000  # 2027-01-15
+    node = make_node(tmp_path / "data", clock=FixedClock(now_ms * 1_000_000), **{"debug.clock_skew_ms": skew_ms})
 
     async def main() -> None:
-        before_ms = time.time_ns() // 1_000_000
         async with opened(node):
             [(hlc, _origin, *_)] = node.engine.stored_versions([("_cluster", "_cluster:1")]).values()
-            assert 0 <= unpack_stamp(hlc)[0] - before_ms - skew_ms < 60_000
+            assert unpack_stamp(hlc)[0] == now_ms + skew_ms, "the wall clock the node was given, skewed"
 
     trio.run(main)
 
