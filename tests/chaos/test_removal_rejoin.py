@@ -40,6 +40,7 @@ def test_a_new_instance_replacing_a_removed_member_holds_its_rows_under_a_new_id
             client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
         rs.join(first)
         third = rs.join(first)
+        rs.wait_status(third, "running")  # a member still loading refuses writes
         with third.client() as client:
             for k in range(ROWS):
                 client.execute("INSERT INTO kv(k, v) VALUES (?, 'written by the first member 3')", [k])
