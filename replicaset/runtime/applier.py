@@ -27,7 +27,6 @@ from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import ApplyError, Engine, EngineFatal, GapError, SchemaPending
 from wal import Record, WalError
 
-SCHEMA_WAIT_POLL_S = 0.01
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +54,7 @@ class ApplierHost(Protocol):
     peer_credentials: PeerCredentials
     links_open: dict[str, trio.Event]
     clock: WallClock
+    vclock_advanced: trio.Event
 
     def upstreams(self) -> Mapping[str, Upstream]: ...
 
@@ -212,8 +212,8 @@ def _is_known(node: ApplierHost, key: str, uuid: str, address: str) -> bool:
 
 async def _apply(node: ApplierHost, key: str, action: repl.ApplyRows) -> list[Action]:
     """Rows to the writer; a row whose schema is not here yet waits in the applier core,
-    which hands the rows back once it is (or breaks the link): this task looks every
-    `SCHEMA_WAIT_POLL_S` meanwhile, reading nothing more from its link."""
+    which hands the rows back once it is (or breaks the link): this task looks again at
+    every flush and at the core's deadline, reading nothing more from its link."""
     driver = node.driver
     records = action.records
     took = partial(driver.applier_took, key, trio.current_time()) if driver.tracing else None
@@ -246,13 +246,16 @@ async def _schema_wait(node: ApplierHost, key: str) -> repl.ApplyRows | None:
     """Until the applier core lets its waiting rows go (None: they all came another way)
     or breaks the link."""
     driver = node.driver
-    while driver.appliers[key].waiting is not None:
-        await trio.sleep(SCHEMA_WAIT_POLL_S)
+    while True:
         for tagged in driver.applier_schema_check(key, trio.current_time()):
             assert isinstance(tagged, ApplierAction)
             if isinstance(tagged.action, repl.Disconnect):
                 raise PeerError(ErrorCode.TIMEOUT, tagged.action.reason)
             assert isinstance(tagged.action, repl.ApplyRows)
             return tagged.action
-    return None
+        waiting = driver.appliers[key].waiting
+        if waiting is None:
+            return None
+        with trio.move_on_at(waiting.deadline_s):  # a schema arrives by a flush, as every row does
+            await node.vclock_advanced.wait()
 
