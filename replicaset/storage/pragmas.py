@@ -4,8 +4,10 @@ Drivers and frameworks send a few PRAGMAs on every new connection (`foreign_keys
 `busy_timeout`, `journal_mode = WAL`, `synchronous = NORMAL`). Every client's statements
 run on one writer connection shared by all, so a client cannot set them; but each asks for
 what every member runs already, or for what cannot matter here, and is answered exactly as
-SQLite answers it, without running. One that would change a member alone (foreign keys
-off, another journal mode, another sync level) is refused with the reason
+SQLite answers it, without running; so is a question about what every member fixes
+(`PRAGMA foreign_keys`), on a member that takes no writes too. One that would change a
+member alone (foreign keys off, another journal mode, another sync level) is refused with
+the reason
 (docs/decisions.md, "Connection PRAGMAs"). Any other PRAGMA that sets something is the
 authorizer's to refuse (`statements.py`); one that only asks runs as it is.
 """
@@ -20,9 +22,12 @@ from typing import Any
 
 from replicaset.storage.errors import SqlError
 
-# PRAGMA [main.]name = value | PRAGMA [main.]name(value), one statement.
-_SETTING = re.compile(r"^\s*PRAGMA\s+(?:main\s*\.\s*)?(\w+)\s*(?:=\s*([^;()]+?)|\(\s*([^;()]+?)\s*\))\s*;?\s*$",
+# PRAGMA [main.]name [= value | (value)], one statement.
+_SETTING = re.compile(r"^\s*PRAGMA\s+(?:main\s*\.\s*)?(\w+)\s*(?:=\s*([^;()]+?)|\(\s*([^;()]+?)\s*\))?\s*;?\s*$",
                       re.IGNORECASE)
+# What every member runs, asked without a value: answered on a member that takes no
+# writes too (read-only, orphan), where a statement of the writer's would be refused.
+_FIXED = {"foreign_keys": 1, "journal_mode": "wal", "synchronous": 1}
 _TRUE = frozenset({"1", "on", "yes", "true"})
 _FALSE = frozenset({"0", "off", "no", "false"})
 _TEXTS_CACHED = 256
@@ -76,24 +81,29 @@ _SETTINGS: dict[str, Callable[[str], PragmaAnswer]] = {
 
 
 @functools.lru_cache(maxsize=_TEXTS_CACHED)
-def _parse(sql: str) -> tuple[str, str] | None:
+def _parse(sql: str) -> tuple[str, str | None] | None:
+    """The PRAGMA's name and value (None: it only asks), when it is one of these."""
     match = _SETTING.match(sql)
-    if match is None or match.group(1).lower() not in _SETTINGS:
+    if match is None:
         return None
-    value = (match.group(2) if match.group(2) is not None else match.group(3)).strip().strip("'\"").lower()
-    return match.group(1).lower(), value
+    name, value = match.group(1).lower(), match.group(2) if match.group(2) is not None else match.group(3)
+    if value is None:
+        return (name, None) if name in _FIXED else None
+    return (name, value.strip().strip("'\"").lower()) if name in _SETTINGS else None
 
 
 def is_connection_pragma(sql: str) -> bool:
-    """`sql` sets one of the PRAGMAs this module answers."""
+    """`sql` is one of the PRAGMAs this module answers."""
     return _parse(sql) is not None
 
 
 def connection_pragma(sql: str) -> PragmaAnswer | None:
-    """SQLite's answer to `sql` when it sets one of these PRAGMAs, None for any other
+    """SQLite's answer to `sql` when it is one of these PRAGMAs, None for any other
     statement; SqlError, with the reason, when it would change this member alone."""
     parsed = _parse(sql)
     if parsed is None:
         return None
     name, value = parsed
+    if value is None:
+        return PragmaAnswer(columns=[(name, None)], rows=[[_FIXED[name]]])
     return _SETTINGS[name](value)

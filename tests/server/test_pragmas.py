@@ -25,9 +25,10 @@ REFUSED = {"PRAGMA foreign_keys = OFF": "every member enforces foreign keys",
 
 
 def sqlite_answer(tmp_path: Path, sql: str) -> list[list]:
-    """What plain SQLite, in WAL mode with foreign keys on, answers to `sql`."""
+    """What plain SQLite, set up as every member's writer is, answers to `sql`."""
     conn = apsw.Connection(str(tmp_path / "plain.db"))
     conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
     return [list(row) for row in conn.execute(sql)]
 
@@ -51,6 +52,12 @@ def test_connection_pragmas_answer_as_sqlite_and_the_rest_are_refused_with_the_r
         assert client.execute("PRAGMA busy_timeout = 100", stream_id=7).rows == [[100]]
         client.execute("INSERT INTO child(id, parent) VALUES (1, 1)", stream_id=7)
         client.call(RequestType.COMMIT, {}, stream_id=7)
+        client.eval("box.cfg{read_only = true}")  # a member that takes no writes answers them too
+        for sql in ("PRAGMA foreign_keys", "PRAGMA journal_mode", "PRAGMA synchronous", *HARMLESS):
+            assert client.execute(sql).rows == sqlite_answer(tmp_path, sql), sql
+        with pytest.raises(ServerError, match="read_only"):
+            client.execute("INSERT INTO parent(id) VALUES (2)")
+        client.eval("box.cfg{read_only = false}")
     conn = tarantool.connect("127.0.0.1", server.port)  # as a Python application would, on connecting
     try:
         assert not conn.execute("PRAGMA foreign_keys = ON").data, "no rows, as SQLite answers"
