@@ -39,6 +39,8 @@ class Option:
     shown: Callable[[Any], Any] | None = None
     # `box.cfg{...}` may change it on a running member; any other needs a restart.
     dynamic: bool = False
+    # Another spelling of a value, turned into ours before it is checked.
+    normal: Callable[[Any], Any] | None = None
 
 
 def _hidden(value: Any) -> Any:
@@ -51,6 +53,16 @@ def _users_shown(users: Mapping[str, Any]) -> dict[str, Any]:
     return {name: {k: HIDDEN if k in ("password", "password_hash") else v for k, v in entry.items()}
             if isinstance(entry, Mapping) else HIDDEN
             for name, entry in users.items()}
+
+
+# Tarantool's numeric log levels (1 SYSERROR .. 7 DEBUG), as a Tarantool operator types them.
+_TARANTOOL_LOG_LEVELS = {1: "error", 2: "error", 3: "error", 4: "warning", 5: "info", 6: "debug", 7: "debug"}
+
+
+def _log_level(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _TARANTOOL_LOG_LEVELS.get(value, value)
+    return value
 
 
 def _positive(value: Any) -> bool:
@@ -105,8 +117,8 @@ OPTIONS: dict[str, Option] = {
     "max_frame_bytes": Option(16 * MIB, int, lambda v: v >= 4 * KIB, ">= 4096 bytes"),
     "max_txn_bytes": Option(8 * MIB, int, lambda v: v >= KIB, ">= 1024 bytes"),
     "metrics_listen": Option("", str, lambda v: v == "" or _address(v), "HOST:PORT, or empty (no metrics endpoint)"),
-    "log_level": Option("info", str, lambda v: v in ("debug", "info", "warning", "error"), "debug, info, warning or error",
-                        dynamic=True),
+    "log_level": Option("info", str, lambda v: v in ("debug", "info", "warning", "error"),
+                        "debug, info, warning or error, or Tarantool's 1..7", dynamic=True, normal=_log_level),
     "wal.group_commit_rows_max": Option(1024, int, _positive, "> 0"),
     "wal.group_commit_bytes_max": Option(4 * MIB, int, _positive, "> 0"),
     "wal.group_commit_delay_ms": Option(0.0, (int, float), lambda v: v >= 0, ">= 0 ms"),
@@ -195,6 +207,8 @@ class Config:
                 raise InvalidOption(str(given), "unexpected option")
             if not option.dynamic:
                 raise StaticOption(str(given))
+            if option.normal is not None:
+                value = option.normal(value)
             details = _invalid(option, value)
             if details is not None:
                 raise InvalidOption(str(given), details)
@@ -229,6 +243,8 @@ def validate(name: str, value: Any) -> Any:
     option = OPTIONS.get(name)
     if option is None:
         raise ConfigError(f"unknown option {name!r}")
+    if option.normal is not None:
+        value = option.normal(value)
     details = _invalid(option, value)
     if details is not None:
         raise ConfigError(f"option {name!r}: {details}")

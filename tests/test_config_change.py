@@ -12,6 +12,17 @@ def test_dynamic_options_change_and_only_those_that_differ_are_returned():
     assert cfg.read_only is True and cfg.log_level == "debug"
 
 
+@pytest.mark.parametrize("level, ours", [(1, "error"), (3, "error"), (4, "warning"), (5, "info"), (6, "debug"),
+                                         (7, "debug")])
+def test_tarantools_numeric_log_levels_are_taken_as_ours(level, ours):
+    """A Tarantool operator types `box.cfg{log_level = 5}`; 1 to 3 (SYSERROR, ERROR, CRIT)
+    are our `error`, 6 (VERBOSE) and 7 our `debug`."""
+    cfg = load()
+    cfg.change({"log_level": level})
+    assert cfg.log_level == ours
+    assert load(overrides={"log_level": level}).log_level == ours
+
+
 def test_a_static_option_is_refused_in_tarantools_words_and_nothing_changes():
     cfg = load()
     with pytest.raises(StaticOption, match=r"^Can't set option 'wal_mode' dynamically$"):
@@ -25,6 +36,7 @@ def test_a_static_option_is_refused_in_tarantools_words_and_nothing_changes():
     ({"checkpoint_count": 0}, r"^Incorrect value for option 'checkpoint_count': 0 is invalid, must be >= 1$"),
     ({"read_only": 1}, r"^Incorrect value for option 'read_only': expected bool, got 1$"),
     ({"log_level": "loud"}, "'log_level'.*debug, info, warning or error"),
+    ({"log_level": 8}, "'log_level': expected str, got 8"),
     ({"replication_connect_quorum": True}, "'replication_connect_quorum': expected int or nothing"),
     ({"no_such_option": 1}, r"^Incorrect value for option 'no_such_option': unexpected option$"),
     ({1: 2}, "option '1': unexpected option"),
