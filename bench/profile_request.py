@@ -13,7 +13,9 @@ bench tool, not a dependency of the server: `pip install -e '.[profile]'`.
 Each sample is charged to the innermost frame of our code (`replicaset/`, `wal/`) on its
 stack, so a module's share holds the libraries it calls (apsw, msgpack, structlog, trio's
 socket calls) down to the next frame of ours; `cli.py:_serve` is where trio.run sits, so
-its share is trio's scheduler. A third table charges each sample to the package of the
+its share is trio's scheduler. Samples with no frame of ours are trio's loop and epoll,
+and stacks py-spy read cut short (it reads a running process: mostly socket sends and
+receives, whose callers it missed). A third table charges each sample to the package of the
 frame on top of the stack instead (C code shows as the Python frame that called it).
 Shares are of CPU samples (py-spy leaves idle threads out).
 """
@@ -83,7 +85,7 @@ def charge(raw: Path) -> tuple[collections.Counter[str], collections.Counter[str
                 functions[f"{match.group(1)}:{name.group(1) if name else frame}"] += count
                 break
         else:
-            modules["(no frame of ours: trio's loop, threads)"] += count
+            modules["(no frame of ours: trio's loop and epoll, socket calls, stacks cut short)"] += count
     return modules, functions, leaves, total
 
 
