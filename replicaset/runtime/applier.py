@@ -20,13 +20,12 @@ from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.member import Action, ApplierAction, MemberDriver
 from replicaset.runtime import removal as removals
-from replicaset.runtime.clock import WallClock
+from replicaset.runtime.clock import WallClock, now_ms
 from replicaset.runtime.links import REFUSALS, PeerError, PeerLink
 from replicaset.runtime.peer_access import PeerCredentials
 from replicaset.runtime.writer import WriteFailed, Writer
 from replicaset.storage import ApplyError, Engine, EngineFatal, GapError, SchemaPending
 from wal import Record, WalError
-
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,7 +160,8 @@ async def _follow(node: ApplierHost, upstream: Upstream) -> None:
                 raise PeerError(ErrorCode.NO_CONNECTION, driver.appliers[key].message or "stopped")
             actions = []
             if frame.request_type == PeerRequest.ROWS:
-                received = driver.applier_rows(key, trio.current_time(), peer_messages.rows(frame), wall_ms=node.clock.now_ns() // 1_000_000)
+                received = driver.applier_rows(key, trio.current_time(), peer_messages.rows(frame),
+                                               wall_ms=now_ms(node.clock))
                 for tagged in received:
                     assert isinstance(tagged, ApplierAction) and isinstance(tagged.action, repl.ApplyRows)
                     actions += await _apply(node, key, tagged.action)
@@ -258,4 +258,3 @@ async def _schema_wait(node: ApplierHost, key: str) -> repl.ApplyRows | None:
             return None
         with trio.move_on_at(waiting.deadline_s):  # a schema arrives by a flush, as every row does
             await node.vclock_advanced.wait()
-

@@ -26,3 +26,8 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+def now_ms(clock: WallClock) -> int:
+    """Milliseconds since the Unix epoch, as HLC stamps and record ages count them."""
+    return clock.now_ns() // 1_000_000

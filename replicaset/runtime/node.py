@@ -43,7 +43,7 @@ from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
 from replicaset.runtime import box
 from replicaset.runtime.checkpoint_daemon import CheckpointDaemon
-from replicaset.runtime.clock import SYSTEM_CLOCK, WallClock
+from replicaset.runtime.clock import SYSTEM_CLOCK, WallClock, now_ms
 from replicaset.runtime.disk import DiskGuard
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.quorum import QuorumHost
@@ -198,7 +198,7 @@ class Node:
         """The wall clock the HLC reads, `[debug] clock_skew_ms` off the true one: the fault
         harness skews one member's clock to show that last-writer-wins and the HLC's
         monotony hold when members' clocks disagree."""
-        return self.clock.now_ns() // 1_000_000 + self.config["debug.clock_skew_ms"]
+        return now_ms(self.clock) + self.config["debug.clock_skew_ms"]
 
     def open_member(self) -> MemberDriver:
         """The member's driver over the open engine. Its replica-set core waits for `run`

@@ -41,6 +41,7 @@ from replicaset.member.txn_records import TxnRecords
 from replicaset.meta.recovery import recover_participant
 from replicaset.meta.store import MetaStore
 from replicaset.meta.txns import TxnStatus
+from replicaset.runtime.clock import now_ms
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.group_sync import GroupSync
 from replicaset.runtime.links import RECEIVE_BYTES, PeerError, PeerLink
@@ -164,7 +165,7 @@ class QuorumHost:
         config = self._node.config
         if self._node.disk.poll():  # deletions take room in RocksDB's log too; the next pass makes them
             return 0
-        gone = self.records.collect(self._node.driver, trio.current_time(), now_ms=self._node.clock.now_ns() // 1_000_000,
+        gone = self.records.collect(self._node.driver, trio.current_time(), now_ms=now_ms(self._node.clock),
                                     members=self.view(),
                                     min_retention_ms=int(float(config["gc.min_retention_s"]) * 1000),
                                     max_retention_ms=int(float(config["gc.max_retention_s"]) * 1000))

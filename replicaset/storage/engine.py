@@ -199,9 +199,9 @@ class Engine:
     ) -> StatementResult:
         """Run one client statement in its own savepoint; a failure leaves nothing behind.
         `trusted` statements come from the node itself (system tables) and skip the authorizer."""
-        answer = connection_pragma(sql)
+        answer = _pragma_result(sql, row_count=0)
         if answer is not None:
-            return StatementResult(columns=answer.columns, rows=answer.rows, row_count=0, autoincrement_ids=[])
+            return answer
         result = self._transactions.execute(txn, sql, binds, trusted=trusted)
         if txn.explicit:
             try:
@@ -355,9 +355,9 @@ class Engine:
         """Run a statement on the reader connection; None when it turns out to write. Past
         `statement_timeout_s` SQLite stops it (a read-only statement interrupted ends alone).
         A connection PRAGMA is answered without running (`pragmas.py`)."""
-        answer = connection_pragma(sql)
+        answer = _pragma_result(sql, row_count=None)
         if answer is not None:
-            return StatementResult(columns=answer.columns, rows=answer.rows, row_count=None, autoincrement_ids=[])
+            return answer
         cursor = self._connections.reader.cursor()
         limit = self.config.statement_timeout_s
         self._read_deadline = time.monotonic() + limit if limit else math.inf
@@ -462,3 +462,11 @@ class Engine:
         self._connections.close()
         self._wal.close()
 
+
+def _pragma_result(sql: str, *, row_count: int | None) -> StatementResult | None:
+    """SQLite's answer to a connection PRAGMA, which runs nowhere (`pragmas.py`); None for
+    any other statement."""
+    answer = connection_pragma(sql)
+    if answer is None:
+        return None
+    return StatementResult(columns=answer.columns, rows=answer.rows, row_count=row_count, autoincrement_ids=[])

@@ -7,9 +7,8 @@ what every member runs already, or for what cannot matter here, and is answered 
 SQLite answers it, without running; so is a question about what every member fixes
 (`PRAGMA foreign_keys`), on a member that takes no writes too. One that would change a
 member alone (foreign keys off, another journal mode, another sync level) is refused with
-the reason
-(docs/decisions.md, "Connection PRAGMAs"). Any other PRAGMA that sets something is the
-authorizer's to refuse (`statements.py`); one that only asks runs as it is.
+the reason (docs/decisions.md, "Connection PRAGMAs"). Any other PRAGMA that sets something
+is the authorizer's to refuse (`statements.py`); one that only asks runs as it is.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ _SETTING = re.compile(r"^\s*PRAGMA\s+(?:main\s*\.\s*)?(\w+)\s*(?:=\s*([^;()]+?)|
 # writes too (read-only, orphan), where a statement of the writer's would be refused.
 _FIXED = {"foreign_keys": 1, "journal_mode": "wal", "synchronous": 1}
 _TRUE = frozenset({"1", "on", "yes", "true"})
-_FALSE = frozenset({"0", "off", "no", "false"})
 _TEXTS_CACHED = 256
 
 
@@ -92,15 +90,22 @@ def _parse(sql: str) -> tuple[str, str | None] | None:
     return (name, value.strip().strip("'\"").lower()) if name in _SETTINGS else None
 
 
+def _parsed(sql: str) -> tuple[str, str | None] | None:
+    """Every client statement passes here: only a PRAGMA's text is parsed and cached."""
+    if sql.lstrip()[:6].upper() != "PRAGMA":
+        return None
+    return _parse(sql)
+
+
 def is_connection_pragma(sql: str) -> bool:
     """`sql` is one of the PRAGMAs this module answers."""
-    return _parse(sql) is not None
+    return _parsed(sql) is not None
 
 
 def connection_pragma(sql: str) -> PragmaAnswer | None:
     """SQLite's answer to `sql` when it is one of these PRAGMAs, None for any other
     statement; SqlError, with the reason, when it would change this member alone."""
-    parsed = _parse(sql)
+    parsed = _parsed(sql)
     if parsed is None:
         return None
     name, value = parsed
