@@ -83,15 +83,17 @@ class UniqueResolver:
     def rivals(self, info: TableInfo, key: str, image: dict[str, Any]) -> dict[str, tuple[dict[str, Any], Version]]:
         """Visible rows that hold one of `image`'s unique values: key -> (image, version)."""
         found: dict[str, tuple[dict[str, Any], Version]] = {}
+        keys = info.key_columns
+        selected = (*info.columns, *(c for c in keys if c not in info.columns))
         for columns in info.unique_groups:
             values = [image.get(c) for c in columns]
             if any(v is None for v in values):
                 continue
             where = " AND ".join(f"{quote(c)} = ?" for c in columns)
-            select = ", ".join(map(quote, info.columns))
+            select = ", ".join(map(quote, selected))
             for row in self._conn.execute(f"SELECT {select} FROM {quote(info.name)} WHERE {where}", values):
-                other = dict(zip(info.columns, row))
-                other_key = intent_key(info.name, info.pk_columns, [other[c] for c in info.pk_columns])
+                other = dict(zip(selected, row))
+                other_key = intent_key(info.name, keys, [other[c] for c in keys])
                 if other_key != key and other_key not in found:
                     found[other_key] = (other, get_version(self._conn, info.name, other_key) or (0, 0))
         return found
@@ -136,12 +138,13 @@ class UniqueResolver:
 
     def visible_key(self, info: TableInfo, image: dict[str, Any]) -> str | None:
         """The intent key of the visible row SQLite matches with `image`'s primary key."""
-        where = " AND ".join(f"{quote(c)} IS ?" for c in info.pk_columns)
+        keys = info.key_columns
+        where = " AND ".join(f"{quote(c)} IS ?" for c in keys)
         found = self._conn.execute(
-            f"SELECT {', '.join(map(quote, info.pk_columns))} FROM {quote(info.name)} WHERE {where}",
-            [image.get(c) for c in info.pk_columns],
+            f"SELECT {', '.join(map(quote, keys))} FROM {quote(info.name)} WHERE {where}",
+            [image.get(c) for c in keys],
         ).fetchone()
-        return intent_key(info.name, info.pk_columns, found) if found else None
+        return intent_key(info.name, keys, found) if found else None
 
     def _store_latent(self, table: str, key: str, image: dict[str, Any]) -> None:
         self._conn.execute(
@@ -154,11 +157,12 @@ class UniqueResolver:
 
 
 def delete_row(conn: apsw.Connection, info: TableInfo, image: dict[str, Any], key: str, *, cache: bool = True) -> None:
+    keys = info.key_columns
     try:
-        values = [image[c] for c in info.pk_columns]
+        values = [image[c] for c in keys]
     except KeyError as exc:
         raise ApplyError(f"delete of {key!r} lacks primary-key column {exc}") from exc
-    where = " AND ".join(f"{quote(c)} IS ?" for c in info.pk_columns)
+    where = " AND ".join(f"{quote(c)} IS ?" for c in keys)
     conn.execute(f"DELETE FROM {quote(info.name)} WHERE {where}", values, can_cache=cache)
 
 
@@ -181,15 +185,16 @@ def upsert_sql(info: TableInfo, image: dict[str, Any]) -> tuple[str, list[Any]]:
 
 
 def _upsert_text(info: TableInfo, cols: tuple[str, ...]) -> str:
-    known = set(info.columns)
+    keys = info.key_columns
+    known = {*info.columns, *keys}
     unknown = [c for c in cols if c not in known]
     if unknown:
         raise ApplyError(f"table {info.name!r} has no column(s) {', '.join(unknown)}")
-    updates = [c for c in cols if c not in info.pk_columns]
+    updates = [c for c in cols if c not in keys]
     sql = (
         f"INSERT INTO {quote(info.name)}({', '.join(map(quote, cols))})"
         f" VALUES ({', '.join('?' * len(cols))})"
-        f" ON CONFLICT({', '.join(map(quote, info.pk_columns))}) DO "
+        f" ON CONFLICT({', '.join(map(quote, keys))}) DO "
     )
     if updates:
         return sql + "UPDATE SET " + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in updates)
@@ -239,15 +244,27 @@ class RowApplier:
             if resolved:
                 touched[info.name] = info
                 self._unique.drop_latent(info.name, row.key)
+            image = keyed_image(info, row)
             if row.op is Op.DELETE:
-                if not resolved or self._unique.visible_key(info, row.old or {}) == row.key:
-                    delete_row(self._conn, info, row.old or {}, row.key)
+                if not resolved or self._unique.visible_key(info, image) == row.key:
+                    delete_row(self._conn, info, image, row.key)
             elif resolved:
-                self._unique.place(info, row.key, row.new or {}, version)
+                self._unique.place(info, row.key, image, version)
             else:
-                self._conn.execute(*upsert_sql(info, row.new or {}))
+                self._conn.execute(*upsert_sql(info, image))
         for info in touched.values():
             self._unique.resolve(info)
+
+
+def keyed_image(info: TableInfo, row: CapturedRow) -> dict[str, Any]:
+    """The row's image with its key in it: a table without a declared key is keyed by the
+    rowid, which a row carries beside its image (rows.py)."""
+    image = (row.old if row.op is Op.DELETE else row.new) or {}
+    if info.pk_columns or info.rowid_key is None:
+        return image
+    if type(row.rowid) is not int:
+        raise ApplyError(f"row {row.key!r} of table {info.name!r}, which is keyed by its rowid, carries none")
+    return {**image, info.rowid_key: row.rowid}
 
 
 def write_virtual(conn: apsw.Connection, vt: VirtualTable, row: CapturedRow) -> None:

@@ -1,7 +1,8 @@
 """Auto-increment ids no two members can both produce (docs/design/README.md §4.1).
 
 Every member takes writes, so SQLite's own rowid choice would hand two members the same
-id. An INSERT that leaves an INTEGER PRIMARY KEY to the database is rewritten by a temp
+id. An INSERT that leaves an INTEGER PRIMARY KEY to the database (or the rowid of a table
+without a declared key, which is that table's key) is rewritten by a temp
 trigger into one whose id comes from `rs_next_id`: above every id in the table, with this
 member's id in the low AUTO_ID_NODE_BITS bits. The triggers live on the writer connection
 only, so rows applied from peers keep the ids they came with; a schema change makes them
@@ -158,7 +159,7 @@ class AutoIds:
             if is_internal(table):
                 continue
             info = self._tables.get(table)
-            if info is None or info.rowid_alias is None or info.shadow_of is not None:
+            if info is None or _id_column(info) is None or info.shadow_of is not None:
                 continue  # a virtual table's module numbers its shadow tables itself
             conn.execute(_trigger_sql(f"{AUTO_ID_TRIGGER_PREFIX}{i}", info, _own_conflict_clause(conn, table)), can_cache=False)
             install_mirror(conn, table)
@@ -173,9 +174,16 @@ def _own_conflict_clause(conn: apsw.Connection, table: str) -> bool:
     return has_conflict_clause(tokenize(sql), top_level=False)
 
 
+def _id_column(info: TableInfo) -> str | None:
+    """The name the table's rowid is assigned by: its INTEGER PRIMARY KEY, or for a table
+    without a declared key the rowid itself, which is then its key (schema.TableInfo)."""
+    return info.rowid_alias or info.rowid_key
+
+
 def _trigger_sql(name: str, info: TableInfo, own_conflict_clause: bool) -> str:
-    assert info.rowid_alias is not None
-    table, pk = quote(info.name), quote(info.rowid_alias)
+    id_column = _id_column(info)
+    assert id_column is not None
+    table, pk = quote(info.name), quote(id_column)
     others = [quote(c) for c in info.columns if c != info.rowid_alias]
     new = ", ".join(f"new.{c}" for c in others)
     values = ", ".join(["rs_next_id(" + _sql_text(info.name) + ")", *(f"new.{c}" for c in others)])

@@ -136,8 +136,12 @@ def digest(conn: apsw.Connection, exclude: Iterable[str] = ()) -> dict[str, int]
         if info is not None and info.virtual is not None:
             _virtual_rows(conn, info.virtual, h)
         else:
-            order = ", ".join(map(quote, info.pk_columns)) if info and info.pk_columns else "rowid"
-            for row in conn.execute(f"SELECT * FROM {quote(table)} ORDER BY {order}"):
+            if info is not None and info.pk_columns:
+                select, order = "*", ", ".join(map(quote, info.pk_columns))
+            else:  # keyed by its rowid, which `*` leaves out
+                rowid = quote(info.rowid_key) if info is not None and info.rowid_key else "rowid"
+                select, order = f"{rowid}, *", rowid
+            for row in conn.execute(f"SELECT {select} FROM {quote(table)} ORDER BY {order}"):
                 h.update(_pack(row))
         # Live versions only: a tombstone stands for "no row", and members purge theirs at
         # different times (storage.tombstones), so members holding the same rows compare equal.

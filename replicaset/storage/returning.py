@@ -31,7 +31,7 @@ from typing import Any
 import apsw
 
 from replicaset.storage.errors import SqlError
-from replicaset.storage.schema import quote
+from replicaset.storage.schema import ROWID_NAMES, quote
 from replicaset.storage.tokens import Kind, meaningful, parameter_numbers, tokenize
 
 MIRROR_PREFIX = "_rs_returning."
@@ -42,9 +42,13 @@ Bindings = Sequence[Any] | Mapping[str, Any] | None
 @dataclass(frozen=True, slots=True)
 class Mirror:
     name: str
-    key: str  # the rowid alias
-    key_position: int  # among the stored columns, which the images hold
-    width: int
+    key: str  # the rowid alias, or the name the rowid goes by in a table without a key
+    key_position: int  # among the stored columns, which the images hold; -1 for the rowid
+    columns: tuple[str, ...]  # the stored columns
+
+    @property
+    def width(self) -> int:
+        return len(self.columns)
 
 
 def install_mirror(conn: apsw.Connection, table: str) -> Mirror:
@@ -74,10 +78,13 @@ def _mirror_of(conn: apsw.Connection, table: str) -> tuple[Mirror, str]:
         if pk:
             key, key_position = column, position
     if key_position < 0:
-        raise SqlError(f"table {table!r} has no INTEGER PRIMARY KEY to assign")
+        taken = {r[1].lower() for r in conn.execute(f"PRAGMA main.table_xinfo({quote(table)})")}
+        key = next((n for n in ROWID_NAMES if n not in taken), "")
+        if not key:
+            raise SqlError(f"table {table!r} has no rowid to assign")
     name = MIRROR_PREFIX + table
     sql = f"CREATE TABLE {quote(name)}({', '.join(definitions)}){' STRICT' if strict and strict[0] else ''}"
-    return Mirror(name=name, key=key, key_position=key_position, width=len(columns)), sql
+    return Mirror(name=name, key=key, key_position=key_position, columns=tuple(c[1] for c in columns)), sql
 
 
 def drop_mirrors(conn: apsw.Connection) -> None:
@@ -94,8 +101,8 @@ class _Statement:
     bindings: Bindings
     bindings_count: int
     first_row: int
-    # In write order: None for a row SQLite returns, (table, image) for a trigger row.
-    slots: list[tuple[str, tuple[Any, ...]] | None] = field(default_factory=list)
+    # In write order: None for a row SQLite returns, (table, image, rowid) for a trigger row.
+    slots: list[tuple[str, tuple[Any, ...], int] | None] = field(default_factory=list)
     assigned: int = 0
 
 
@@ -132,7 +139,7 @@ class ReturningRows:
         if change.depth == 0 and change.op != "DELETE":
             statement.slots.append(None)
         elif assigned and change.depth == 1:
-            statement.slots.append((change.table_name, change.new))
+            statement.slots.append((change.table_name, change.new, change.rowid_new))
             statement.assigned += 1
 
     def complete(self, rows: list[list[Any]]) -> list[list[Any]]:
@@ -158,23 +165,27 @@ class ReturningRows:
 
     def _evaluate(self, statement: _Statement) -> list[list[Any]]:
         images = [slot for slot in statement.slots if slot is not None]
-        tables = {table for table, _ in images}
+        tables = {table for table, _, _ in images}
         if len(tables) != 1:
             raise SqlError(f"rows whose key was assigned belong to several tables: {sorted(tables)}")
         (table,) = tables
         clause = self._clause(statement.sql)
         values = clause.values(statement.bindings, statement.bindings_count)
         mirror = self._mirror(table)
-        if any(len(image) != mirror.width for _, image in images):
+        if any(len(image) != mirror.width for _, image, _ in images):
             raise SqlError(f"the rows of table {table!r} do not match its columns")
         conn = self._conn
         target, alias = f"temp.{quote(mirror.name)}", quote(table)
+        # A table without a key is given the rowid beside the stored columns.
+        rowid_apart = mirror.key_position < 0
+        key_column = f", {quote(mirror.key)}" if rowid_apart else ""
         # The mirror is empty between two evaluations: rows are deleted below, or go
         # with the transaction when it is rolled back.
         try:
             conn.executemany(
-                f"INSERT INTO {target} VALUES ({', '.join('?' * mirror.width)})",
-                [image for _, image in images],
+                f"INSERT INTO {target}({', '.join(map(quote, mirror.columns))}{key_column})"
+                f" VALUES ({', '.join('?' * (mirror.width + rowid_apart))})",
+                [(*image, rowid) if rowid_apart else image for _, image, rowid in images],
                 can_cache=False,
             )
             found = {
@@ -187,7 +198,7 @@ class ReturningRows:
             }
         finally:
             conn.execute(f"DELETE FROM {target}", can_cache=False)
-        return [found[image[mirror.key_position]] for _, image in images]
+        return [found[rowid] for _, _, rowid in images]
 
     def _clause(self, sql: str) -> Clause:
         clause = self._clauses.get(sql)

@@ -3,8 +3,8 @@
 A DML payload is `{"h": commit hlc, "s": [schema origin, schema lsn], "r": [row, ...]}`,
 with `"q": txn id` when a quorum transaction wrote it (docs/design/README.md §4.5: the row is its decision);
 each row is `{"t": table, "op": op, "k": intent key, "o": old image, "n": new image}` with
-full images by column name (docs/design/README.md §5); rows of a table without a primary key
-(allowed for local tables only) also carry their rowid under `"rowid"`.
+full images by column name (docs/design/README.md §5); rows of a table without a declared
+primary key, which is keyed by its rowid, also carry the rowid under `"rowid"`.
 A DDL payload is `{"h": hlc, "sql": text as written, "hb": hash before, "ha": hash after}`,
 with `"q"` likewise when the DDL lock's quorum transaction wrote it (docs/design/README.md §4.6).
 """
@@ -62,7 +62,10 @@ class CapturedRow:
             raise ValueError(f"captured row images are not maps: {row!r:.120}")
         if (old if op is Op.DELETE else new) is None:
             raise ValueError(f"captured {op.name} row lacks its image: {row!r:.120}")
-        return cls(table=table, op=op, key=key, old=old, new=new, rowid=row.get("rowid"))
+        rowid = row.get("rowid")
+        if rowid is not None and type(rowid) is not int:
+            raise ValueError(f"captured row has a bad rowid: {row!r:.120}")
+        return cls(table=table, op=op, key=key, old=old, new=new, rowid=rowid)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -19,6 +19,8 @@ from replicaset.storage.virtual import Declared, VirtualTable, declared, describ
 from wal import LOCAL_ORIGIN, VClock
 
 INTERNAL_PREFIX = "_rs_"
+# The names SQLite knows a rowid by, unless a column took the name.
+ROWID_NAMES = ("rowid", "_rowid_", "oid")
 
 INTERNAL_DDL = (
     "CREATE TABLE IF NOT EXISTS _rs_vclock(origin INTEGER PRIMARY KEY, lsn INTEGER NOT NULL)",
@@ -86,7 +88,10 @@ class TableInfo:
     computed again on every member. Positions index the preupdate hook's tuple, which
     holds the stored columns (writable and STORED generated) in declaration order. A
     virtual table (`virtual`) is keyed by its rowid and has no positions: the hook never
-    sees it. A shadow table names the virtual table it belongs to (`shadow_of`)."""
+    sees it. A shadow table names the virtual table it belongs to (`shadow_of`). A rowid
+    table without a declared primary key is keyed by its rowid, which SQLite calls by one of
+    three names a column may take: `rowid_key` is the first of them no column took (None
+    when all three are taken, or the table has a declared key)."""
 
     name: str
     columns: tuple[str, ...]
@@ -98,6 +103,15 @@ class TableInfo:
     virtual_columns: tuple[str, ...]
     virtual: VirtualTable | None = None
     shadow_of: Declared | None = None
+    rowid_key: str | None = None
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """What identifies a row on every member: the declared key, else the rowid, which
+        the engine assigns cluster-unique (auto_ids.py) and rows carry beside their image."""
+        if self.pk_columns or self.rowid_key is None:
+            return self.pk_columns
+        return (self.rowid_key,)
 
     @property
     def unique_groups(self) -> tuple[tuple[str, ...], ...]:
@@ -136,6 +150,10 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
         ).fetchone()[0]
         if decl.upper() == "INTEGER" and not without_rowid:
             rowid_alias = pk_columns[0]
+    names = {r[1].lower() for r in rows}
+    rowid_key = None
+    if not pk_columns and owner is None:
+        rowid_key = next((name for name in ROWID_NAMES if name not in names), None)
     uniques = []
     for _, index_name, unique, origin, _partial in conn.execute(
         f"PRAGMA main.index_list({quote(table)})"
@@ -156,6 +174,7 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
         unique_indexes=tuple(uniques),
         virtual_columns=tuple(r[1] for r in rows if r[6] == 2),
         shadow_of=owner,
+        rowid_key=rowid_key,
     )
 
 

@@ -232,10 +232,11 @@ def schema_change_refusal(
                 f"table {table!r} has VIRTUAL generated columns ({', '.join(info.virtual_columns)}), "
                 "which SQLite does not show to change capture: declare them STORED"
             )
-        if info is not None and not info.pk_columns and table not in config.local_tables:
+        if info is not None and not info.key_columns and table not in config.local_tables:
             return (
-                f"table {table!r} has no PRIMARY KEY: replicated tables need one "
-                "(rowids differ between members); list it in local_tables to keep it local"
+                f"table {table!r} has no PRIMARY KEY and its columns take every name of the rowid "
+                "(rowid, _rowid_, oid), by which such a table's rows are known on every member: "
+                "rename one, declare a key, or list the table in local_tables to keep it local"
             )
     return None
 

@@ -1,4 +1,5 @@
-"""A real three-member run (bootstrap, two joins, writes on all, virtual tables among them)
+"""A real three-member run (bootstrap, two joins, writes on all, virtual tables and a table
+without a declared key among them)
 passes every check; a member whose final table or full-text index is changed behind the
 engine's back fails convergence, one whose db.sqlite
 cannot be read is a read error; a torn tail is a warning
@@ -32,6 +33,7 @@ VIRTUAL_SCHEMA = (
     " INSERT INTO docs_fts(rowid, body) VALUES (new.id, new.body); END",
     "CREATE VIRTUAL TABLE notes USING fts5(body)",
     "CREATE VIRTUAL TABLE geo USING rtree(id, minx, maxx, miny, maxy)",
+    "CREATE TABLE log(who TEXT, what TEXT)",  # no declared key: keyed by its rowid
 )
 
 
@@ -56,6 +58,11 @@ def stopped_set(tmp_path: Path) -> Iterator[list[Path]]:
                         client.execute("UPDATE kv SET n = n + 1 WHERE k = ?", [1000 + j])
                     if j % 7 == 0:
                         client.execute("DELETE FROM kv WHERE k = ?", [key])
+                    if j % 3 == 0:
+                        client.execute("INSERT INTO log VALUES (?, ?)", [f"m{i + 1}", f"entry {j}"])
+                        client.execute("UPDATE log SET what = what || ' seen' WHERE rowid = (SELECT min(rowid) FROM log)")
+                    if j % 9 == 0:
+                        client.execute("DELETE FROM log WHERE rowid = (SELECT max(rowid) FROM log)")
                     if j % 10 == 0:
                         client.execute("INSERT INTO docs(body) VALUES (?)", [f"words of m{i + 1} number {j}"])
                         client.execute("INSERT INTO notes(rowid, body) VALUES (?, ?)", [key, f"note {j} of m{i + 1}"])
@@ -84,6 +91,7 @@ def test_real_set_passes_then_a_changed_table_is_found(spark, stopped_set: list[
 
     conn = apsw.Connection(str(stopped_set[1] / "db.sqlite"))
     conn.execute("UPDATE kv SET v = 'changed' WHERE k = (SELECT min(k) FROM kv)")
+    conn.execute("UPDATE log SET rowid = rowid + 1 WHERE rowid = (SELECT max(rowid) FROM log)")
     conn.close()
     conn = apsw.Connection(str(stopped_set[2] / "db.sqlite"))  # an index entry its rows do not hold
     conn.execute("INSERT INTO docs_fts(rowid, body) VALUES ((SELECT min(id) FROM docs), 'stray')")
@@ -93,7 +101,7 @@ def test_real_set_passes_then_a_changed_table_is_found(spark, stopped_set: list[
     assert code == EXIT_VIOLATIONS, out.getvalue()
     convergence = next(c for c in report["checks"] if c["name"] == "convergence")
     names = {(v["member"], tuple(v["tables"])) for v in convergence["violations"]}
-    assert ("m2", ("kv",)) in names
+    assert ("m2", ("kv", "log")) in names
     assert ("m3", ("docs_fts",)) in names
     assert all(c["ok"] for c in report["checks"] if c["name"] != "convergence")
 

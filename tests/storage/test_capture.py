@@ -416,16 +416,6 @@ def test_temp_tables_produce_nothing(engine: Engine) -> None:
 # ------------------------------------------------------------------ refused statements
 
 
-def test_create_table_without_primary_key_is_refused(engine: Engine) -> None:
-    txn = engine.begin()
-    with pytest.raises(SqlError, match="PRIMARY KEY"):
-        engine.execute(txn, "CREATE TABLE nopk(a, b)")
-    engine.rollback(txn)
-    engine.flush()
-    assert select(engine, "SELECT name FROM sqlite_schema WHERE name = 'nopk'") == []
-    assert [r.type for r in wal_records(engine)] == [RecordType.DDL]
-
-
 @pytest.mark.parametrize(
     ("sql", "message"),
     [

@@ -1,0 +1,80 @@
+"""A table without a declared PRIMARY KEY, as most SQLite schemas and tutorials have them,
+replicates on real processes: writes on every member at once, at every consistency level
+and in stream transactions, reach every member with the same rowids, and a member that
+joins later from a checkpoint holds the same rows (docs/decisions.md, "Tables without a
+declared key")."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from replicaset.iproto.constants import RequestType
+from tests.server.conftest import QUORUM, Server
+
+EVENTS = "CREATE TABLE events(member INTEGER, n INTEGER, note TEXT)"
+WRITES_PER_MEMBER = 20
+
+
+def events(member: Server) -> list[list[Any]]:
+    with member.client() as client:
+        return client.execute("SELECT rowid, member, n, note FROM events ORDER BY rowid").rows
+
+
+def test_concurrent_writes_to_a_table_without_a_key_converge_on_three_members(quorum_set) -> None:
+    rs, members = quorum_set
+    with members[0].client() as client:
+        client.execute(EVENTS)
+    rs.wait_converged()
+    levels = ({}, QUORUM, {"consistency": "one"})
+
+    def write(index: int, member: Server) -> None:
+        with member.client() as client:
+            for n in range(WRITES_PER_MEMBER):
+                client.execute("INSERT INTO events(member, n, note) VALUES (?, ?, 'new')", [index, n],
+                               options=levels[n % 3])
+                if n % 4 == 3:
+                    client.execute("UPDATE events SET note = 'seen' WHERE member = ? AND n = ?", [index, n - 1])
+                if n % 5 == 4:
+                    client.execute("DELETE FROM events WHERE member = ? AND n = ?", [index, n - 2])
+
+    threads = [threading.Thread(target=write, args=(i, m)) for i, m in enumerate(members)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    rs.wait_converged()
+    first = events(members[0])
+    assert len(first) == 3 * (WRITES_PER_MEMBER - WRITES_PER_MEMBER // 5)
+    assert len({row[0] for row in first}) == len(first)
+    assert sorted((m, n) for _, m, n, note in first if note == "seen") == sorted(
+        (m, n - 1) for m in range(3) for n in range(3, WRITES_PER_MEMBER, 4) if (n - 1) % 5 != 2)
+    for member in members[1:]:
+        assert events(member) == first
+
+
+def test_a_stream_transaction_and_a_later_joiner_see_the_same_rowids(quorum_set) -> None:
+    rs, (first, second, third) = quorum_set
+    with first.client() as client:
+        client.execute(EVENTS)
+    with second.client() as client:
+        client.call(RequestType.BEGIN, {}, stream_id=1)
+        inserted = client.execute("INSERT INTO events(member, n) VALUES (2, 1), (2, 2) RETURNING rowid, n",
+                                  stream_id=1)
+        client.execute("UPDATE events SET note = 'in stream' WHERE n = 2", stream_id=1)
+        client.call(RequestType.COMMIT, {}, stream_id=1)
+    assert [n for _, n in inserted.rows] == [1, 2]
+    rs.wait_converged()
+    with third.client() as client:
+        client.execute("DELETE FROM events WHERE n = 1")
+        client.eval("box.snapshot()")
+    rs.wait_converged()
+    expected = [[inserted.rows[1][0], 2, 2, "in stream"]]
+    assert events(first) == events(second) == events(third) == expected
+    joiner = rs.join(third)
+    rs.wait_converged()
+    assert events(joiner) == expected
+    with joiner.client() as client:
+        client.execute("INSERT INTO events(member, n) VALUES (4, 1)")
+    rs.wait_converged()
+    assert events(first) == events(joiner) and len(events(first)) == 2
