@@ -24,7 +24,7 @@ import apsw.ext
 
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.pragmas import is_connection_pragma
-from replicaset.storage.schema import INTERNAL_PREFIX, TableCache, refused_alter
+from replicaset.storage.schema import INTERNAL_PREFIX, TableCache
 from replicaset.storage.tokens import meaningful, tokenize
 
 # The engine's functions and triggers on the writer connection (auto ids, RETURNING).
@@ -118,8 +118,6 @@ def text_refusal(sql: str) -> str | None:
         return f"triggers named {ENGINE_PREFIX}... are the engine's own and cannot be dropped"
     if _VACUUM.match(sql):
         return "VACUUM is not allowed: checkpoints compact the database (box.snapshot())"
-    if refused_alter(sql):
-        return "ALTER TABLE ... RENAME and DROP COLUMN are refused: captured rows name columns and tables"
     return None
 
 
