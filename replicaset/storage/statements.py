@@ -3,8 +3,8 @@
 Clients reach SQLite through the writer connection, whose authorizer refuses what would
 escape the engine's bookkeeping: transaction control (a client's COMMIT inside a group
 commit would commit other clients' work), ATTACH and DETACH, PRAGMAs that set state, and
-writes to internal and system tables. Two refusals need the text (VACUUM; ALTER TABLE ...
-RENAME or DROP COLUMN), and a schema change is judged after SQLite ran it, once the tables
+writes to internal and system tables. Some refusals need the text (VACUUM; ROLLBACK as a
+conflict resolution), and a schema change is judged after SQLite ran it, once the tables
 it touched are known; the caller then undoes it. Reads are told by their first keyword
 only, to be tried on a reader first: the reader refuses any write anyway. A statement can
 also be compiled without running (`describe`), for iproto's PREPARE.
