@@ -303,6 +303,13 @@ class Transactions:
         self._schema.invalidate()
         touched = self._schema.touched_tables()
         local = bool(touched) and all(t in self._config.local_tables for t in touched)
+        crossing = sorted(touched & self._config.local_tables)
+        if crossing and not local:
+            # A rename between the kinds: peers never had the local table, and this member
+            # would keep the replicated one's rows to itself.
+            self._undo_statement(savepoint, mark)
+            raise SqlError(f"table {crossing[0]!r} is local to each member: a statement may not rename a "
+                           "table between local_tables and the replicated tables")
         error = schema_change_refusal(
             self._conn,
             self._tables,
