@@ -26,8 +26,9 @@ from replicaset.storage.apply import HLC_SQL_OFFSET, RowApplier
 from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batch, Batches, BatchKind
 from replicaset.storage.errors import ApplyError, GapError, SchemaDivergence, SchemaPending
-from replicaset.storage.rows import DdlPayload, DmlPayload
-from replicaset.storage.schema import SchemaState
+from replicaset.storage.renames import carry
+from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload
+from replicaset.storage.schema import SchemaState, TableCache
 from wal import LOCAL_ORIGIN, Record, RecordType
 
 _QUORUM_ROW = "INSERT INTO _rs_quorum(txn_id, origin, lsn) VALUES (?, ?, ?)"
@@ -40,6 +41,7 @@ class RecordApplier:
         instance_id: int,
         batches: Batches,
         rows: RowApplier,
+        tables: TableCache,
         schema: SchemaState,
         auto_ids: AutoIds,
         hlc: HLC,
@@ -48,6 +50,7 @@ class RecordApplier:
         self._id = instance_id
         self._batches = batches
         self._rows = rows
+        self._tables = tables
         self._schema = schema
         self._auto_ids = auto_ids
         self._hlc = hlc
@@ -86,8 +89,9 @@ class RecordApplier:
                 self._apply_ddl(batch, record)
             elif payload is not None:
                 self._hlc.receive(payload.hlc, self._clock_ms())
-                self._rows.apply_rows(payload.rows, (payload.hlc, origin), versioned=origin != LOCAL_ORIGIN, lsn=lsn)
-                self._batches.wrote({row.table for row in payload.rows})
+                rows = self._carried(conn, payload) if origin != LOCAL_ORIGIN else payload.rows
+                self._rows.apply_rows(rows, (payload.hlc, origin), versioned=origin != LOCAL_ORIGIN, lsn=lsn)
+                self._batches.wrote({row.table for row in rows})
                 self._quorum_row(batch, payload.quorum_txn, origin, lsn)
             else:
                 raise ApplyError(f"row {origin}:{lsn} has unknown type {record.type}")
@@ -101,9 +105,18 @@ class RecordApplier:
         self._batches.pending.follow(origin, lsn)
         batch.records.append(record)
         if record.type == RecordType.DDL and not skip:
-            self._schema.ddl_applied(conn, origin, lsn)
+            self._schema.ddl_applied(conn, origin, lsn, DdlPayload.unpack(record.payload).sql)
             self._auto_ids.stale = True
         return True
+
+    def _carried(self, conn: apsw.Connection, payload: DmlPayload) -> list[CapturedRow]:
+        """The rows as the schema in force names them: a row written before a rename or a
+        drop applied here is carried through it (docs/decisions.md, "Renames and dropped
+        columns follow the schema id")."""
+        if payload.schema_id == self._schema.schema_id:
+            return payload.rows
+        changes = self._schema.log.changes_since(conn, payload.schema_id)
+        return carry(payload.rows, changes, lambda table: (info := self._tables.get(table)) and info.pk_columns)
 
     def _quorum_row(self, batch: Batch, quorum_txn: int | None, origin: int, lsn: int) -> None:
         if quorum_txn is not None:

@@ -107,6 +107,7 @@ class Engine:
             instance_id=config.instance_id,
             batches=self._batches,
             rows=RowApplier(applier, apply_tables),
+            tables=apply_tables,
             schema=self._schema,
             auto_ids=self._auto_ids,
             hlc=self.hlc,
@@ -238,7 +239,9 @@ class Engine:
 
     def commit_captured(self, captured: Captured, *, txn_id: int, min_stamp: int) -> Record:
         """Write a decided quorum transaction as our next row, with a stamp above every
-        version it read, through the apply path that every member's copy takes."""
+        version it read, through the apply path that every member's copy takes. The row
+        names the schema the transaction was captured under: a rename or drop since then
+        carries its rows on every member alike."""
         clock = self._clock_ms()
         self.hlc.receive(min_stamp, clock)
         stamp = self.hlc.now(clock)
@@ -246,8 +249,8 @@ class Engine:
         if captured.ddl is not None:
             kind, packed = RecordType.DDL, dataclasses.replace(captured.ddl, hlc=stamp, quorum_txn=txn_id).pack()
         else:
-            kind, packed = RecordType.DML, DmlPayload(hlc=stamp, schema_id=self.schema_id, rows=list(captured.rows),
-                                                      quorum_txn=txn_id).pack()
+            kind, packed = RecordType.DML, DmlPayload(hlc=stamp, schema_id=captured.schema_id,
+                                                      rows=list(captured.rows), quorum_txn=txn_id).pack()
         record = Record(type=kind, origin=own, lsn=self._batches.pending.get(own) + 1, txn_id=stamp, payload=packed)
         taken = self._records.apply(record, log_records=True, own_allowed=True)
         assert taken, "our next LSN is never held already"

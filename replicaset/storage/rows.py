@@ -4,7 +4,9 @@ A DML payload is `{"h": commit hlc, "s": [schema origin, schema lsn], "r": [row,
 with `"q": txn id` when a quorum transaction wrote it (docs/design/README.md §4.5: the row is its decision);
 each row is `{"t": table, "op": op, "k": intent key, "o": old image, "n": new image}` with
 full images by column name (docs/design/README.md §5); rows of a table without a declared
-primary key, which is keyed by its rowid, also carry the rowid under `"rowid"`.
+primary key, which is keyed by its rowid, also carry the rowid under `"rowid"`. Tables and
+columns are named as the schema `"s"` had them: an applier carries a row through the renames
+and drops it holds after that schema (`renames.py`).
 A DDL payload is `{"h": hlc, "sql": text as written, "hb": hash before, "ha": hash after}`,
 with `"q"` likewise when the DDL lock's quorum transaction wrote it (docs/design/README.md §4.6).
 """

@@ -6,7 +6,6 @@ version and the applied vclock always change in one transaction.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,6 +13,7 @@ import apsw
 import msgpack
 import xxhash
 
+from replicaset.storage.renames import SCHEMA_LOG_DDL, SchemaLog, changes_of
 from replicaset.storage.tokens import quote
 from replicaset.storage.virtual import Declared, VirtualTable, declared, describe
 from wal import LOCAL_ORIGIN, VClock
@@ -43,7 +43,7 @@ def create_internal(writer: apsw.Connection) -> None:
     """The internal tables, and the `lsn` of versions a database made before it was kept:
     each gets its origin's LSN in the vclock, an upper bound of the true one, so that its
     tombstone is purged later than it could be, never sooner."""
-    for ddl in INTERNAL_DDL:
+    for ddl in (*INTERNAL_DDL, *SCHEMA_LOG_DDL):
         writer.execute(ddl)
     if "lsn" not in {row[1] for row in writer.execute("PRAGMA table_info(_rs_version)")}:
         with writer:
@@ -65,21 +65,8 @@ def read_vclock(conn: apsw.Connection) -> VClock:
     return VClock(dict(conn.execute("SELECT origin, lsn FROM _rs_vclock").fetchall()))
 
 
-_NOISE = r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
-_IDENTIFIER = r'(?:"(?:[^"]|"")*"|`[^`]*`|\[[^\]]*\]|[^\s.("`\[]+)'
-_REFUSED_ALTER = re.compile(
-    rf"^{_NOISE}ALTER{_NOISE}TABLE{_NOISE}{_IDENTIFIER}(?:{_NOISE}\.{_NOISE}{_IDENTIFIER})?{_NOISE}(RENAME|DROP)\b",
-    re.IGNORECASE | re.DOTALL,
-)
-
-
 def is_internal(table: str) -> bool:
     return table.startswith(INTERNAL_PREFIX) or table.startswith("sqlite_")
-
-
-def refused_alter(sql: str) -> bool:
-    """RENAME and DROP COLUMN change names that captured rows and keys depend on."""
-    return bool(_REFUSED_ALTER.match(sql))
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,12 +237,14 @@ class SchemaState:
         self.schema_id: tuple[int, int] = (0, 0)
         self.known_objects: set[SchemaObject] = set()
         self.ddl_count = 0  # DDL rows settled so far: the access cache notices a change by it
+        self.log = SchemaLog()  # the renames and drops rows written before them are carried through
         self.reload()
 
     def reload(self) -> None:
         """Read it all again from what the writer sees: after a batch was rolled back, the
         schema is older than what the batch had settled."""
         self.invalidate()
+        self.log.forget()
         self.hash = self.hash_of(self._writer)
         self.schema_id = committed_schema_id(self._writer)
         self.known_objects = set(user_objects(self._writer))
@@ -273,16 +262,20 @@ class SchemaState:
         now = set(user_objects(self._writer))
         return {table for _, _, table, _ in now ^ self.known_objects}
 
-    def ddl_applied(self, conn: apsw.Connection, origin: int, lsn: int) -> None:
-        """Settle the DDL row `origin:lsn` that `conn` just ran in its batch: a replicated
-        one becomes the schema id, kept in the same transaction, and versions of tables it
-        dropped go with them."""
+    def ddl_applied(self, conn: apsw.Connection, origin: int, lsn: int, sql: str) -> None:
+        """Settle the DDL row `origin:lsn` that `conn` just ran in its batch (its text
+        `sql`): a replicated one becomes the schema id and enters the schema log with what
+        it renamed and dropped, in the same transaction; versions of tables it dropped go
+        with them."""
         if origin != LOCAL_ORIGIN:
             self.schema_id = (origin, lsn)
             conn.execute(
                 "INSERT OR REPLACE INTO _rs_meta(name, value) VALUES ('schema_id', ?)",
                 (msgpack.packb(list(self.schema_id)),),
             )
+            tables = ({name for kind, name, _, _ in objects if kind == "table"}
+                      for objects in (self.known_objects, user_objects(conn)))
+            self.log.record(conn, self.schema_id, changes_of(sql, *tables))
         self.ddl_count += 1
         for internal in ("_rs_version", "_rs_latent"):
             conn.execute(

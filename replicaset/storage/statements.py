@@ -3,8 +3,8 @@
 Clients reach SQLite through the writer connection, whose authorizer refuses what would
 escape the engine's bookkeeping: transaction control (a client's COMMIT inside a group
 commit would commit other clients' work), ATTACH and DETACH, PRAGMAs that set state, and
-writes to internal and system tables. Two refusals need the text (VACUUM; ALTER TABLE ...
-RENAME or DROP COLUMN), and a schema change is judged after SQLite ran it, once the tables
+writes to internal and system tables. Some refusals need the text (VACUUM; ROLLBACK as a
+conflict resolution), and a schema change is judged after SQLite ran it, once the tables
 it touched are known; the caller then undoes it. Reads are told by their first keyword
 only, to be tried on a reader first: the reader refuses any write anyway. A statement can
 also be compiled without running (`describe`), for iproto's PREPARE.
@@ -24,7 +24,7 @@ import apsw.ext
 
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.pragmas import is_connection_pragma
-from replicaset.storage.schema import INTERNAL_PREFIX, TableCache, refused_alter
+from replicaset.storage.schema import INTERNAL_PREFIX, TableCache
 from replicaset.storage.tokens import meaningful, tokenize
 
 # The engine's functions and triggers on the writer connection (auto ids, RETURNING).
@@ -118,8 +118,6 @@ def text_refusal(sql: str) -> str | None:
         return f"triggers named {ENGINE_PREFIX}... are the engine's own and cannot be dropped"
     if _VACUUM.match(sql):
         return "VACUUM is not allowed: checkpoints compact the database (box.snapshot())"
-    if refused_alter(sql):
-        return "ALTER TABLE ... RENAME and DROP COLUMN are refused: captured rows name columns and tables"
     return None
 
 

@@ -60,6 +60,7 @@ from replicaset.storage.errors import (
     TxnConflict,
 )
 from replicaset.storage.keys import SCHEMA_KEY
+from replicaset.storage.renames import touched
 from replicaset.storage.returning import ReturningRows
 from replicaset.storage.rows import CapturedRow, DdlPayload, DmlPayload, Op
 from replicaset.storage.schema import SchemaState, TableCache, quote
@@ -103,10 +104,12 @@ class Captured:
     writes as it was read (None: no version, a new key): a QUORUM or ALL transaction's
     until it is decided, a stream transaction's between two of its statements. A DDL
     statement's transaction has no rows: at QUORUM it holds the set's DDL lock,
-    `SCHEMA_KEY`, read at the schema id, and its decided row is `ddl`."""
+    `SCHEMA_KEY`, read at the schema id, and its decided row is `ddl`. `schema_id` is
+    the schema the rows name, which their decided row names too."""
 
     rows: tuple[CapturedRow, ...]
     reads: dict[tuple[str, str], tuple[int, int] | None]
+    schema_id: tuple[int, int]
     ddl: DdlPayload | None = None
     read_tables: dict[str, int] = field(default_factory=dict)
 
@@ -187,6 +190,11 @@ class Transactions:
         savepoint = "rs_stmt" if txn.explicit else txn.savepoint
         if txn.explicit:
             self._internal("SAVEPOINT rs_stmt")
+        if first_word(sql) == "ALTER":
+            # SQLite refuses to rename or drop a column the auto-id trigger names: the
+            # triggers go for the statement and are built again after it (`install`).
+            self._auto_ids.drop()
+            self._auto_ids.stale = True
         self._auto_ids.start()
         self._returning.start()
         self._capture.error = None
@@ -295,6 +303,13 @@ class Transactions:
         self._schema.invalidate()
         touched = self._schema.touched_tables()
         local = bool(touched) and all(t in self._config.local_tables for t in touched)
+        crossing = sorted(touched & self._config.local_tables)
+        if crossing and not local:
+            # A rename between the kinds: peers never had the local table, and this member
+            # would keep the replicated one's rows to itself.
+            self._undo_statement(savepoint, mark)
+            raise SqlError(f"table {crossing[0]!r} is local to each member: a statement may not rename a "
+                           "table between local_tables and the replicated tables")
         error = schema_change_refusal(
             self._conn,
             self._tables,
@@ -349,7 +364,7 @@ class Transactions:
             records.append(Record(type=kind, origin=origin, lsn=lsn, txn_id=stamp, payload=payload))
             self._batches.pending.follow(origin, lsn)
         if txn.ddl is not None:
-            self._schema.ddl_applied(self._conn, records[0].origin, records[0].lsn)
+            self._schema.ddl_applied(self._conn, records[0].origin, records[0].lsn, txn.ddl.sql)
             self._auto_ids.install()
         else:
             own_lsn = next((r.lsn for r in records if r.origin == self._id), 0)
@@ -376,7 +391,8 @@ class Transactions:
             if txn.ddl_local:
                 raise SqlError("a DDL statement on local tables changes this member only: run it at consistency ONE")
             origin, lsn = self._schema.schema_id
-            return Captured(rows=(), reads={SCHEMA_KEY: (lsn, origin) if lsn else None}, ddl=ddl)
+            return Captured(rows=(), reads={SCHEMA_KEY: (lsn, origin) if lsn else None}, ddl=ddl,
+                            schema_id=(origin, lsn))
         local_tables = self._config.local_tables
         if txn.quorum and (local := next((r.table for r in rows if r.table in local_tables), None)):
             refusal = f"table {local!r} is local to each member: a quorum transaction writes replicated tables only"
@@ -388,7 +404,7 @@ class Transactions:
         self.rollback(txn)
         if refusal:
             raise SqlError(refusal)
-        return Captured(rows=rows, reads=reads, read_tables=dict(txn.read_tables))
+        return Captured(rows=rows, reads=reads, read_tables=dict(txn.read_tables), schema_id=self._schema.schema_id)
 
     def note_reads(self, txn: LocalTxn, reads: Iterable[str], writes: Iterable[str]) -> None:
         """A statement of a stream transaction read `reads`: a later write of one by
@@ -418,7 +434,14 @@ class Transactions:
     def check_unchanged(self, captured: Captured) -> None:
         """`TxnConflict` unless every key the transaction wrote is as it was when it first
         wrote it (a replicated one at the same version, a local one, which has no version,
-        holding the same row) and no table it read was written since."""
+        holding the same row), no table it read was written since, and no table it wrote
+        was renamed, dropped or had a column renamed or dropped since."""
+        if captured.schema_id != self._schema.schema_id:
+            changes = self._schema.log.changes_since(self._conn, captured.schema_id)
+            table = touched(changes, (row.table for row in captured.rows))
+            if table is not None:
+                raise TxnConflict(f"Transaction has been aborted by conflict: table {table!r} was renamed, dropped "
+                                  "or had a column renamed or dropped since this one wrote it; retry it")
         for table, seq in captured.read_tables.items():
             written = self._batches.writes_seq if table == ANY_TABLE else self._batches.table_writes.get(table, 0)
             if written > seq:

@@ -13,7 +13,7 @@ from replicaset.iproto.errors import ServerError
 from tests.server.conftest import Server
 from tests.server.test_cli import cli
 
-ENGINE_TABLES = ["_rs_latent", "_rs_meta", "_rs_quorum", "_rs_vclock", "_rs_version"]
+ENGINE_TABLES = ["_rs_latent", "_rs_meta", "_rs_quorum", "_rs_schema_log", "_rs_vclock", "_rs_version"]
 READ_ONLY = "cannot be changed by a client"
 
 
@@ -71,7 +71,7 @@ def test_a_client_cannot_make_an_object_in_the_engines_namespace(server: Server,
             client.execute(statement)
         names = {row[0] for row in client.execute("SELECT name FROM sqlite_schema").rows}
     assert not {n for n in names if n.startswith("_rs_") and n not in ENGINE_TABLES} - {
-        "_rs_tombstones"}, "only the engine's own objects bear its prefix"
+        "_rs_tombstones", "_rs_schema_log_id"}, "only the engine's own objects bear its prefix"
 
 
 def test_the_schema_views_list_the_engine_tables_as_system_spaces(server: Server) -> None:

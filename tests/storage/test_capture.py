@@ -451,11 +451,6 @@ def test_temp_tables_produce_nothing(engine: Engine) -> None:
         ("UPDATE _rs_meta SET value = 1", "_rs_meta"),
         ("DROP TABLE _rs_version", "_rs_version"),
         ("CREATE INDEX x ON _rs_version(hlc)", "_rs_version"),
-        ("ALTER TABLE t RENAME TO t2", "RENAME"),
-        ("ALTER TABLE t RENAME COLUMN n TO m", "RENAME"),
-        ("ALTER TABLE t DROP COLUMN n", "DROP COLUMN"),
-        ("alter   table\n t\n  rename to t2", "RENAME"),
-        ('ALTER TABLE "t" DROP COLUMN n', "DROP COLUMN"),
     ],
 )
 def test_refused_statements_raise_a_clear_sql_error_and_change_nothing(
@@ -474,7 +469,7 @@ def test_refused_statements_raise_a_clear_sql_error_and_change_nothing(
 
 
 @pytest.mark.parametrize(
-    "sql", ["VACUUM", "BEGIN", "SAVEPOINT sp", "PRAGMA foreign_keys = OFF", "DELETE FROM _rs_version", "ALTER TABLE t RENAME TO t2"]
+    "sql", ["VACUUM", "BEGIN", "SAVEPOINT sp", "PRAGMA foreign_keys = OFF", "DELETE FROM _rs_version"]
 )
 def test_the_engine_keeps_working_after_a_refused_statement(engine: Engine, sql: str) -> None:
     txn = engine.begin()
@@ -488,22 +483,23 @@ def test_the_engine_keeps_working_after_a_refused_statement(engine: Engine, sql:
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "tables"),
     [
-        "/* tidy up */ ALTER TABLE t RENAME TO t2",
-        "-- tidy up\nALTER TABLE t RENAME COLUMN n TO m",
-        'ALTER TABLE "my t" RENAME TO t3',
+        ("/* tidy up */ ALTER TABLE t RENAME TO t2", ["my t", "t2"]),
+        ("-- tidy up\nALTER TABLE t RENAME COLUMN n TO m", ["my t", "t"]),
+        ('ALTER TABLE "my t" RENAME TO t3', ["t", "t3"]),
+        ("alter   table\n t\n  drop column n", ["my t", "t"]),
     ],
 )
-def test_rename_and_drop_column_are_refused_however_they_are_written(engine: Engine, sql: str) -> None:
+def test_rename_and_drop_column_run_as_ddl_rows_however_they_are_written(
+        engine: Engine, sql: str, tables: list[str]) -> None:
+    """Refused until issue 36: now a DDL row like any other (docs/decisions.md, "Renames
+    and dropped columns follow the schema id")."""
     run(engine, 'CREATE TABLE "my t"(id INTEGER PRIMARY KEY)')
-    schema = select(engine, "SELECT name, sql FROM sqlite_schema ORDER BY name")
-    txn = engine.begin()
-    with pytest.raises(SqlError):
-        engine.execute(txn, sql)
-    engine.rollback(txn)
-    engine.flush()
-    assert select(engine, "SELECT name, sql FROM sqlite_schema ORDER BY name") == schema
+    committed = run(engine, sql)
+    assert ddl(only_record(committed)).sql == sql
+    assert select(engine, "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_rs\\_%' "
+                          "ESCAPE '\\' ORDER BY name") == [[t] for t in tables]
 
 
 def test_reading_pragmas_are_allowed(engine: Engine) -> None:
