@@ -23,10 +23,12 @@ taken the upsert's way. The preupdate hook tells `observe` every row change, in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import apsw
 
+from replicaset.storage.capture import Change
 from replicaset.storage.errors import SqlError
 from replicaset.storage.returning import drop_mirrors, install_mirror
 from replicaset.storage.schema import TableCache, TableInfo, is_internal, quote
@@ -62,6 +64,9 @@ class AutoIds:
         self._handed_out: dict[str, int] = {}
         # (table, non-key values) of the rows of this statement left to the client's insert
         self._declined: list[tuple[str, tuple[Any, ...]]] = []
+        # Told before `rs_assigned` reads what `observe` saw: the change capture reads once
+        # it is made (capture.ReadChange) is observed then.
+        self.before_assigned: Callable[[], None] = lambda: None
         conn.create_scalar_function("rs_next_id", self._next_id, 1)
         conn.create_scalar_function("rs_assigned", self._assigned, -1)
 
@@ -92,13 +97,14 @@ class AutoIds:
     def _assigned(self, table: str, *values: Any) -> bool:
         """Whether the trigger's insert went in (the client's is then skipped); if not, the
         client's insert of the row goes on, and `observe` watches what it does."""
+        self.before_assigned()
         value = self._open.pop(table, None)
         if value is not None and value in self.issued:
             return True
         self._declined.append((table, values))
         return False
 
-    def observe(self, change: apsw.PreUpdate) -> bool:
+    def observe(self, change: Change) -> bool:
         """Follow a row change of a client statement; True when it is the trigger's insert
         of a row whose key we assigned."""
         table = change.table_name

@@ -8,23 +8,50 @@ allows one hook a connection: an `observer` sees each change of a client table f
 Virtual tables never reach the hook; their shadow tables do, and are member-local: the
 rows of a virtual table that owns them are read back once the statement ran
 (`settle_virtual`, replicaset.storage.virtual).
+The hook cannot give the values of a table with VIRTUAL generated columns (apsw builds its
+tuples over every column, and SQLite holds no value for a virtual one): such a change is a
+`ReadChange`, whose stored columns are read from the table by rowid, the old ones in the
+hook, before the change, and the new ones once it is made: at the next change (the hook
+runs before it), when `rs_assigned` asks (auto_ids.py), or after the statement. Changes are
+taken, and observers told, in the order they were made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import apsw
 
 from replicaset.storage.keys import intent_key
 from replicaset.storage.rows import CapturedRow, Op
-from replicaset.storage.schema import TableCache, TableInfo, is_internal
+from replicaset.storage.schema import TableCache, TableInfo, is_internal, quote
 from replicaset.storage.index_upkeep import IndexUpkeep
+
+
+@dataclass(slots=True, kw_only=True)
+class ReadChange:
+    """A change of a table with VIRTUAL generated columns, in the hook's terms: observers
+    take it for the `apsw.PreUpdate` it stands for. `old` and `new` hold the stored columns."""
+
+    op: str
+    depth: int
+    table_name: str
+    rowid: int
+    rowid_new: int
+    old: tuple[Any, ...] | None
+    new: tuple[Any, ...] | None = None
+
+
+# A row change as observers are told of it.
+Change = apsw.PreUpdate | ReadChange
 
 
 class Capture:
     def __init__(
-        self, conn: apsw.Connection, tables: TableCache, observer: Callable[[apsw.PreUpdate], None] | None = None
+        self, conn: apsw.Connection, tables: TableCache,
+        observer: Callable[[Change], None] | None = None,
     ) -> None:
         self._conn = conn
         self._tables = tables
@@ -38,6 +65,7 @@ class Capture:
         self._virtual: dict[tuple[str, int], None] = {}  # rows of virtual tables the statement touched
         self.inserting = False  # the statement running is an INSERT (or REPLACE)
         self.temp_written = False  # a client's TEMP table was changed (no row of it is captured)
+        self._unread: tuple[TableInfo, ReadChange] | None = None  # made, its new values not read yet
         conn.preupdate_hook(self._on_change)
 
     def mark(self) -> int:
@@ -46,10 +74,31 @@ class Capture:
     def truncate(self, mark: int) -> None:
         del self.rows[mark:]
         self._virtual.clear()
+        self._unread = None
+
+    def settle_read(self) -> None:
+        """Take the last `ReadChange`, which is made by now, with its new values."""
+        if self._unread is None:
+            return
+        (info, change), self._unread = self._unread, None
+        change.new = self._read(info, change.rowid_new)
+        if change.new is None:
+            self.error = f"cannot read back the row of table {info.name!r} with rowid {change.rowid_new}"
+            return
+        self._take(info, change)
+
+    def _read(self, info: TableInfo, rowid: int) -> tuple[Any, ...] | None:
+        assert info.rowid_name is not None
+        found = self._conn.execute(
+            f"SELECT {', '.join(map(quote, info.stored_columns))} FROM main.{quote(info.name)}"
+            f" WHERE {quote(info.rowid_name)} = ?", (rowid,)).fetchone()
+        return tuple(found) if found is not None else None
 
     def settle_virtual(self) -> None:
-        """The rows of virtual tables the statement changed, as they are once it ran: an
-        image where the row is, a delete where it is gone."""
+        """After the statement: the last change of a table with VIRTUAL generated columns, and
+        the rows of virtual tables the statement changed, as they are once it ran: an image
+        where the row is, a delete where it is gone."""
+        self.settle_read()
         if not self._virtual:
             return
         touched, self._virtual = self._virtual, {}
@@ -72,6 +121,8 @@ class Capture:
         return taken
 
     def _on_change(self, u: apsw.PreUpdate) -> None:
+        if self._unread is not None:
+            self.settle_read()
         if self.paused:
             self.upkeep.on_change(u)
             return
@@ -84,13 +135,24 @@ class Capture:
             if u.table_name == info.shadow_of.marker and u.op != "UPDATE":
                 self._virtual[(info.shadow_of.name, u.rowid)] = None
             return
+        if info is not None and info.virtual_columns:
+            if info.rowid_name is None:
+                self.error = f"table {info.name!r} has VIRTUAL generated columns and no rowid to read its rows by"
+                return
+            change = ReadChange(op=u.op, depth=u.depth, table_name=u.table_name, rowid=u.rowid,
+                                rowid_new=u.rowid_new, old=None if u.op == "INSERT" else self._read(info, u.rowid))
+            if u.op == "DELETE":
+                self._take(info, change)
+            else:
+                self._unread = (info, change)
+            return
+        self._take(info, u)
+
+    def _take(self, info: TableInfo | None, u: Change) -> None:
         if self._observer is not None:
             self._observer(u)
         if info is None:
             self.error = f"cannot capture a change to unknown table {u.table_name!r}"
-            return
-        if info.virtual_columns:
-            self.error = f"table {info.name!r} has VIRTUAL generated columns, which cannot be captured"
             return
         if u.op == "DELETE" and u.depth == 0 and self.inserting and self._tables.external_indexes(info.name):
             # An INSERT deleting a row of its own table: REPLACE conflict resolution, which

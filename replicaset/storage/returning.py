@@ -24,12 +24,14 @@ where SQLite shows it as it was after that row: the one difference left (docs/de
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
 
+from replicaset.storage.capture import Change
 from replicaset.storage.errors import SqlError
 from replicaset.storage.schema import ROWID_NAMES, quote
 from replicaset.storage.tokens import Kind, meaningful, parameter_numbers, tokenize
@@ -45,6 +47,9 @@ class Mirror:
     key: str  # the rowid alias, or the name the rowid goes by in a table without a key
     key_position: int  # among the stored columns, which the images hold; -1 for the rowid
     columns: tuple[str, ...]  # the stored columns
+    # The table has VIRTUAL generated columns, which the mirror cannot compute: the clause
+    # is evaluated over the table's own rows as the statement left them.
+    computes: bool = False
 
     @property
     def width(self) -> int:
@@ -65,7 +70,8 @@ def install_mirror(conn: apsw.Connection, table: str) -> Mirror:
 
 def _mirror_of(conn: apsw.Connection, table: str) -> tuple[Mirror, str]:
     """The mirror of `table` and the CREATE statement SQLite keeps for it."""
-    columns = [r for r in conn.execute(f"PRAGMA main.table_xinfo({quote(table)})") if r[6] in (0, 3)]
+    described = conn.execute(f"PRAGMA main.table_xinfo({quote(table)})").fetchall()
+    columns = [r for r in described if r[6] in (0, 3)]
     strict = conn.execute(
         "SELECT strict FROM pragma_table_list WHERE schema = 'main' AND name = ?", (table,)
     ).fetchone()
@@ -78,13 +84,14 @@ def _mirror_of(conn: apsw.Connection, table: str) -> tuple[Mirror, str]:
         if pk:
             key, key_position = column, position
     if key_position < 0:
-        taken = {r[1].lower() for r in conn.execute(f"PRAGMA main.table_xinfo({quote(table)})")}
+        taken = {r[1].lower() for r in described}
         key = next((n for n in ROWID_NAMES if n not in taken), "")
         if not key:
             raise SqlError(f"table {table!r} has no rowid to assign")
     name = MIRROR_PREFIX + table
     sql = f"CREATE TABLE {quote(name)}({', '.join(definitions)}){' STRICT' if strict and strict[0] else ''}"
-    return Mirror(name=name, key=key, key_position=key_position, columns=tuple(c[1] for c in columns)), sql
+    return Mirror(name=name, key=key, key_position=key_position, columns=tuple(c[1] for c in columns),
+                  computes=any(r[6] == 2 for r in described)), sql
 
 
 def drop_mirrors(conn: apsw.Connection) -> None:
@@ -130,7 +137,7 @@ class ReturningRows:
             )
             self._statements.append(self._current)
 
-    def observe(self, change: apsw.PreUpdate, assigned: bool) -> None:
+    def observe(self, change: Change, assigned: bool) -> None:
         """A row change of the running statement; `assigned` when it is the insert of a row
         whose key the trigger assigned."""
         statement = self._current
@@ -175,6 +182,8 @@ class ReturningRows:
         if any(len(image) != mirror.width for _, image, _ in images):
             raise SqlError(f"the rows of table {table!r} do not match its columns")
         conn = self._conn
+        if mirror.computes:
+            return self._evaluate_in_table(table, mirror, clause, values, [rowid for _, _, rowid in images])
         target, alias = f"temp.{quote(mirror.name)}", quote(table)
         # A table without a key is given the rowid beside the stored columns.
         rowid_apart = mirror.key_position < 0
@@ -199,6 +208,24 @@ class ReturningRows:
         finally:
             conn.execute(f"DELETE FROM {target}", can_cache=False)
         return [found[rowid] for _, _, rowid in images]
+
+    def _evaluate_in_table(self, table: str, mirror: Mirror, clause: Clause, values: list[Any],
+                           rowids: list[int]) -> list[list[Any]]:
+        alias, key = quote(table), quote(mirror.key)
+        found = {
+            row[0]: list(row[1:])
+            for row in self._conn.execute(
+                f"SELECT {alias}.{key}, {clause.text}\nFROM main.{alias} AS {alias}"
+                f" WHERE {alias}.{key} IN (SELECT value FROM json_each(?{len(values) + 1}))",
+                [*values, json.dumps(rowids)],
+                can_cache=False,
+            )
+        }
+        missing = [rowid for rowid in rowids if rowid not in found]
+        if missing:
+            raise SqlError(f"RETURNING of table {table!r}, which has VIRTUAL generated columns, reads its rows as the "
+                           f"statement left them, and the statement deleted row {missing[0]}")
+        return [found[rowid] for rowid in rowids]
 
     def _clause(self, sql: str) -> Clause:
         clause = self._clauses.get(sql)

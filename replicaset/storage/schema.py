@@ -75,10 +75,11 @@ class TableInfo:
     computed again on every member. Positions index the preupdate hook's tuple, which
     holds the stored columns (writable and STORED generated) in declaration order. A
     virtual table (`virtual`) is keyed by its rowid and has no positions: the hook never
-    sees it. A shadow table names the virtual table it belongs to (`shadow_of`). A rowid
-    table without a declared primary key is keyed by its rowid, which SQLite calls by one of
-    three names a column may take: `rowid_key` is the first of them no column took (None
-    when all three are taken, or the table has a declared key)."""
+    sees it. A shadow table names the virtual table it belongs to (`shadow_of`). SQLite
+    calls a rowid by one of three names a column may take: `rowid_name` is the first of them
+    no column took (None for a WITHOUT ROWID table, or when all three are taken). A table
+    without a declared primary key is keyed by its rowid (`rowid_key`). `stored_columns`
+    name the hook's tuple."""
 
     name: str
     columns: tuple[str, ...]
@@ -90,7 +91,13 @@ class TableInfo:
     virtual_columns: tuple[str, ...]
     virtual: VirtualTable | None = None
     shadow_of: Declared | None = None
-    rowid_key: str | None = None
+    rowid_name: str | None = None
+    stored_columns: tuple[str, ...] = ()
+
+    @property
+    def rowid_key(self) -> str | None:
+        """The name of the rowid when it is the table's key: no declared key."""
+        return self.rowid_name if not self.pk_columns and self.shadow_of is None else None
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -128,19 +135,15 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
     pk = sorted((r[5], r[1]) for r in rows if r[5] > 0)
     pk_columns = tuple(name for _, name in pk)
     positions = {name: i for i, name in enumerate(stored)}
+    without_rowid = bool(pk_columns) and conn.execute(
+        "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", (table,)).fetchone()[0]
     rowid_alias = None
     if len(pk_columns) == 1:
         decl = next(r[2] for r in rows if r[1] == pk_columns[0])
-        without_rowid = conn.execute(
-            "SELECT sql LIKE '%WITHOUT ROWID%' FROM sqlite_schema WHERE type='table' AND name=?",
-            (table,),
-        ).fetchone()[0]
         if decl.upper() == "INTEGER" and not without_rowid:
             rowid_alias = pk_columns[0]
     names = {r[1].lower() for r in rows}
-    rowid_key = None
-    if not pk_columns and owner is None:
-        rowid_key = next((name for name in ROWID_NAMES if name not in names), None)
+    rowid_name = None if without_rowid else next((name for name in ROWID_NAMES if name not in names), None)
     uniques = []
     for _, index_name, unique, origin, _partial in conn.execute(
         f"PRAGMA main.index_list({quote(table)})"
@@ -161,7 +164,8 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
         unique_indexes=tuple(uniques),
         virtual_columns=tuple(r[1] for r in rows if r[6] == 2),
         shadow_of=owner,
-        rowid_key=rowid_key,
+        rowid_name=rowid_name,
+        stored_columns=tuple(stored),
     )
 
 

@@ -24,7 +24,7 @@ import apsw.ext
 
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.pragmas import is_connection_pragma
-from replicaset.storage.schema import INTERNAL_PREFIX, TableCache
+from replicaset.storage.schema import INTERNAL_PREFIX, TableCache, TableInfo
 from replicaset.storage.tokens import meaningful, tokenize
 
 # The engine's functions and triggers on the writer connection (auto ids, RETURNING).
@@ -223,13 +223,14 @@ def schema_change_refusal(
         )
     for table in touched & tables_now:
         info = tables.get(table)
+        if info is not None and info.virtual is not None and info.virtual.content:
+            content = tables.get(info.virtual.content)
+            if content is not None and content.virtual_columns:
+                return _virtual_columns_refusal(content)
         if info is not None and (info.virtual is not None or info.shadow_of is not None):
             continue  # keyed by rowid, which the client gives; shadow tables stay on each member
-        if info is not None and info.virtual_columns:
-            return (
-                f"table {table!r} has VIRTUAL generated columns ({', '.join(info.virtual_columns)}), "
-                "which SQLite does not show to change capture: declare them STORED"
-            )
+        if info is not None and info.virtual_columns and (info.rowid_name is None or tables.external_indexes(table)):
+            return _virtual_columns_refusal(info)
         if info is not None and not info.key_columns and table not in config.local_tables:
             return (
                 f"table {table!r} has no PRIMARY KEY and its columns take every name of the rowid "
@@ -237,6 +238,13 @@ def schema_change_refusal(
                 "rename one, declare a key, or list the table in local_tables to keep it local"
             )
     return None
+
+
+def _virtual_columns_refusal(info: TableInfo) -> str:
+    """Capture reads the rows of a table with VIRTUAL generated columns back by rowid
+    (capture.py); the upkeep of a full-text index over one reads the hook's values."""
+    return (f"table {info.name!r} has VIRTUAL generated columns ({', '.join(info.virtual_columns)}) and is "
+            "WITHOUT ROWID or the content of a full-text index, where they cannot be captured: declare them STORED")
 
 
 StatementStarted = Callable[[apsw.Cursor, str, Any, int], None]

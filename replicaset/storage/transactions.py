@@ -48,7 +48,7 @@ from replicaset.storage.apply import (
 )
 from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batches, BatchKind
-from replicaset.storage.capture import Capture
+from replicaset.storage.capture import Capture, Change
 from replicaset.storage.config import EngineConfig
 from replicaset.storage.errors import (
     ApplyError,
@@ -152,6 +152,7 @@ class Transactions:
         self._clock_ms = clock_ms
         self._returning = ReturningRows(conn)
         self._capture = Capture(conn, tables, observer=self._observe)
+        auto_ids.before_assigned = self._capture.settle_read
         self._authorizer = Authorizer()
         conn.authorizer = self._authorizer
         # Statements of the writer's own resolution are never cached: they must be
@@ -262,7 +263,7 @@ class Transactions:
         self._returning.statement_started(cursor, sql, binds, rows_before)
         self._capture.inserting = first_word(sql) in ("INSERT", "REPLACE")
 
-    def _observe(self, change: apsw.PreUpdate) -> None:
+    def _observe(self, change: Change) -> None:
         self._returning.observe(change, self._auto_ids.observe(change))
 
     def _overdue(self) -> bool:
