@@ -22,7 +22,8 @@ What it measures, in this order:
 4. dqlite: `dqlite-benchmark` on three nodes, 1 and 16 workers (`bench.scenarios.dqlite_peer`);
    its own Go client, not ours.
 5. Ratios: QUORUM / ONE, ours / each peer, each figure as a fraction of the limits, server CPU
-   per operation.
+   per operation. Beside the three-member sets, a set of one at the default level (which
+   decides alone) and the same member at ONE with `wal_mode = "fsync"`.
 6. Where one QUORUM commit's time goes: paced commits on a traced set of its own
    (`bench.scenarios.quorum_timeline`).
 7. Targets with MET / MISSED.
@@ -57,6 +58,11 @@ from bench.scenarios import dqlite_peer, noop_quorum, quorum_timeline, quorum_wr
 
 ONE, QUORUM, TARANTOOL = "ours_one", "ours_quorum", "tarantool_sync"
 SETS = (ONE, QUORUM, TARANTOOL)
+# A set of one at the default level, which decides alone (core.quorum.decides_alone), beside
+# the same member at ONE with wal_mode = "fsync": both make a write durable before answering.
+ALONE, ALONE_FSYNC = "one_member_quorum", "one_member_one_fsync"
+ALONE_SETS = (ALONE_FSYNC, ALONE)
+ALONE_WITHIN = 1.2
 FLOOR, FLOOR_NOSYNC = "floor_fsync", "floor_no_fsync"
 FLOORS = (FLOOR, FLOOR_NOSYNC)
 SYNCHRO_TIMEOUT_S = 5.0  # ours' default synchro_timeout_s; Tarantool's replication_synchro_timeout the same
@@ -118,6 +124,9 @@ def ratio_lines(report: dict[str, Any]) -> list[str]:
             f"{n} conn: quorum/one {fmt_ratio(ratio(ops(QUORUM, kind, n), ops(ONE, kind, n)))}, "
             f"quorum/tarantool_sync {fmt_ratio(ratio(ops(QUORUM, kind, n), ops(TARANTOOL, kind, n)))}"
             for n in CONNECTION_COUNTS))
+    for kind in quorum_writes.KINDS:
+        out.append(f"  {kind:<6} one member, quorum/one with wal_mode=fsync: " + "   ".join(
+            f"{n} conn {fmt_ratio(ratio(ops(ALONE, kind, n), ops(ALONE_FSYNC, kind, n)))}" for n in CONNECTION_COUNTS))
     out.append("  single quorum/floor_fsync (what our logic leaves of the floor): " + "   ".join(
         f"{n} conn {fmt_ratio(ratio(ops(QUORUM, 'single', n), ops(FLOOR, 'single', n)))}" for n in CONNECTION_COUNTS))
     out.append("  single quorum/dqlite: " + "   ".join(
@@ -135,7 +144,7 @@ def ratio_lines(report: dict[str, Any]) -> list[str]:
                    f"{fmt_ratio(ratio(load['p50_ns'], loop.get('p50_ns')))} round trips = "
                    f"{fmt_ratio(ratio(load['p50_ns'], fsync.get('p50_ns')))} fsyncs")
     out.append("  server CPU per operation, all three members (us), single / txn at 16 conn:")
-    for name in SETS + FLOORS:
+    for name in SETS + ALONE_SETS + FLOORS:
         loads = [single(report, name, 16, kind) for kind in quorum_writes.KINDS]
         cpu = [quorum_writes.cpu_us_per_op(load)[0] if load else None for load in loads]
         out.append(f"    {name:<16} {fmt_int(cpu[0]):>7} / {fmt_int(cpu[1]):>7}")
@@ -181,13 +190,18 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
                           None if value is None else value >= 1.0))
     value = ratio(quorum_writes.ops_per_s(sets, QUORUM, "single", 16), (dqlite_load(report, 16) or {}).get("ops_per_s"))
     found.append(("QUORUM/dqlite >= 1, 16 conn", fmt_ratio(value), None if value is None else value >= 1.0))
+    for nconn in CONNECTION_COUNTS:
+        value = ratio(quorum_writes.ops_per_s(sets, ALONE, "single", nconn),
+                      quorum_writes.ops_per_s(sets, ALONE_FSYNC, "single", nconn))
+        found.append((f"one member quorum/one_fsync >= 1/{ALONE_WITHIN:g}, {nconn} conn", fmt_ratio(value),
+                      None if value is None else value >= 1 / ALONE_WITHIN))
     return found
 
 
 def notes(report: dict[str, Any]) -> list[str]:
     """Skipped or failed sets, what each set's checks found, exit codes, the logs."""
     found = []
-    for name in SETS + FLOORS:
+    for name in SETS + ALONE_SETS + FLOORS:
         entry = report["sets"].get(name, {})
         if entry.get("skipped"):
             found.append(f"{name}: skipped: {entry['skipped']}")
@@ -221,11 +235,12 @@ def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
                f"replication_timeout={REPLICATION_TIMEOUT_S:g} synchro_timeout_s={SYNCHRO_TIMEOUT_S:g}, "
                f"default_write_consistency one / quorum; tarantool wal_mode='write', full mesh, "
                f"replication_synchro_quorum=2, replication_synchro_timeout={SYNCHRO_TIMEOUT_S:g}, "
-               f"replication_timeout={REPLICATION_TIMEOUT_S:g}, kv is_sync")
+               f"replication_timeout={REPLICATION_TIMEOUT_S:g}, kv is_sync; {ALONE_FSYNC} and {ALONE}: one member "
+               "of ours, at ONE with wal_mode=fsync and at the default level (quorum, wal_mode=write)")
     out.append("")
     out += limits_lines(report["limits"])
     out.append("")
-    out += quorum_writes.report_lines(report["sets"], SETS, FLOORS, MARMOT_REFERENCE)
+    out += quorum_writes.report_lines(report["sets"], SETS + ALONE_SETS, FLOORS, MARMOT_REFERENCE)
     out.append("")
     out += dqlite_peer.report_lines(report["dqlite"])
     out.append("")
@@ -272,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
             report["sets"][name] = noop_quorum.run(work, name, sync, args.seconds, warmup_s)
         bench_set(OurSet(work, name=ONE, consistency="one"), args, warmup_s, report)
         bench_set(OurSet(work, name=QUORUM, consistency="quorum"), args, warmup_s, report)
+        bench_set(OurSet(work, name=ALONE_FSYNC, consistency="one", options={"wal_mode": "fsync"}, size=1),
+                  args, warmup_s, report)
+        bench_set(OurSet(work, name=ALONE, consistency="quorum", size=1), args, warmup_s, report)
         if binary:
             bench_set(TarantoolSet(work, binary, name=TARANTOOL, synchro_quorum=2, synchro_timeout_s=SYNCHRO_TIMEOUT_S,
                                    replication_timeout_s=REPLICATION_TIMEOUT_S), args, warmup_s, report)

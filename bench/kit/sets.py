@@ -91,13 +91,15 @@ def norm_vclock(raw: Any) -> dict[int, int]:
 
 
 class OurSet:
-    """Three members of ours, started as `replicaset demo` does (bootstrap, join via the last)."""
+    """Three members of ours (or `size`), started as `replicaset demo` does (bootstrap, join
+    via the last)."""
 
     def __init__(self, work: Path, *, name: str = "ours", consistency: str = "one", trace_file: str = "",
-                 options: Mapping[str, Any] | None = None) -> None:
+                 options: Mapping[str, Any] | None = None, size: int = 3) -> None:
         """`trace_file`: each member writes the driver's trace there, in its data directory.
         `options`: more config options by dotted name (`gc.interval_s`), over these."""
         self.name = name
+        self.size = size
         self.work = work / name
         self.work.mkdir()
         self.config = self.work / "config.toml"
@@ -120,7 +122,7 @@ class OurSet:
 
     def start(self) -> None:
         self._start_member(1, ["bootstrap"])
-        for n in (2, 3):
+        for n in range(2, self.size + 1):
             self._start_member(n, ["join", "--peer", f"{HOST}:{self.ports[-1]}"])
         # A member that sees a new member join may go back to `loading` until it has reached
         # the new quorum: wait until all three are running before the DDL, and say so.

@@ -84,6 +84,15 @@ def needed(level: Level, total: int) -> int:
     return 1
 
 
+def decides_alone(level: Level, members: frozenset[int], own: int, *, in_flight: bool) -> bool:
+    """Whether this member decides a QUORUM or ALL transaction by itself, as its own row
+    made durable before the answer: the registered members are this member alone, so its
+    own vote is the level's count, and no transaction is in flight here, so no intent could
+    refuse the write and no member could ask about it. Two-phase commit would decide the
+    same; its metastore records exist for questions no one is left to ask."""
+    return level is not Level.ONE and members == {own} and not in_flight
+
+
 @dataclass(frozen=True, slots=True, kw_only=True, order=True)
 class Version:
     """A row's version: `a > b` is the spec's Newer(a, b), `a >= b` its AtLeast (the hlc

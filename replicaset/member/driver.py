@@ -667,6 +667,12 @@ class MemberDriver:
                 tagged += self._decided(now_s, self.coordinator.member_dead(now_s, action.member))
         return tagged
 
+    def txn_decides_alone(self, level: quorum.Level, members: frozenset[int]) -> bool:
+        """Whether a transaction at `level` begun now is this member's own row, durable
+        before the answer, with no two-phase commit (`quorum.decides_alone`)."""
+        in_flight = bool(self.coordinator.undecided() or self.participant.intents.keys)
+        return quorum.decides_alone(level, members, self.instance_id, in_flight=in_flight)
+
     def txn_unfinished(self) -> dict[int, frozenset[int]]:
         """The transactions this member coordinates and has not decided, with the members
         they were sent to: the host's heartbeats keep those members from asking."""

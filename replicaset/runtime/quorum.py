@@ -198,6 +198,17 @@ class QuorumHost:
         assert client.row is not None
         return client.row, client.barrier
 
+    def decides_alone(self, level: q.Level) -> bool:
+        """Whether a transaction at `level` begun now is our own row, durable before the
+        answer, with no two-phase commit: a set of one with nothing in flight."""
+        return self._node.driver.txn_decides_alone(level, self.view())
+
+    def decided_alone(self, level: q.Level, error: RequestError | None, elapsed_s: float) -> None:
+        """How a transaction this member decided by itself ended, counted as the others."""
+        self._outcomes.setdefault(level, _Outcomes()).add(error is None, elapsed_s)
+        if self.on_outcome is not None:
+            self.on_outcome(level, error, error is None, elapsed_s)
+
     async def _decide(self, captured: Captured, level: q.Level, timeout_s: float) -> _Client:
         node, driver = self._node, self._node.driver
         self._refuse_if_disk_full("quorum transaction")

@@ -43,7 +43,7 @@ from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.peer_access import PeerGate, PeerRefused, remote_address
 from replicaset.runtime.transfer import ServeStart, resume_start, serve_checkpoint
-from replicaset.runtime.writer import WriteFailed
+from replicaset.runtime.writer import Ticket, WriteFailed
 from replicaset.storage import (
     Captured,
     DdlNeedsLock,
@@ -612,7 +612,14 @@ class Session:
                 except DdlNeedsLock:
                     level = Level.QUORUM
             if level is not Level.ONE:
-                result, captured = await node.writer.capture(sql, binds)
+                started = trio.current_time()
+                result, outcome = await node.writer.execute_quorum(
+                    sql, binds, alone=partial(node.quorum.decides_alone, level))
+                if isinstance(outcome, Ticket):  # decided alone: answered once fsynced, as the quorum's answer is
+                    self._awaiting_flush += 1
+                    outcome.on_settled(partial(self._reply_alone, frame, result, level, started))
+                    return
+                captured = outcome
                 if captured.ddl is None:
                     self._nursery.start_soon(self._reply_when_decided, frame, result, captured, level)
                     return
@@ -668,6 +675,13 @@ class Session:
         else:
             self._reply_result(frame, result, vclock=self._node.engine.vclock)
         await self._flush_outbox()
+
+    def _reply_alone(self, frame: Frame, result: StatementResult, level: Level, started: float,
+                     error: Exception | None) -> None:
+        """A write this member decided alone (a set of one), counted with the quorum's."""
+        failed = RequestError(getattr(error, "code", ErrorCode.WAL_IO), str(error)) if error is not None else None
+        self._node.quorum.decided_alone(level, failed, trio.current_time() - started)
+        self._reply_durable(frame, result, error)
 
     async def _commit_captured(self, captured: Captured, level: Level) -> None:
         """Decide a captured transaction at `level`. A DDL statement's (the DDL lock, docs/design/README.md
@@ -772,8 +786,13 @@ class Session:
             writer = self._node.writer
             try:
                 if stream.level is not Level.ONE:
-                    await writer.check_stream(captured)
-                    await self._commit_captured(captured, stream.level)
+                    quorum = self._node.quorum
+                    started = trio.current_time()
+                    if await writer.commit_stream_alone(captured, partial(quorum.decides_alone, stream.level)):
+                        quorum.decided_alone(stream.level, None, trio.current_time() - started)
+                    else:
+                        await writer.check_stream(captured)
+                        await self._commit_captured(captured, stream.level)
                 else:
                     await writer.commit_stream(captured)
             except TxnConflict as exc:

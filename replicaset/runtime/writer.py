@@ -35,6 +35,7 @@ from replicaset.storage import (
 from replicaset.iproto.constants import ErrorCode
 from replicaset.runtime.sync_thread import SyncThread
 from wal import GroupCommitPolicy, Record, VClock, WalError
+from wal.log import SyncPoint
 
 
 class WriteFailed(Exception):
@@ -56,6 +57,9 @@ class Ticket:
     `wait`, or leaves a callback (`on_settled`): a client's reply needs no task of its
     own, which costs more than the reply."""
 
+    # Settled only once its batch is fsynced too, whatever `wal_mode` says: a write this
+    # member decided alone is answered as a quorum's is, durable.
+    fsynced: bool = False
     settled: bool = False
     error: Exception | None = None
     _event: trio.Event | None = None
@@ -213,6 +217,33 @@ class Writer:
         await ticket.wait()
         return record
 
+    async def execute_quorum(self, sql: str, binds: Sequence[Any] | dict[str, Any], *,
+                             alone: Callable[[], bool]) -> tuple[StatementResult, Captured | Ticket]:
+        """One statement of a QUORUM or ALL transaction: captured with the versions it read,
+        to be decided by the quorum; or, when `alone()` says this member decides by itself
+        (core.quorum.decides_alone; asked under the token, so nothing comes between the
+        answer and the commit), committed here as its own row, whose ticket is settled once
+        the row is fsynced."""
+        async with self.token:
+            txn, result = await self._execute_one(sql, binds, quorum=True)
+            if txn.ddl is None and alone():
+                return result, await self._commit(txn, fsynced=True)
+            return result, self.engine.capture(txn)
+
+    async def commit_stream_alone(self, captured: Captured, alone: Callable[[], bool]) -> bool:
+        """A stream transaction at QUORUM or ALL committed as at ONE, durable on return,
+        when `alone()` says this member decides by itself; False, having done nothing, when
+        it does not. `TxnConflict` when a row it wrote changed since."""
+        async with self.token:
+            if not alone():
+                return False
+            txn = await self._resume(captured, quorum=True)
+            ticket = await self._commit(txn, fsynced=True)
+            await self._flush_now()
+        await ticket.wait()
+        return True
+
+
     async def _execute_one(self, sql: str, binds: Sequence[Any] | dict[str, Any], *,
                            quorum: bool = False, trusted: bool = False) -> tuple[LocalTxn, StatementResult]:
         """A statement in a transaction of its own, left open for the caller (who holds the
@@ -252,11 +283,11 @@ class Writer:
         if self.engine.batch_kind not in (None, kind):
             await self._flush_now()
 
-    async def _commit(self, txn: LocalTxn, *, space_checked: bool = True) -> Ticket:
+    async def _commit(self, txn: LocalTxn, *, space_checked: bool = True, fsynced: bool = False) -> Ticket:
         committed = self.engine.commit(txn)
         if committed is not None:
             self._on_commit(committed.records)
-        ticket = Ticket()
+        ticket = Ticket(fsynced=fsynced)
         await self._queued(ticket, sum(len(r.payload) for r in committed.records) if committed else 0,
                            delay_allowed=True, space_checked=space_checked)
         return ticket
@@ -376,8 +407,15 @@ class Writer:
             self.engine.flush()
             return
         before_append = partial(self._space_check, "WAL write") if space_checked else None
+        # A batch holding a ticket to be fsynced is flushed and fsynced in one trip to the
+        # sync thread, as under wal_mode = fsync; the batches behind it gather meanwhile.
+        sync = not self._fsync and any(ticket.fsynced for ticket in tickets)
+        point = None
         try:
-            if self._fsync:
+            if sync:
+                records, point = await self._in_thread(self._flush_and_fsync, before_append,
+                                                       run=self._sync_thread.run_sync)
+            elif self._fsync:
                 records = await self._in_thread(self.engine.flush, before_append, run=self._sync_thread.run_sync)
             else:
                 records = self.engine.flush(before_append)
@@ -389,9 +427,25 @@ class Writer:
             _settle(tickets, exc if isinstance(exc, WriteFailed) else WriteFailed(
                 f"WAL write failed, transaction rolled back: {exc}"))
             return
+        if point is not None:
+            self.engine.wal.synced(point)
         _settle(tickets)
         if records:
             self._on_flush(records)
+        if sync:
+            self._on_synced(point is not None)
+
+    def _flush_and_fsync(self, before_append: Callable[[int], None] | None) -> tuple[list[Record], SyncPoint | None]:
+        """The batch flushed, then every row appended so far fsynced, in the sync thread."""
+        records = self.engine.flush(before_append)
+        wal = self.engine.wal
+        point = wal.sync_point()
+        if point is not None:
+            try:
+                wal.fsync_point(point)
+            except WalError as exc:  # the kernel may have dropped the pages: stop
+                raise EngineFatal(f"fsync of the WAL failed: {exc}") from exc
+        return records, point
 
     async def checkpoint(self) -> str:
         """Flush what is pending, then copy the database on a reader in a thread. Writes go

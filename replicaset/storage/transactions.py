@@ -338,6 +338,9 @@ class Transactions:
         if txn.done:
             raise SqlError("the transaction is already finished")
         rows = self._capture.take(txn.capture_mark)
+        if txn.quorum and (refusal := self._quorum_refusal(rows)):  # decided alone (core.quorum.decides_alone)
+            self.rollback(txn)
+            raise SqlError(refusal)
         stamp = self._hlc.now(self._clock_ms())
         shared = [r for r in rows if r.table not in self._config.local_tables]
         parts: list[tuple[RecordType, int, bytes]] = []
@@ -394,10 +397,8 @@ class Transactions:
             origin, lsn = self._schema.schema_id
             return Captured(rows=(), reads={SCHEMA_KEY: (lsn, origin) if lsn else None}, ddl=ddl,
                             schema_id=(origin, lsn))
-        local_tables = self._config.local_tables
-        if txn.quorum and (local := next((r.table for r in rows if r.table in local_tables), None)):
-            refusal = f"table {local!r} is local to each member: a quorum transaction writes replicated tables only"
-        else:
+        refusal = self._quorum_refusal(rows) if txn.quorum else None
+        if refusal is None:
             size = len(DmlPayload(hlc=0, schema_id=self._schema.schema_id, rows=list(rows)).pack())
             if size > self._config.max_txn_bytes:
                 refusal = f"transaction of {size} bytes exceeds max_txn_bytes = {self._config.max_txn_bytes}"
@@ -406,6 +407,12 @@ class Transactions:
         if refusal:
             raise SqlError(refusal)
         return Captured(rows=rows, reads=reads, read_tables=dict(txn.read_tables), schema_id=self._schema.schema_id)
+
+    def _quorum_refusal(self, rows: Sequence[CapturedRow]) -> str | None:
+        local = next((r.table for r in rows if r.table in self._config.local_tables), None)
+        if local is None:
+            return None
+        return f"table {local!r} is local to each member: a quorum transaction writes replicated tables only"
 
     def note_reads(self, txn: LocalTxn, reads: Iterable[str], writes: Iterable[str]) -> None:
         """A statement of a stream transaction read `reads`: a later write of one by

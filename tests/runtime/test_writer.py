@@ -10,7 +10,7 @@ import trio.testing
 
 from replicaset.iproto.constants import ErrorCode
 from replicaset.runtime.writer import CascadeRollback, Writer
-from replicaset.storage import BatchAbandoned
+from replicaset.storage import BatchAbandoned, SqlError
 from replicaset.storage.checkpoint import vclock_of
 from tests.pagecache import PageCache
 from tests.storage.enginekit import FakeClock, open_engine
@@ -101,3 +101,46 @@ def test_a_write_stopped_at_the_time_limit_fails_the_transactions_of_its_group_c
     trio.run(main)
     assert engine.query("SELECT id FROM t").rows == [[2]]
     engine.check_invariants()
+
+
+def test_a_write_decided_alone_is_settled_only_once_fsynced_under_wal_mode_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A set of one answers a QUORUM write as the quorum would, durable (core.quorum.
+    decides_alone); asked no, the statement is captured for the quorum and nothing is
+    written here."""
+    cache = PageCache(monkeypatch)
+    engine = open_engine(tmp_path, 1, FakeClock(), wal_mode=WalMode.WRITE)
+    writer = Writer(engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=False)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run_flusher)
+            await writer.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")
+            _, ticket = await writer.execute_quorum("INSERT INTO t VALUES (1)", (), alone=lambda: True)
+            with trio.fail_after(10):  # real time: the fsync runs in a worker thread
+                await ticket.wait()
+            assert engine.wal.synced_vclock == VClock({1: 2})
+            _, captured = await writer.execute_quorum("INSERT INTO t VALUES (2)", (), alone=lambda: False)
+            assert [row.key for row in captured.rows] == ["t:2"]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    engine.close()
+    cache.os_crash(tmp_path / "wal")
+    engine = open_engine(tmp_path, 1, FakeClock())
+    assert engine.wal.vclock == VClock({1: 2})
+    assert engine.query("SELECT id FROM t").rows == [[1]]
+
+
+def test_a_local_table_is_refused_to_a_quorum_write_decided_alone_as_to_any_quorum_write(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path, 1, FakeClock(), local_tables={"scratch"})
+    writer = Writer(engine, group_commit=GroupCommitPolicy(4096, 16, 0), fsync=True)
+
+    async def main() -> None:
+        await writer.execute("CREATE TABLE scratch(v)")
+        with pytest.raises(SqlError, match="local to each member"):
+            await writer.execute_quorum("INSERT INTO scratch VALUES (1)", (), alone=lambda: True)
+
+    trio.run(main)
+    assert engine.query("SELECT count(*) FROM scratch").rows == [[0]]
