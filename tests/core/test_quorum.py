@@ -11,7 +11,7 @@ import pytest
 
 from replicaset.core import quorum as q
 from replicaset.core.hlc import pack_stamp
-from replicaset.core.quorum import Decision, Level, Version
+from replicaset.core.quorum import Decision, Level, Version, decides_alone
 from replicaset.core.transitions import LocalProtocolError
 
 FIVE = frozenset({1, 2, 3, 4, 5})
@@ -827,3 +827,16 @@ def test_random_orders_drops_and_crashes_keep_the_specs_safety_invariants(seed):
     healed = cluster.begin(min(cluster.members), Level.ALL, timeout_s=1000.0)
     cluster.settle()
     assert cluster.decision(healed) is Decision.COMMIT and cluster.client[healed] == "ack", f"seed {seed}"
+
+
+@pytest.mark.parametrize(("level", "members", "in_flight", "alone"), [
+    (Level.QUORUM, frozenset({1}), False, True),
+    (Level.ALL, frozenset({1}), False, True),
+    (Level.ONE, frozenset({1}), False, False),  # ONE never waits for anyone anyway
+    (Level.QUORUM, frozenset({1}), True, False),  # an intent here could refuse it
+    (Level.QUORUM, frozenset({1, 2}), False, False),
+    (Level.QUORUM, frozenset({2}), False, False),  # removed: not a member of the set it writes to
+])
+def test_a_member_decides_alone_only_as_the_whole_set_with_nothing_in_flight(
+        level: Level, members: frozenset[int], in_flight: bool, alone: bool) -> None:
+    assert decides_alone(level, members, 1, in_flight=in_flight) is alone
