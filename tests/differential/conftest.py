@@ -1,9 +1,12 @@
-"""One three-member replica set for a whole test module of the differential kit: starting
-one takes about 2 s, and every case leaves the others' tables alone."""
+"""Three-member replica sets for the differential kit: one for a whole test module
+(starting one takes about 2 s, and every case leaves the others' tables alone), and a
+fresh one for a test that leaves its set broken."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -13,17 +16,15 @@ from tests.server.conftest import ReplicaSet
 MEMBERS = 3
 
 
-@pytest.fixture(scope="module")
-def members(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReplicaSet, list[Client]]]:
-    """The set, each member joined through the first and running, and a client on each."""
-    rs = ReplicaSet(tmp_path_factory.mktemp("differential"))
+@contextmanager
+def three_members(root: Path) -> Iterator[tuple[ReplicaSet, list[Client]]]:
+    """The set, each member joined through the first, and a client on each."""
+    rs = ReplicaSet(root)
     clients: list[Client] = []
     try:
         first = rs.bootstrap()
         for _ in range(MEMBERS - 1):
             rs.join(first)
-        for member in rs.members:
-            rs.wait_status(member, "running")
         rs.wait_converged()
         clients = [member.client() for member in rs.members]
         yield rs, clients
@@ -31,3 +32,15 @@ def members(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReplicaS
         for client in clients:
             client.close()
         rs.stop_all()
+
+
+@pytest.fixture(scope="module")
+def members(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReplicaSet, list[Client]]]:
+    with three_members(tmp_path_factory.mktemp("differential")) as started:
+        yield started
+
+
+@pytest.fixture
+def fresh_members(tmp_path: Path) -> Iterator[tuple[ReplicaSet, list[Client]]]:
+    with three_members(tmp_path) as started:
+        yield started

@@ -91,10 +91,16 @@ class Difference(AssertionError):
 
 def parse_case(path: Path) -> Case:
     """The statements of a case file, one step each."""
+    return parse_case_text(path.stem, path.read_text(), file_name=path.name)
+
+
+def parse_case_text(name: str, text: str, *, file_name: str = "") -> Case:
+    """The statements of `text`, written as a case file is, one step each."""
+    file_name = file_name or name
     statements: list[Statement] = []
     keys_differ: set[tuple[str, str]] = set()
     expect, buffer, first_line = Expect.AGREE, "", 0
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not buffer:
             marker = _MARKER.match(line.strip())
             if marker and marker[1] == "keys-differ":
@@ -109,11 +115,11 @@ def parse_case(path: Path) -> Case:
             first_line = number
         buffer += line + "\n"
         if apsw.complete(buffer):
-            statements.append(Statement(sql=buffer.strip(), expect=expect, where=f"{path.name}:{first_line}"))
+            statements.append(Statement(sql=buffer.strip(), expect=expect, where=f"{file_name}:{first_line}"))
             expect, buffer = Expect.AGREE, ""
     if buffer.strip():
-        raise ValueError(f"{path.name}:{first_line}: statement not terminated by ';'")
-    return Case(name=path.stem, steps=[[s] for s in statements], keys_differ=frozenset(keys_differ))
+        raise ValueError(f"{file_name}:{first_line}: statement not terminated by ';'")
+    return Case(name=name, steps=[[s] for s in statements], keys_differ=frozenset(keys_differ))
 
 
 def open_reference() -> apsw.Connection:
