@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from replicaset.iproto.client import Client
+from replicaset.iproto.errors import ServerError
 from tests.differential.generate import generated_case
-from tests.differential.kit import Differential, Expect, parse_case, parse_case_text
+from tests.differential.kit import Difference, Differential, Expect, parse_case, parse_case_text
 from tests.server.conftest import ReplicaSet, wait_for
 
 HERE = Path(__file__).parent
@@ -57,7 +58,7 @@ def test_what_the_server_refuses_today_sqlite_takes(members: tuple[ReplicaSet, l
 # Differences the kit found, each reduced to the statements that show it. The server is not
 # changed here: each test fails today, and passes (failing as strict xfail) once fixed.
 
-@pytest.mark.xfail(strict=True, reason="ADD COLUMN with a CHECK is refused: SQLite checks the table with an "
+@pytest.mark.xfail(strict=True, raises=Difference, reason="ADD COLUMN with a CHECK is refused: SQLite checks the table with an "
                                        "internal PRAGMA quick_check, which the authorizer refuses")
 def test_add_column_with_a_check_constraint_is_taken_as_by_sqlite(members: tuple[ReplicaSet, list[Client]]) -> None:
     rs, clients = members
@@ -70,7 +71,20 @@ def test_add_column_with_a_check_constraint_is_taken_as_by_sqlite(members: tuple
     Differential(rs, clients).run(case, lambda step: 0)
 
 
-@pytest.mark.xfail(strict=True, reason="rows a partial UNIQUE index lets coexist collide on the other members: "
+@pytest.mark.xfail(strict=True, raises=Difference, reason="a statement failing under OR FAIL is undone whole on "
+                                                         "every member; SQLite keeps the rows it changed before the error")
+def test_or_fail_keeps_the_rows_changed_before_the_error(members: tuple[ReplicaSet, list[Client]]) -> None:
+    rs, clients = members
+    case = parse_case_text("or_fail", """
+        CREATE TABLE xf_slot(id INTEGER PRIMARY KEY, code TEXT UNIQUE);
+        INSERT INTO xf_slot VALUES (1, 'a');
+        -- @error
+        INSERT OR FAIL INTO xf_slot VALUES (2, 'b'), (3, 'a');
+    """)
+    Differential(rs, clients).run(case, lambda step: 0)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="rows a partial UNIQUE index lets coexist collide on the other members: "
                                        "'unique resolution of table ... did not settle', and their applier stops")
 def test_rows_a_partial_unique_index_allows_reach_every_member(fresh_members: tuple[ReplicaSet, list[Client]]) -> None:
     _, clients = fresh_members
@@ -79,3 +93,17 @@ def test_rows_a_partial_unique_index_allows_reach_every_member(fresh_members: tu
     clients[0].execute("INSERT INTO xf_order VALUES (1, 'acme', 'closed'), (2, 'acme', 'open')")
     wait_for(lambda: all(client.execute("SELECT count(*) FROM xf_order").rows == [[2]] for client in clients[1:]),
              "both rows on every member", timeout_s=PARTIAL_UNIQUE_WAIT_S)
+
+
+@pytest.mark.xfail(strict=True, raises=ConnectionError, reason="a statement breaking a DEFERRABLE INITIALLY DEFERRED foreign key fails at "
+                                       "commit, after the WAL append: the member stops (exit code 74)")
+def test_a_deferred_foreign_key_violation_is_refused_and_the_member_stays_up(
+        fresh_members: tuple[ReplicaSet, list[Client]]) -> None:
+    rs, clients = fresh_members
+    clients[0].execute("CREATE TABLE xf_head(id INTEGER PRIMARY KEY)")
+    clients[0].execute("CREATE TABLE xf_line(id INTEGER PRIMARY KEY, "
+                       "head INTEGER REFERENCES xf_head(id) DEFERRABLE INITIALLY DEFERRED)")
+    with pytest.raises(ServerError, match="FOREIGN KEY constraint failed"):
+        clients[0].execute("INSERT INTO xf_line VALUES (1, 2)")
+    assert clients[0].execute("SELECT count(*) FROM xf_line").rows == [[0]]
+    assert rs.members[0].proc is not None and rs.members[0].proc.poll() is None
