@@ -19,22 +19,22 @@ from tests.differential.kit import Case, Expect, Statement
 
 STEP_STATEMENTS_MAX = 4
 KEYS_MAX = 12
-NAMES = ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal")
+NAMES = ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal", "ida", "jo", "kim", "lou")
 
 
 def schema(p: str) -> list[str]:
     """The DDL of the tables named with prefix `p`, one statement each."""
     return [
-        f"CREATE TABLE {p}parent(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, "
-        f"qty INTEGER NOT NULL DEFAULT 0 CHECK (qty >= 0), doc TEXT)",
-        f"CREATE TABLE {p}child(pid INTEGER NOT NULL REFERENCES {p}parent(id) ON DELETE CASCADE, "
-        f"n INTEGER NOT NULL, note TEXT, PRIMARY KEY (pid, n)) WITHOUT ROWID",
+        (f"CREATE TABLE {p}parent(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, "
+         f"qty INTEGER NOT NULL DEFAULT 0 CHECK (qty >= 0), doc TEXT)"),
+        (f"CREATE TABLE {p}child(pid INTEGER NOT NULL REFERENCES {p}parent(id) ON DELETE CASCADE, "
+         f"n INTEGER NOT NULL, note TEXT, PRIMARY KEY (pid, n)) WITHOUT ROWID"),
         f"CREATE TABLE {p}tally(k TEXT PRIMARY KEY, v REAL NOT NULL, twice REAL AS (v * 2) STORED) STRICT",
         f"CREATE INDEX {p}child_note ON {p}child(note)",
-        f"CREATE TRIGGER {p}parent_qty AFTER UPDATE OF qty ON {p}parent BEGIN "
-        f"INSERT INTO {p}tally(k, v) VALUES ('p' || new.id, new.qty) ON CONFLICT(k) DO UPDATE SET v = excluded.v; END",
-        f"CREATE VIEW {p}totals AS SELECT p.id, p.name, p.qty, count(c.n) AS children "
-        f"FROM {p}parent p LEFT JOIN {p}child c ON c.pid = p.id GROUP BY p.id",
+        (f"CREATE TRIGGER {p}parent_qty AFTER UPDATE OF qty ON {p}parent BEGIN "
+         f"INSERT INTO {p}tally(k, v) VALUES ('p' || new.id, new.qty) ON CONFLICT(k) DO UPDATE SET v = excluded.v; END"),
+        (f"CREATE VIEW {p}totals AS SELECT p.id, p.name, p.qty, count(c.n) AS children "
+         f"FROM {p}parent p LEFT JOIN {p}child c ON c.pid = p.id GROUP BY p.id"),
     ]
 
 
@@ -45,15 +45,15 @@ def _parent_write(rng: random.Random, p: str) -> str:
         f"INSERT INTO {p}parent(id, name, qty) VALUES ({key}, {name_sql}, {qty})",
         f"INSERT OR IGNORE INTO {p}parent(id, name, qty) VALUES ({key}, {name_sql}, {qty})",
         f"INSERT OR REPLACE INTO {p}parent(id, name, qty) VALUES ({key}, {name_sql}, {qty})",
-        f"INSERT INTO {p}parent(id, name, qty) VALUES ({key}, {name_sql}, {qty}) "
-        f"ON CONFLICT(id) DO UPDATE SET qty = qty + excluded.qty",
-        f"INSERT INTO {p}parent(id, name, qty) VALUES ({key}, {name_sql}, {qty}) "
-        f"ON CONFLICT(name) DO UPDATE SET qty = excluded.qty RETURNING id, name, qty",
+        (f"INSERT INTO {p}parent(id, name, qty) VALUES ({key}, {name_sql}, {qty}) "
+         f"ON CONFLICT(id) DO UPDATE SET qty = qty + excluded.qty"),
+        (f"INSERT INTO {p}parent(id, name, qty) VALUES ({key}, {name_sql}, {qty}) "
+         f"ON CONFLICT(name) DO UPDATE SET qty = excluded.qty RETURNING id, name, qty"),
         f"UPDATE {p}parent SET qty = qty + {qty - 10} WHERE id BETWEEN {key} AND {key + 3}",
         f"UPDATE {p}parent SET name = {name_sql} WHERE id = {key} RETURNING name",
         f"UPDATE {p}parent SET doc = json_object('k', id, 'tags', json_array({name_sql}, qty)) WHERE qty > {qty}",
         f"DELETE FROM {p}parent WHERE id = {key}",
-        f"DELETE FROM {p}parent WHERE qty > {qty + 10} RETURNING id",
+        f"DELETE FROM {p}parent WHERE qty = {qty} RETURNING id",
     ])
 
 
@@ -61,8 +61,8 @@ def _child_write(rng: random.Random, p: str) -> str:
     pid, n, note = rng.randint(1, KEYS_MAX), rng.randint(1, 4), rng.choice(NAMES)
     return rng.choice([
         f"INSERT INTO {p}child(pid, n, note) VALUES ({pid}, {n}, '{note}')",
-        f"INSERT INTO {p}child(pid, n, note) VALUES ({pid}, {n}, '{note}') "
-        f"ON CONFLICT(pid, n) DO UPDATE SET note = note || '+' || excluded.note",
+        (f"INSERT INTO {p}child(pid, n, note) VALUES ({pid}, {n}, '{note}') "
+         f"ON CONFLICT(pid, n) DO UPDATE SET note = note || '+' || excluded.note"),
         f"REPLACE INTO {p}child(pid, n, note) VALUES ({pid}, {n}, NULL)",
         f"INSERT OR IGNORE INTO {p}child(pid, n, note) SELECT id, {n}, name FROM {p}parent WHERE qty < {rng.randint(0, 20)}",
         f"UPDATE {p}child SET note = upper(note) WHERE note < '{note}'",
@@ -75,8 +75,8 @@ def _tally_write(rng: random.Random, p: str) -> str:
     k = f"t{rng.randint(1, 5)}"
     return rng.choice([
         f"INSERT INTO {p}tally(k, v) VALUES ('{k}', {rng.randint(0, 9)}.5) ON CONFLICT(k) DO UPDATE SET v = v + 1",
-        f"INSERT INTO {p}tally(k, v) SELECT 'n' || pid, count(*) FROM {p}child WHERE true GROUP BY pid "
-        f"ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+        (f"INSERT INTO {p}tally(k, v) SELECT 'n' || pid, count(*) FROM {p}child WHERE true GROUP BY pid "
+         f"ON CONFLICT(k) DO UPDATE SET v = excluded.v"),
         f"INSERT INTO {p}tally(k, v) VALUES ('{k}', 'not a number')",
         f"DELETE FROM {p}tally WHERE v > {rng.randint(0, 20)} RETURNING k, twice",
     ])

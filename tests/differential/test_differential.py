@@ -21,7 +21,13 @@ import pytest
 from replicaset.iproto.client import Client
 from replicaset.iproto.errors import ServerError
 from tests.differential.generate import generated_case
-from tests.differential.kit import Difference, Differential, Expect, parse_case, parse_case_text
+from tests.differential.kit import (
+    Difference,
+    Differential,
+    Expect,
+    parse_case,
+    parse_case_text,
+)
 from tests.server.conftest import ReplicaSet, wait_for
 
 HERE = Path(__file__).parent
