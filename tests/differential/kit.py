@@ -215,7 +215,7 @@ class Snapshot:
     """A database as a user sees it: its objects' SQL and every table's rows, in order."""
 
     objects: list[list[Any]]
-    tables: dict[str, list[tuple[tuple[Any, ...], ...]]]
+    tables: dict[str, list[list[Any]]]  # rows sorted by `_typed`
 
 
 def snapshot(run: Callable[[str], tuple[list[str], list[list[Any]]]], *, skip: frozenset[str],
@@ -229,7 +229,7 @@ def snapshot(run: Callable[[str], tuple[list[str], list[list[Any]]]], *, skip: f
             continue
         columns, rows = run(f'SELECT * FROM "{name}"')
         kept = [i for i, column in enumerate(columns) if (name, column) not in keys_differ]
-        tables[name] = _rows_key([[row[i] for i in kept] for row in rows])
+        tables[name] = sorted(([row[i] for i in kept] for row in rows), key=lambda row: tuple(map(_typed, row)))
     return Snapshot(objects=[list(obj) for obj in objects], tables=tables)
 
 
@@ -301,6 +301,6 @@ class Differential:
         if held.objects != expected.objects:
             return f"member {member + 1}'s schema objects {held.objects}, SQLite's {expected.objects}"
         for table, rows in expected.tables.items():
-            if held.tables[table] != rows:
+            if _ordered_key(held.tables[table]) != _ordered_key(rows):
                 return f"member {member + 1}'s table {table}: {held.tables[table]}, SQLite's {rows}"
         return None

@@ -18,4 +18,12 @@ ALTER TABLE gap_item DROP COLUMN size;
 CREATE TABLE gap_virtual(id INTEGER PRIMARY KEY, size INTEGER, double_size INTEGER AS (size * 2) VIRTUAL);
 -- @refused
 CREATE TABLE gap_virtual_default(id INTEGER PRIMARY KEY, size INTEGER, half INTEGER GENERATED ALWAYS AS (size / 2));
+-- @refused
+CREATE TABLE gap_copy AS SELECT * FROM gap_item;
+CREATE TABLE gap_part(id INTEGER PRIMARY KEY, item INTEGER REFERENCES gap_item(id) ON DELETE CASCADE);
+INSERT INTO gap_part VALUES (1, 1), (2, 1);
+-- a DDL statement that also changes rows: the drop deletes gap_item's rows, which cascade
+-- @refused
+DROP TABLE gap_item;
 SELECT * FROM gap_item ORDER BY id;
+SELECT * FROM gap_part ORDER BY id;

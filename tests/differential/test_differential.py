@@ -1,6 +1,6 @@
 """The same statements on plain SQLite and on a three-member replica set, every answer and
-every member's tables compared (issue 36; `kit.py` says how, docs/reliability.md how to add
-cases).
+every member's tables compared (issue 36; `kit.py` says how, and docs/reliability.md, "The
+differential kit", how to add cases).
 
 Hand-written cases (`cases/*.sql`) go round robin over the members, one statement a step.
 Generated cases (`generate.py`) draw the member of each step from their seed and give every
@@ -99,6 +99,18 @@ def test_last_insert_rowid_and_changes_answer_for_the_clients_last_write(members
         CREATE TABLE xf_last(id INTEGER PRIMARY KEY, v TEXT);
         INSERT INTO xf_last VALUES (5, 'x');
         SELECT last_insert_rowid(), changes(), total_changes();
+    """)
+    Differential(rs, clients).run(case, lambda step: 0)
+
+
+@pytest.mark.xfail(strict=True, raises=Difference, reason="a TEMP table is created on the writer connection and "
+                                                         "read on a reader, which has no such table")
+def test_a_temp_table_reads_back_what_was_written_to_it(members: tuple[ReplicaSet, list[Client]]) -> None:
+    rs, clients = members
+    case = parse_case_text("temp_table", """
+        CREATE TEMP TABLE xf_scratch(id INTEGER PRIMARY KEY, v TEXT);
+        INSERT INTO xf_scratch VALUES (1, 'kept');
+        SELECT * FROM xf_scratch;
     """)
     Differential(rs, clients).run(case, lambda step: 0)
 
