@@ -16,6 +16,14 @@ INSERT INTO ai_seq(name, n) VALUES ('e', 5) RETURNING name, n;
 UPDATE ai_seq SET n = n + 1 WHERE name IN ('a', 'e');
 DELETE FROM ai_seq WHERE name = 'c';
 INSERT INTO ai_seq(name) VALUES ('c');
+INSERT OR REPLACE INTO ai_seq(name, n) VALUES ('a', 100);
+REPLACE INTO ai_note(body) VALUES ('first');
+INSERT INTO ai_note(id, body) VALUES (NULL, 'explicit null');
+CREATE TRIGGER ai_seq_noted AFTER INSERT ON ai_seq BEGIN
+  INSERT INTO ai_note(body) VALUES ('added ' || new.name);
+END;
+INSERT INTO ai_seq(name) VALUES ('f'), ('g');
+INSERT INTO ai_seq(name, n) SELECT 'copy ' || name, n FROM ai_seq WHERE n > 0;
 SELECT name, n FROM ai_seq ORDER BY name;
 SELECT count(DISTINCT id), count(*) FROM ai_seq;
 SELECT body FROM ai_note ORDER BY body;
