@@ -18,6 +18,13 @@ ALTER TABLE gap_item DROP COLUMN size;
 CREATE TABLE gap_virtual(id INTEGER PRIMARY KEY, size INTEGER, double_size INTEGER AS (size * 2) VIRTUAL);
 -- @refused
 CREATE TABLE gap_virtual_default(id INTEGER PRIMARY KEY, size INTEGER, half INTEGER GENERATED ALWAYS AS (size / 2));
+-- NULL in a key of a rowid table, which SQLite allows (NULL never matches on another member)
+CREATE TABLE gap_named(name TEXT PRIMARY KEY, size INTEGER);
+-- @refused
+INSERT INTO gap_named VALUES (NULL, 1);
+CREATE TABLE gap_pair(a TEXT, b INTEGER, PRIMARY KEY (a, b));
+-- @refused
+INSERT INTO gap_pair VALUES ('a', NULL);
 -- @refused
 CREATE TABLE gap_copy AS SELECT * FROM gap_item;
 CREATE TABLE gap_part(id INTEGER PRIMARY KEY, item INTEGER REFERENCES gap_item(id) ON DELETE CASCADE);
