@@ -6,11 +6,10 @@ set up as the server sets up its writer (`replicaset/storage/connections.py`: fo
 on, defensive mode). Every answer is compared as it comes (rows and columns, or that both
 sides failed, and a write's row count); after each step the set must converge (equal
 vclocks, `ReplicaSet.wait_converged`) and every member must then hold what SQLite holds:
-the same user schema objects, with the same SQL, and the same rows in every table (but
-shadow tables). The
-next step may go to another member only once the set has converged, so what is compared is
-the server's SQL, never the replication lag that a write on another member may race (that
-is the chaos harness's subject, docs/reliability.md).
+the same user schema objects, with the same SQL, and the same rows in every table but
+shadow tables. The next step may go to another member only once the set has converged, so
+what is compared is the server's SQL, never the replication lag that a write on another
+member may race (that is the chaos harness's subject, docs/reliability.md).
 
 Case files (`cases/*.sql`) hold one statement after another; a statement ends where SQLite
 says it is complete (`apsw.complete`), so a trigger's body may hold `;`. A comment line
@@ -51,6 +50,7 @@ SHADOW_TABLES = "SELECT name FROM pragma_table_list WHERE type = 'shadow'"
 # Statements whose row count the server reports (SQL_INFO) and SQLite's changes() counts.
 _COUNTED = re.compile(r"^\s*(INSERT|REPLACE|UPDATE|DELETE)\b", re.IGNORECASE)
 _ORDERED = re.compile(r"\bORDER\s+BY\b", re.IGNORECASE)
+# How long a member's reads may lag behind its vclock once the vclocks are equal.
 SETTLE_S = 2.0
 _MARKER = re.compile(r"^--\s*@(\S+)\s*(.*)$")
 
@@ -136,6 +136,7 @@ def open_reference() -> apsw.Connection:
 
 
 def reference_answer(conn: apsw.Connection, sql: str) -> Answer:
+    """SQLite's answer to `sql`: an error is an answer too, as the server's is."""
     cursor = conn.cursor()
     columns: list[str] = []
 
@@ -163,6 +164,7 @@ def reference_refused(conn: apsw.Connection, sql: str) -> Answer:
 
 
 def server_answer(client: Client, sql: str) -> Answer:
+    """The member's answer to `sql`; a lost connection is no answer, and raises."""
     try:
         result = client.execute(sql)
     except ServerError as exc:
@@ -263,7 +265,6 @@ class Differential:
         self.clients = clients
         self.reference = open_reference()
         self._earlier = frozenset(obj[1] for obj in server_select(clients[0])(USER_OBJECTS)[1])
-        self.statements_run = 0
 
     def run(self, case: Case, member_of_step: Callable[[int], int]) -> None:
         """Every step of `case` on member `member_of_step(step index)` and on SQLite; the
@@ -280,15 +281,15 @@ class Differential:
             reference = reference_refused(self.reference, statement.sql)
         else:
             reference = reference_answer(self.reference, statement.sql)
-        self.statements_run += 1
         why = disagreement(statement, server, reference)
         if why is not None:
             raise Difference(f"{statement.where} on member {member + 1}: {why}\n  {statement.sql}")
 
     def check_converged(self, case: Case, when: str) -> None:
         """The set converges, and every member then holds what SQLite holds. Equal vclocks
-        come a moment before a member's reads see the last rows applied (as
-        `tests/server/test_contended.py` found too), so the tables get `SETTLE_S` to agree."""
+        can come a moment before a member's reads see the last rows applied (an ADD COLUMN
+        was seen late once), so the tables get `SETTLE_S` to agree, as
+        `tests/server/test_contended.py` waits for vclocks and rows together."""
         self.rs.wait_converged()
         expected = snapshot(reference_select(self.reference), skip=frozenset(), keys_differ=case.keys_differ)
         found: list[str] = []
