@@ -115,6 +115,21 @@ def test_a_temp_table_reads_back_what_was_written_to_it(members: tuple[ReplicaSe
     Differential(rs, clients).run(case, lambda step: 0)
 
 
+@pytest.mark.xfail(strict=True, raises=Difference, reason="a SELECT * run before an ADD COLUMN is described "
+                                                         "from the statement cache with the old columns, its rows "
+                                                         "holding the new one")
+def test_select_star_after_add_column_names_the_new_column(members: tuple[ReplicaSet, list[Client]]) -> None:
+    rs, clients = members
+    case = parse_case_text("select_star", """
+        CREATE TABLE xf_wide(id INTEGER PRIMARY KEY, name TEXT);
+        INSERT INTO xf_wide VALUES (1, 'one');
+        SELECT * FROM xf_wide;
+        ALTER TABLE xf_wide ADD COLUMN colour TEXT DEFAULT 'red';
+        SELECT * FROM xf_wide;
+    """)
+    Differential(rs, clients).run(case, lambda step: 0)
+
+
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="rows a partial UNIQUE index lets coexist collide on the other members: "
                                        "'unique resolution of table ... did not settle', and their applier stops")
 def test_rows_a_partial_unique_index_allows_reach_every_member(fresh_members: tuple[ReplicaSet, list[Client]]) -> None:
