@@ -26,3 +26,16 @@ UPDATE ky_mix SET v = v * 10 WHERE c = x'0000';
 REPLACE INTO ky_mix VALUES ('x', 1.0, x'00', 6);
 DELETE FROM ky_mix WHERE a = 1;
 SELECT a, b, hex(c), v FROM ky_mix ORDER BY a, b, c;
+-- Keys that move: every row's key at once, a self-copy, a composite WITHOUT ROWID key.
+CREATE TABLE ky_move(id INTEGER PRIMARY KEY, v INTEGER, at TEXT DEFAULT (date('2020-02-28', '+1 day')));
+INSERT INTO ky_move(id, v) VALUES (1, 10), (2, 20), (3, 30);
+INSERT INTO ky_move(id, v) SELECT id + 3, v + 1 FROM ky_move;
+UPDATE ky_move SET id = id + 100;
+UPDATE ky_move SET id = id - 100 WHERE id > 103;
+SELECT * FROM ky_move ORDER BY id;
+CREATE TABLE ky_pair(a TEXT, b INTEGER, v INTEGER, PRIMARY KEY (a, b)) WITHOUT ROWID;
+INSERT INTO ky_pair VALUES ('x', 1, 1), ('x', 2, 2);
+INSERT INTO ky_pair VALUES ('x', 1, 5), ('y', 1, 6) ON CONFLICT(a, b) DO UPDATE SET v = v + excluded.v WHERE excluded.v > 3;
+UPDATE ky_pair SET a = 'z', b = b * 10;
+DELETE FROM ky_pair WHERE b = 20 RETURNING *;
+SELECT * FROM ky_pair ORDER BY a, b;
