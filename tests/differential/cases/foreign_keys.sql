@@ -34,3 +34,13 @@ DELETE FROM fk_author WHERE id = 3 RETURNING name;
 SELECT b.title, count(r.n) FROM fk_book b LEFT JOIN fk_review r ON r.book = b.id GROUP BY b.id ORDER BY b.title;
 -- @error
 DELETE FROM fk_author;
+-- A composite key's ON UPDATE CASCADE and ON DELETE SET DEFAULT.
+CREATE TABLE fk_region(code TEXT, n INTEGER, name TEXT, PRIMARY KEY (code, n)) WITHOUT ROWID;
+CREATE TABLE fk_city(id INTEGER PRIMARY KEY, code TEXT DEFAULT 'xx', n INTEGER DEFAULT 0, FOREIGN KEY (code, n) REFERENCES fk_region(code, n) ON UPDATE CASCADE ON DELETE SET DEFAULT);
+INSERT INTO fk_region VALUES ('xx', 0, 'nowhere'), ('eu', 1, 'west'), ('eu', 2, 'east');
+INSERT INTO fk_city VALUES (1, 'eu', 1), (2, 'eu', 2), (3, 'eu', 2);
+UPDATE fk_region SET n = 20 WHERE code = 'eu' AND n = 2;
+DELETE FROM fk_region WHERE code = 'eu' AND n = 1;
+SELECT * FROM fk_city ORDER BY id;
+-- @error
+DELETE FROM fk_region WHERE code = 'xx';

@@ -47,3 +47,12 @@ END;
 UPDATE so_order SET status = 'closed' WHERE customer = 'zeta';
 SELECT * FROM so_log ORDER BY id;
 SELECT * FROM so_open ORDER BY customer;
+-- A trigger that trims its own table, and one on a WITHOUT ROWID table writing elsewhere.
+CREATE TABLE so_queue(id INTEGER PRIMARY KEY, v INTEGER);
+CREATE TRIGGER so_queue_trim AFTER INSERT ON so_queue BEGIN DELETE FROM so_queue WHERE id < new.id - 2; END;
+INSERT INTO so_queue VALUES (1, 1), (2, 2), (3, 3), (4, 4), (5, 5);
+CREATE TABLE so_flag(k TEXT PRIMARY KEY, v INTEGER) WITHOUT ROWID;
+CREATE TRIGGER so_flag_changed AFTER UPDATE ON so_flag BEGIN INSERT INTO so_queue VALUES (100 + new.v, new.v); END;
+INSERT INTO so_flag VALUES ('a', 1), ('b', 2);
+UPDATE so_flag SET v = v + 7;
+SELECT * FROM so_queue ORDER BY id;
