@@ -34,7 +34,7 @@ HERE = Path(__file__).parent
 CASE_FILES = sorted((HERE / "cases").glob("*.sql"))
 SEEDS = (1, 2)
 GENERATED_STATEMENTS = 150
-PARTIAL_UNIQUE_WAIT_S = 5.0  # rows applied in milliseconds; failing, the test waits this long
+PARTIAL_UNIQUE_WAIT_S = 3.0  # rows apply in milliseconds; failing, the test waits this long
 
 
 @pytest.mark.parametrize("path", CASE_FILES, ids=[p.stem for p in CASE_FILES])
