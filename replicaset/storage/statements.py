@@ -199,6 +199,7 @@ def schema_change_refusal(
     conn: apsw.Connection,
     tables: TableCache,
     *,
+    sql: str,
     touched: set[str],
     local: bool,
     changed_tables: Iterable[str],
@@ -211,6 +212,10 @@ def schema_change_refusal(
     `changed_tables` the tables whose rows the same statement changed."""
     if explicit:
         return "a DDL statement must run alone, outside a stream transaction"
+    if not local and _creates_as_select(sql):
+        return ("CREATE TABLE ... AS SELECT is refused: every member runs a DDL statement as written, and each "
+                "would fill the table from the rows it holds at that moment; create the table, then fill it "
+                "with INSERT ... SELECT")
     tables_now = {n for (n,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
     for table in touched & tables_now:
         info = tables.get(table)
@@ -238,6 +243,20 @@ def schema_change_refusal(
                 "rename one, declare a key, or list the table in local_tables to keep it local"
             )
     return None
+
+
+def _creates_as_select(sql: str) -> bool:
+    """`CREATE [TEMP] TABLE [IF NOT EXISTS] [schema.]name AS ...`: the table's rows come from
+    a query, not from its statement's captured rows."""
+    words = [t for _, t in meaningful(tokenize(sql))]
+    if len(words) < 4 or not words[0].is_word("CREATE"):
+        return False
+    at = 2 if words[1].is_word("TEMP") or words[1].is_word("TEMPORARY") else 1
+    if not words[at].is_word("TABLE"):
+        return False
+    at += 4 if len(words) > at + 3 and words[at + 1].is_word("IF") else 1  # IF NOT EXISTS
+    at += 3 if len(words) > at + 2 and words[at + 1].text == "." else 1  # [schema.]name
+    return len(words) > at and words[at].is_word("AS")
 
 
 def _virtual_columns_refusal(info: TableInfo) -> str:

@@ -314,6 +314,7 @@ class Transactions:
         error = schema_change_refusal(
             self._conn,
             self._tables,
+            sql=sql,
             touched=touched,
             local=local,
             changed_tables=(row.table for row in self._capture.rows[mark:]),

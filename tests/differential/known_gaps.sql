@@ -4,20 +4,6 @@
 -- starts taking one, the test fails: move the statement to a file of cases/.
 CREATE TABLE gap_item(id INTEGER PRIMARY KEY, name TEXT, size INTEGER);
 INSERT INTO gap_item VALUES (1, 'one', 10), (2, 'two', 20);
--- @refused
-CREATE TABLE gap_no_key(name TEXT, size INTEGER);
--- @refused
-CREATE TABLE gap_unique_only(name TEXT UNIQUE, size INTEGER);
--- @refused
-ALTER TABLE gap_item RENAME TO gap_thing;
--- @refused
-ALTER TABLE gap_item RENAME COLUMN size TO weight;
--- @refused
-ALTER TABLE gap_item DROP COLUMN size;
--- @refused
-CREATE TABLE gap_virtual(id INTEGER PRIMARY KEY, size INTEGER, double_size INTEGER AS (size * 2) VIRTUAL);
--- @refused
-CREATE TABLE gap_virtual_default(id INTEGER PRIMARY KEY, size INTEGER, half INTEGER GENERATED ALWAYS AS (size / 2));
 -- NULL in a key of a rowid table, which SQLite allows (NULL never matches on another member)
 CREATE TABLE gap_named(name TEXT PRIMARY KEY, size INTEGER);
 -- @refused

@@ -437,6 +437,7 @@ def test_temp_tables_produce_nothing(engine: Engine) -> None:
         ("ATTACH DATABASE ':memory:' AS other", "ATTACH"),
         ("DETACH DATABASE other", "DETACH"),
         ("VACUUM", "VACUUM"),
+        ("CREATE TABLE copied AS SELECT * FROM t", "AS SELECT is refused"),
         ("PRAGMA foreign_keys = OFF", "PRAGMA foreign_keys"),
         ("PRAGMA foreign_keys(0)", "PRAGMA foreign_keys"),
         ("PRAGMA journal_mode = DELETE", "PRAGMA journal_mode"),
