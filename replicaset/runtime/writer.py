@@ -188,9 +188,12 @@ class Writer:
     async def check_stream(self, captured: Captured) -> None:
         """Before a stream transaction's COMMIT at QUORUM or ALL: `TxnConflict` when a key it
         wrote or a table it read was written here since (its PREPARE checks the versions on
-        every member; what it read, only this member knows)."""
+        every member; what it read, only this member knows); `SqlError` when it leaves a
+        deferred foreign key unresolved."""
         async with self.token:
             self.engine.check_unchanged(captured)
+            await self._flush_unless(BatchKind.LOCAL)
+            self.engine.check_deferred(captured)
 
     async def _resume(self, captured: Captured | None, *, quorum: bool) -> LocalTxn:
         await self._flush_unless(BatchKind.LOCAL)

@@ -232,6 +232,10 @@ class Engine:
         written by another transaction since (`resume` checks it too)."""
         self._transactions.check_unchanged(captured)
 
+    def check_deferred(self, captured: Captured) -> None:
+        """`SqlError` when a stream transaction's rows leave a deferred foreign key unresolved."""
+        self._transactions.check_deferred(captured)
+
     def resume(self, captured: Captured | None, *, quorum: bool) -> LocalTxn:
         """A stream transaction open again with what `capture` took out of it;
         `TxnConflict` when a key it wrote changed meanwhile."""

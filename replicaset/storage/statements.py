@@ -47,10 +47,12 @@ _TABLE_IN_P2 = (
     apsw.SQLITE_DROP_INDEX,
     apsw.SQLITE_DROP_TRIGGER,
 )
-# PRAGMAs that take an argument but only describe the schema; the capture hook itself
-# runs `table_xinfo` inside client statements.
+# PRAGMAs that take an argument but only describe the schema or check it; the capture
+# hook itself runs `table_xinfo` inside client statements, and SQLite runs `quick_check`
+# inside an ADD COLUMN with a CHECK or NOT NULL constraint.
 _INTROSPECTION_PRAGMAS = frozenset(
-    {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
+    {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list",
+     "quick_check", "integrity_check"}
 )
 # Each names the object it creates in p1.
 _CREATE_OPS = frozenset({apsw.SQLITE_CREATE_INDEX, apsw.SQLITE_CREATE_TABLE, apsw.SQLITE_CREATE_TEMP_INDEX,

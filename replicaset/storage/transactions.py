@@ -339,7 +339,8 @@ class Transactions:
         if txn.done:
             raise SqlError("the transaction is already finished")
         rows = self._capture.take(txn.capture_mark)
-        if txn.quorum and (refusal := self._quorum_refusal(rows)):  # decided alone (core.quorum.decides_alone)
+        refusal = self._deferred_refusal() or (self._quorum_refusal(rows) if txn.quorum else None)
+        if refusal:  # a quorum one is decided alone (core.quorum.decides_alone)
             self.rollback(txn)
             raise SqlError(refusal)
         stamp = self._hlc.now(self._clock_ms())
@@ -399,6 +400,8 @@ class Transactions:
             return Captured(rows=(), reads={SCHEMA_KEY: (lsn, origin) if lsn else None}, ddl=ddl,
                             schema_id=(origin, lsn))
         refusal = self._quorum_refusal(rows) if txn.quorum else None
+        if refusal is None and not txn.explicit:  # a stream's statements may leave them to later ones
+            refusal = self._deferred_refusal()
         if refusal is None:
             size = len(DmlPayload(hlc=0, schema_id=self._schema.schema_id, rows=list(rows)).pack())
             if size > self._config.max_txn_bytes:
@@ -408,6 +411,29 @@ class Transactions:
         if refusal:
             raise SqlError(refusal)
         return Captured(rows=rows, reads=reads, read_tables=dict(txn.read_tables), schema_id=self._schema.schema_id)
+
+    def check_deferred(self, captured: Captured) -> None:
+        """A stream transaction at QUORUM or ALL about to be decided: `SqlError` when its rows
+        leave a DEFERRABLE INITIALLY DEFERRED foreign key unresolved, as SQLite's COMMIT
+        would (the decided row is applied with foreign keys off everywhere). Only a schema
+        that declares such a key costs the rows written again."""
+        if self._conn.execute("SELECT 1 FROM sqlite_schema WHERE sql LIKE '%DEFERRED%' LIMIT 1").fetchone() is None:
+            return
+        txn = self.resume(captured, quorum=True)
+        try:
+            refusal = self._deferred_refusal()
+        finally:
+            self.rollback(txn)
+        if refusal:
+            raise SqlError(refusal)
+
+    def _deferred_refusal(self) -> str | None:
+        """SQLite checks a DEFERRABLE INITIALLY DEFERRED foreign key at COMMIT, which for us is
+        the batch's, after the WAL append: a transaction leaving one unresolved is refused at
+        its own end instead, as SQLite would refuse its COMMIT."""
+        if self._conn.status(apsw.SQLITE_DBSTATUS_DEFERRED_FKS)[0]:
+            return "FOREIGN KEY constraint failed"
+        return None
 
     def _quorum_refusal(self, rows: Sequence[CapturedRow]) -> str | None:
         local = next((r.table for r in rows if r.table in self._config.local_tables), None)

@@ -65,9 +65,6 @@ def test_what_the_server_refuses_today_sqlite_takes(members: tuple[ReplicaSet, l
 # changed here: each test fails today; once the server is fixed it passes, which strict
 # xfail reports as a failure, and its mark goes (a case file may then take the statements).
 
-@pytest.mark.xfail(strict=True, raises=Difference, reason="ADD COLUMN with a CHECK is refused: SQLite checks the "
-                                                         "table with an internal PRAGMA quick_check, which the "
-                                                         "authorizer refuses")
 def test_add_column_with_a_check_constraint_is_taken_as_by_sqlite(members: tuple[ReplicaSet, list[Client]]) -> None:
     rs, clients = members
     case = parse_case_text("add_column_check", """
@@ -144,9 +141,6 @@ def test_rows_a_partial_unique_index_allows_reach_every_member(fresh_members: tu
              "both rows on every member", timeout_s=PARTIAL_UNIQUE_WAIT_S)
 
 
-@pytest.mark.xfail(strict=True, raises=ConnectionError, reason="a statement breaking a DEFERRABLE INITIALLY DEFERRED "
-                                                              "foreign key fails at commit, after the WAL append: "
-                                                              "the member stops (exit code 74)")
 def test_a_deferred_foreign_key_violation_is_refused_and_the_member_stays_up(
         fresh_members: tuple[ReplicaSet, list[Client]]) -> None:
     rs, clients = fresh_members

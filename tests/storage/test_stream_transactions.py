@@ -215,3 +215,41 @@ def test_a_read_of_what_only_the_writer_knows_conflicts_with_any_write_since(eng
     run(engine, "INSERT INTO scratch VALUES (1, 'anywhere')")
     with pytest.raises(TxnConflict, match="since this one read a TEMP table"):
         stream.execute("UPDATE acc SET balance = 0 WHERE id = 2")
+
+
+DEFERRED = ("CREATE TABLE head(id INTEGER PRIMARY KEY)",
+            "CREATE TABLE line(id INTEGER PRIMARY KEY, head INTEGER REFERENCES head(id) DEFERRABLE INITIALLY DEFERRED)")
+
+
+@pytest.mark.parametrize("quorum", [False, True], ids=["one", "quorum"])
+def test_a_deferred_foreign_key_is_checked_at_the_end_of_its_transaction_as_sqlite_checks_it_at_commit(
+        tmp_path: Path, quorum: bool) -> None:
+    """SQLite checks a DEFERRABLE INITIALLY DEFERRED key at COMMIT, which for the engine is the
+    batch's, after the WAL append: a violation there stopped the member. It is refused at
+    the end of the client's transaction instead, and a stream may still resolve it later."""
+    engine = open_engine(tmp_path, 1, FakeClock())
+    for sql in DEFERRED:
+        run(engine, sql)
+    txn = engine.begin(quorum=quorum)
+    engine.execute(txn, "INSERT INTO line VALUES (1, 7)")
+    with pytest.raises(SqlError, match="FOREIGN KEY constraint failed"):
+        engine.capture(txn) if quorum else engine.commit(txn)
+    engine.flush()
+    stream = Stream(engine, quorum=quorum)
+    stream.execute("INSERT INTO line VALUES (2, 8)")
+    if quorum:
+        with pytest.raises(SqlError, match="FOREIGN KEY constraint failed"):
+            engine.check_deferred(stream.captured)
+    else:
+        with pytest.raises(SqlError, match="FOREIGN KEY constraint failed"):
+            stream.commit()
+    engine.flush()
+    resolved = Stream(engine, quorum=quorum)
+    resolved.execute("INSERT INTO line VALUES (3, 9)")
+    resolved.execute("INSERT INTO head VALUES (9)")
+    if quorum:
+        engine.check_deferred(resolved.captured)  # decided by the quorum from here
+    else:
+        resolved.commit()
+    engine.flush()
+    assert select(engine, "SELECT id, head FROM line") == ([] if quorum else [[3, 9]])
