@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
@@ -51,6 +52,8 @@ from replicaset.storage.statements import StatementShape, describe, is_read, run
 from replicaset.storage.rows import DmlPayload
 from replicaset.storage.transactions import ANY_TABLE, Captured, Committed, LocalTxn, StatementResult, Transactions
 from wal import LOCAL_ORIGIN, Record, RecordType, RowsUnavailable, VClock, Wal
+
+_NO_SUCH_TABLE = re.compile(r"^no such table: (\S+)$")
 
 Logger = Callable[..., None]
 
@@ -376,6 +379,8 @@ class Engine:
             raise StatementTimeout(f"the statement ran past sql.statement_timeout_s = {limit:g} s and was "
                                    "stopped") from exc
         except apsw.Error as exc:
+            if self._writer_temp_table(exc):
+                return None
             raise SqlError(sql_message(exc)) from exc
         except (TypeError, ValueError, OverflowError) as exc:
             raise SqlError(f"bad bind value: {exc}") from exc
@@ -384,6 +389,16 @@ class Engine:
         finally:
             self._read_deadline = math.inf
         return StatementResult(columns=columns, rows=rows, row_count=None, autoincrement_ids=[])
+
+    def _writer_temp_table(self, exc: apsw.Error) -> bool:
+        """Whether the reader failed on a TEMP table a client made, which lives on the writer
+        connection only (docs/decisions.md, "Temp tables"): the statement then runs there."""
+        missing = _NO_SUCH_TABLE.match(sql_message(exc))
+        if missing is None:
+            return False
+        name = missing.group(1).removeprefix("temp.")
+        return self._connections.writer.execute("SELECT 1 FROM temp.sqlite_schema WHERE type = 'table' AND name = ?",
+                                                (name,)).fetchone() is not None
 
     def access(self, sql: str) -> StatementAccess:
         """The tables `sql` reads and writes and whether it is DDL, compiled once per text

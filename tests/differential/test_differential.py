@@ -102,8 +102,6 @@ def test_last_insert_rowid_and_changes_answer_for_the_clients_last_write(members
     Differential(rs, clients).run(case, lambda step: 0)
 
 
-@pytest.mark.xfail(strict=True, raises=Difference, reason="a TEMP table is created on the writer connection and "
-                                                         "read on a reader, which has no such table")
 def test_a_temp_table_reads_back_what_was_written_to_it(members: tuple[ReplicaSet, list[Client]]) -> None:
     rs, clients = members
     case = parse_case_text("temp_table", """

@@ -398,6 +398,20 @@ def test_local_table_rows_get_origin_0_and_leave_the_instance_lsn_alone(engine: 
     assert versions(engine, "scratch") == {}
 
 
+def test_a_read_of_a_temp_table_is_left_to_the_writer_which_holds_it(engine: Engine) -> None:
+    """TEMP tables live on the writer connection; the reader has none: a read of one is
+    handed back (None) for the writer to run, and a table missing everywhere stays an error."""
+    run(engine, "CREATE TEMP TABLE tmp(a)")
+    run(engine, "INSERT INTO tmp VALUES (1)")
+    assert engine.query("SELECT a FROM tmp") is None
+    assert engine.query("SELECT a FROM temp.tmp") is None
+    txn = engine.begin()
+    assert engine.execute(txn, "SELECT a FROM tmp").rows == [[1]]
+    engine.rollback(txn)
+    with pytest.raises(SqlError, match="no such table: nowhere"):
+        engine.query("SELECT * FROM nowhere")
+
+
 def test_temp_tables_produce_nothing(engine: Engine) -> None:
     before = (engine.vclock.copy(), len(wal_records(engine)))
     assert run(engine, "CREATE TEMP TABLE tmp(a)") is None
