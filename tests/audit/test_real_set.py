@@ -1,5 +1,6 @@
-"""A real three-member run (bootstrap, two joins, writes on all, virtual tables and a table
-without a declared key among them)
+"""A real three-member run (bootstrap, two joins, writes on all, virtual tables, a table
+without a declared key and one with a VIRTUAL generated column renamed and cut while written
+among them)
 passes every check; a member whose final table or full-text index is changed behind the
 engine's back fails convergence, one whose db.sqlite
 cannot be read is a read error; a torn tail is a warning
@@ -34,6 +35,20 @@ VIRTUAL_SCHEMA = (
     "CREATE VIRTUAL TABLE notes USING fts5(body)",
     "CREATE VIRTUAL TABLE geo USING rtree(id, minx, maxx, miny, maxy)",
     "CREATE TABLE log(who TEXT, what TEXT)",  # no declared key: keyed by its rowid
+    "CREATE TABLE person(id INTEGER PRIMARY KEY, first TEXT, last TEXT, loud TEXT AS (upper(last)))",
+)
+# Renamed and dropped while the members write (docs/decisions.md, "Renames and dropped
+# columns follow the schema id"): replay must carry the older rows the same way.
+MIGRATIONS = ("ALTER TABLE person RENAME COLUMN last TO surname", "ALTER TABLE person RENAME TO people",
+              "ALTER TABLE people DROP COLUMN first")
+
+
+# Member i's person writes, one at j = 0, 13, 26 and 39, under the schema of that moment:
+# member 1 writes before any migration, member 2 after the first two, member 3 after all.
+PERSON_WRITES = (
+    [("INSERT INTO person(first, last) VALUES (?, ?)", [f"a{n}", f"b{n}"]) for n in range(4)],
+    [("INSERT INTO people(first, surname) VALUES (?, ?)", [f"c{n}", f"d{n}"]) for n in range(4)],
+    [("INSERT INTO people(surname) VALUES (?)", [f"e{n}"]) for n in range(4)],
 )
 
 
@@ -63,11 +78,16 @@ def stopped_set(tmp_path: Path) -> Iterator[list[Path]]:
                         client.execute("UPDATE log SET what = what || ' seen' WHERE rowid = (SELECT min(rowid) FROM log)")
                     if j % 9 == 0:
                         client.execute("DELETE FROM log WHERE rowid = (SELECT max(rowid) FROM log)")
+                    if j % 13 == 0:
+                        client.execute(*PERSON_WRITES[i][j // 13])
                     if j % 10 == 0:
                         client.execute("INSERT INTO docs(body) VALUES (?)", [f"words of m{i + 1} number {j}"])
                         client.execute("INSERT INTO notes(rowid, body) VALUES (?, ?)", [key, f"note {j} of m{i + 1}"])
                         client.execute("INSERT INTO geo VALUES (?, ?, ?, 0, 1)", [key, j, j + 1])
                 client.execute("UPDATE docs SET body = body || ' edited' WHERE id = (SELECT min(id) FROM docs)")
+                for migration in {0: MIGRATIONS[:2], 1: MIGRATIONS[2:]}.get(i, ()):
+                    client.execute(migration)
+            rs.wait_converged()  # the next member writes under the schema these left
         rs.wait_converged()
         for member in rs.members:
             assert member.stop() == 0
