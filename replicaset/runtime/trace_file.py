@@ -20,19 +20,22 @@ class TraceFile:
     """Appends; each line is written whole (line buffered), so a killed server leaves
     every line it traced before the kill."""
 
-    def __init__(self, path: Path, on_failure: Callable[[OSError], None] = lambda error: None) -> None:
+    def __init__(self, path: Path, on_failure: Callable[[OSError], None] = lambda error: None,
+                 host_clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
         """`on_failure` hears of the first write that failed (a full disk): tracing stops
         there, so the file holds a prefix of the trace, never one with a hole in it, and
-        the member goes on."""
+        the member goes on. `host_clock_ns` is the clock the members of one host share
+        (a simulation gives its own)."""
         self.path = path
         self._file: TextIO | None = open(path, "a", buffering=1, encoding="utf-8")
         self._on_failure = on_failure
+        self._host_clock_ns = host_clock_ns
 
     def __call__(self, event: dict[str, Any]) -> None:
         if self._file is None:
             return
         try:
-            self._file.write(json.dumps({**event, "clock_ns": time.monotonic_ns()}, separators=(",", ":")) + "\n")
+            self._file.write(json.dumps({**event, "clock_ns": self._host_clock_ns()}, separators=(",", ":")) + "\n")
         except OSError as error:
             self._stop()
             self._on_failure(error)
