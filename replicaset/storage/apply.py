@@ -13,7 +13,9 @@ not deleted: its image waits in `_rs_latent` with its own version, and comes bac
 as the value it needs is released (its rival moved to another value, was deleted, or lost
 in turn). Applying a row therefore places it (demoting older colliding rows to latent),
 then re-resolves the latent rows of the table until nothing changes. Local writes release
-values too, so the writer runs the same re-resolution after each transaction.
+values too, so the writer runs the same re-resolution after each transaction. A partial
+UNIQUE index holds the values of the rows that satisfy its WHERE only: two rows collide on
+it when both do, and a row leaving the predicate releases its values.
 Rows of local tables (origin 0) are replayed without versions: only this member has them.
 """
 
@@ -28,7 +30,7 @@ import msgpack
 from replicaset.storage.errors import ApplyError
 from replicaset.storage.keys import intent_key
 from replicaset.storage.rows import CapturedRow, Op
-from replicaset.storage.schema import TableCache, TableInfo, quote
+from replicaset.storage.schema import Predicate, TableCache, TableInfo, quote
 from replicaset.storage.index_upkeep import IndexUpkeep
 from replicaset.storage.virtual import VirtualTable
 
@@ -81,15 +83,21 @@ class UniqueResolver:
         return self._conn.execute("SELECT 1 FROM _rs_latent WHERE tbl = ? LIMIT 1", (table,)).fetchone() is not None
 
     def rivals(self, info: TableInfo, key: str, image: dict[str, Any]) -> dict[str, tuple[dict[str, Any], Version]]:
-        """Visible rows that hold one of `image`'s unique values: key -> (image, version)."""
+        """Visible rows that hold one of `image`'s unique values: key -> (image, version).
+        Under a partial index, only rows that satisfy its predicate hold values, `image` too:
+        rows the index lets coexist are not rivals."""
         found: dict[str, tuple[dict[str, Any], Version]] = {}
         keys = info.key_columns
         selected = (*info.columns, *(c for c in keys if c not in info.columns))
-        for columns in info.unique_groups:
+        for columns, predicate in info.unique_rules:
             values = [image.get(c) for c in columns]
             if any(v is None for v in values):
                 continue
             where = " AND ".join(f"{quote(c)} = ?" for c in columns)
+            if predicate is not None:
+                if not self._satisfies(predicate, image):
+                    continue
+                where += f" AND ({predicate.where})"
             select = ", ".join(map(quote, selected))
             for row in self._conn.execute(f"SELECT {select} FROM {quote(info.name)} WHERE {where}", values):
                 other = dict(zip(selected, row))
@@ -97,6 +105,13 @@ class UniqueResolver:
                 if other_key != key and other_key not in found:
                     found[other_key] = (other, get_version(self._conn, info.name, other_key) or (0, 0))
         return found
+
+    def _satisfies(self, predicate: Predicate, image: dict[str, Any]) -> bool:
+        """Whether `image` satisfies a partial index's predicate, as if it were a row of the
+        table (it may be latent, or not written yet); true when it cannot be probed."""
+        if predicate.probe is None:
+            return True
+        return self._conn.execute(predicate.probe, [image.get(c) for c in predicate.names]).fetchone() is not None
 
     def place(self, info: TableInfo, key: str, image: dict[str, Any], version: Version) -> bool:
         """Make `image` the key's visible row unless a newer row holds one of its values;

@@ -14,7 +14,7 @@ import msgpack
 import xxhash
 
 from replicaset.storage.renames import SCHEMA_LOG_DDL, SchemaLog, changes_of
-from replicaset.storage.tokens import quote
+from replicaset.storage.tokens import Kind, meaningful, quote, tokenize
 from replicaset.storage.virtual import Declared, VirtualTable, declared, describe
 from wal import LOCAL_ORIGIN, VClock
 
@@ -69,6 +69,20 @@ def is_internal(table: str) -> bool:
     return table.startswith(INTERNAL_PREFIX) or table.startswith("sqlite_")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Predicate:
+    """The WHERE of a partial UNIQUE index: two rows collide under the index only when
+    both satisfy it. `where` is its text, as it can follow `WHERE` in a query on the table;
+    `probe` asks the same of values bound in the order of `names` (a subquery named as the
+    table, each value under its column's collation), for an image that is not in the table.
+    A predicate naming a generated column has no probe (images do not carry those columns):
+    an image is taken to satisfy it, so only rows in the table are told apart by it."""
+
+    where: str
+    probe: str | None
+    names: tuple[str, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class TableInfo:
     """`columns` are the writable ones, which images carry; generated columns are
@@ -79,7 +93,8 @@ class TableInfo:
     calls a rowid by one of three names a column may take: `rowid_name` is the first of them
     no column took (None for a WITHOUT ROWID table, or when all three are taken). A table
     without a declared primary key is keyed by its rowid (`rowid_key`). `stored_columns`
-    name the hook's tuple."""
+    name the hook's tuple. `unique_predicates` go with `unique_indexes`, one for one: the
+    WHERE of a partial index, None for a full one."""
 
     name: str
     columns: tuple[str, ...]
@@ -93,6 +108,7 @@ class TableInfo:
     shadow_of: Declared | None = None
     rowid_name: str | None = None
     stored_columns: tuple[str, ...] = ()
+    unique_predicates: tuple[Predicate | None, ...] = ()
 
     @property
     def rowid_key(self) -> str | None:
@@ -115,6 +131,14 @@ class TableInfo:
         if self.rowid_alias is None and self.pk_columns:
             return (self.pk_columns, *self.unique_indexes)
         return self.unique_indexes
+
+    @property
+    def unique_rules(self) -> tuple[tuple[tuple[str, ...], Predicate | None], ...]:
+        """`unique_groups`, each with the predicate two rows must both satisfy to collide
+        on it (None: any two rows)."""
+        key_groups = self.unique_groups[: len(self.unique_groups) - len(self.unique_indexes)]
+        return (*((group, None) for group in key_groups),
+                *zip(self.unique_indexes, self.unique_predicates, strict=True))
 
     def column_positions(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.columns)}
@@ -144,8 +168,13 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
             rowid_alias = pk_columns[0]
     names = {r[1].lower() for r in rows}
     rowid_name = None if without_rowid else next((name for name in ROWID_NAMES if name not in names), None)
+    # The rowid's name in images, and the names a partial index's predicate may call it by.
+    free_names = tuple(name for name in ROWID_NAMES if name not in names)
+    rowid_source = rowid_alias or (rowid_name if not pk_columns and owner is None else None)
+    rowid = (rowid_source, free_names) if rowid_source is not None else None
     uniques = []
-    for _, index_name, unique, origin, _partial in conn.execute(
+    predicates = []
+    for _, index_name, unique, origin, partial in conn.execute(
         f"PRAGMA main.index_list({quote(table)})"
     ).fetchall():
         if unique and origin != "pk":
@@ -154,6 +183,7 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
             )
             if all(c is not None for c in cols):
                 uniques.append(cols)
+                predicates.append(partial_predicate(conn, table, index_name, columns, rowid) if partial else None)
     return TableInfo(
         name=table,
         columns=columns,
@@ -166,7 +196,45 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
         shadow_of=owner,
         rowid_name=rowid_name,
         stored_columns=tuple(stored),
+        unique_predicates=tuple(predicates),
     )
+
+
+def partial_predicate(
+    conn: apsw.Connection, table: str, index: str, columns: tuple[str, ...], rowid: tuple[str, tuple[str, ...]] | None
+) -> Predicate:
+    """The WHERE of the partial index `index` on `table`: the text after the index's
+    top-level WHERE (the column list is inside parentheses, so the first WHERE outside
+    them is the predicate's). The probe binds the writable columns under their collations,
+    so that `s = 'open'` compares as in the index on a NOCASE column, and the rowid
+    (`rowid`: the name images carry it by, and the names SQLite calls it by that no column
+    took) under each of those names. Generated columns are not bound: a predicate naming
+    one gets no probe. Affinity is not carried over: an image holds values as stored, and
+    only a predicate comparing a column with a literal of another type (a TEXT column with
+    `= 1`) could answer otherwise than the index."""
+    sql = conn.execute("SELECT sql FROM main.sqlite_schema WHERE type = 'index' AND name = ?", (index,)).fetchone()[0]
+    tokens = tokenize(sql)
+    start = next(i for i, token in meaningful(tokens) if token.depth == 0 and token.is_word("WHERE"))
+    # SQLite keeps a comment that ends the statement; a line comment would swallow what follows.
+    where = "".join(" " if token.kind is Kind.SPACE else token.text for token in tokens[start + 1:]).strip()
+    sources = [(c, c) for c in columns]
+    if rowid is not None:
+        source, aliases = rowid
+        sources += [(name, source) for name in dict.fromkeys((source, *aliases)) if name not in columns]
+    values = ", ".join(
+        f"? COLLATE {quote(collation(conn, table, source))} AS {quote(name)}" for name, source in sources
+    )
+    probe: str | None = f"SELECT 1 FROM (SELECT {values}) AS {quote(table)} WHERE {where}"
+    try:
+        conn.execute(probe, [None] * len(sources)).fetchall()
+    except apsw.SQLError:
+        probe = None  # "no such column": the predicate names a generated column
+    return Predicate(where=where, probe=probe, names=tuple(source for _, source in sources))
+
+
+def collation(conn: apsw.Connection, table: str, column: str) -> str:
+    """The collation `column` of `table` compares by; the rowid has none but BINARY."""
+    return str(conn.column_metadata("main", table, column)[1])
 
 
 def user_objects(conn: apsw.Connection) -> list[tuple[str, str, str, str]]:
@@ -287,3 +355,4 @@ class SchemaState:
             )
         self.invalidate()
         self.known_objects = set(user_objects(conn))
+

@@ -127,9 +127,6 @@ def test_select_star_after_add_column_names_the_new_column(members: tuple[Replic
     Differential(rs, clients).run(case, lambda step: 0)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="rows a partial UNIQUE index lets coexist collide "
-                                                             "on the other members: 'unique resolution of table ... "
-                                                             "did not settle', and their applier stops")
 def test_rows_a_partial_unique_index_allows_reach_every_member(fresh_members: tuple[ReplicaSet, list[Client]]) -> None:
     _, clients = fresh_members
     clients[0].execute("CREATE TABLE xf_order(id INTEGER PRIMARY KEY, customer TEXT, status TEXT)")

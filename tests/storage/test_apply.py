@@ -369,6 +369,59 @@ def test_concurrent_inserts_of_keys_the_table_treats_as_equal_converge(
     assert e1.table_digest() == e2.table_digest()
 
 
+ORDERS = (
+    "CREATE TABLE ord(id INTEGER PRIMARY KEY, customer TEXT, status TEXT COLLATE NOCASE)",
+    "CREATE UNIQUE INDEX ord_one_open ON ord(customer) WHERE status = 'open'",
+)
+
+
+def test_rows_a_partial_unique_index_lets_coexist_in_one_transaction_reach_a_peer(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    e1, e2 = bootstrap(tmp_path, clock, 2, *ORDERS)
+    run(e1, "INSERT INTO ord VALUES (1, 'acme', 'closed'), (2, 'acme', 'open')")
+    ship(e1, e2)
+    assert select(e2, "SELECT * FROM ord") == [[1, "acme", "closed"], [2, "acme", "open"]]
+    assert e2.table_digest() == e1.table_digest()
+    assert e2.vclock == e1.vclock
+
+
+@pytest.mark.parametrize("order", ["older first", "newer first"])
+def test_rows_a_partial_unique_index_lets_coexist_replicate_in_either_order(
+    tmp_path: Path, clock: FakeClock, order: str
+) -> None:
+    e1, e2 = bootstrap(tmp_path, clock, 2, *ORDERS)
+    older = run(e1, "INSERT INTO ord VALUES (1, 'acme', 'open')").records[0]
+    newer = run(e2, "INSERT INTO ord VALUES (2, 'acme', 'closed')").records[0]
+    schema = wal_records(e1)[:2]
+    obs = observe(tmp_path, clock, "obs", schema + ([older, newer] if order == "older first" else [newer, older]))
+    exchange(e1, e2)
+    for member in (e1, e2, obs):
+        assert select(member, "SELECT * FROM ord") == [[1, "acme", "open"], [2, "acme", "closed"]]
+        assert member.table_digest() == e1.table_digest()
+        assert member.vclock == e1.vclock
+
+
+def test_rows_a_partial_unique_index_holds_collide_and_the_loser_returns_when_the_winner_leaves_it(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    e1, e2 = bootstrap(tmp_path, clock, 2, *ORDERS)
+    older = run(e1, "INSERT INTO ord VALUES (1, 'acme', 'open')").records[0]
+    newer = run(e2, "INSERT INTO ord VALUES (2, 'acme', 'OPEN'), (3, 'acme', 'closed')").records[0]
+    exchange(e1, e2)
+    # 'OPEN' satisfies the predicate under the column's NOCASE: the newer open order wins
+    for member in (e1, e2):
+        assert select(member, "SELECT id FROM ord") == [[2], [3]], member.instance_id
+    release = run(e2, "UPDATE ord SET status = 'closed' WHERE id = 2").records[0]
+    schema = wal_records(e1)[:2]
+    obs = observe(tmp_path, clock, "obs", [*schema, newer, release, older])
+    exchange(e1, e2)
+    for member in (e1, e2, obs):
+        assert select(member, "SELECT * FROM ord") == [
+            [1, "acme", "open"], [2, "acme", "closed"], [3, "acme", "closed"]]
+        assert member.table_digest() == e1.table_digest()
+
+
 def test_versions_work_after_2039(tmp_path: Path) -> None:
     late = FakeClock(start_ms=2_208_988_800_000)  # 2040-01-01
     e1, e2 = bootstrap(tmp_path, late, 2, KV)
