@@ -120,6 +120,24 @@ def ship(source: Engine, target: Engine) -> int:
     return applied
 
 
+def bootstrap(root: Path, clock: Any, count: int, *schema: str) -> list[Engine]:
+    """Members 1..count under `root`; member 1 writes the schema and the others apply it."""
+    engines = [open_engine(root / f"e{i}", i, clock) for i in range(1, count + 1)]
+    for sql in schema:
+        run(engines[0], sql)
+    for other in engines[1:]:
+        ship(engines[0], other)
+    return engines
+
+
+def exchange(*engines: Engine) -> None:
+    """Every member ships what it holds to every other, once each way."""
+    for target in engines:
+        for source in engines:
+            if source is not target:
+                ship(source, target)
+
+
 def apply_all(target: Engine, records: Iterable[Record]) -> int:
     applied = sum(target.apply(record) for record in records)
     target.flush()

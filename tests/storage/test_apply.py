@@ -22,8 +22,10 @@ from tests.storage.enginekit import (
     START_MS,
     FakeClock,
     apply_all,
+    bootstrap,
     close_all,
     ddl,
+    exchange,
     open_engine,
     run,
     select,
@@ -37,16 +39,6 @@ from wal import Record, RecordType, VClock
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-def bootstrap(root: Path, clock: FakeClock, count: int, *schema: str) -> list[Engine]:
-    """Members 1..count; member 1 creates the schema and the others apply it."""
-    engines = [open_engine(root / f"e{i}", i, clock) for i in range(1, count + 1)]
-    for sql in schema:
-        run(engines[0], sql)
-    for other in engines[1:]:
-        ship(engines[0], other)
-    return engines
 
 
 def state(engine: Engine) -> tuple:
@@ -218,13 +210,6 @@ def test_a_peer_drop_table_of_an_integer_key_table_applies(tmp_path: Path, clock
 
 
 # ------------------------------------------------------------------ last writer wins
-
-
-def exchange(*engines: Engine) -> None:
-    for target in engines:
-        for source in engines:
-            if source is not target:
-                ship(source, target)
 
 
 def observe(root: Path, clock: FakeClock, name: str, records: list[Record]) -> Engine:

@@ -11,26 +11,13 @@ import pytest
 from replicaset.storage import Engine
 from replicaset.storage.errors import SqlError
 from replicaset.storage.rows import CapturedRow, DmlPayload
-from tests.storage.enginekit import FakeClock, dml_records, open_engine, run, select, ship, versions
+from tests.storage.enginekit import FakeClock, bootstrap, dml_records, exchange, run, select, ship, versions
 
 LOG = "CREATE TABLE log(who TEXT, what TEXT)"
 
 
 def members(root: Path, count: int, *schema: str) -> list[Engine]:
-    clock = FakeClock()
-    engines = [open_engine(root / f"e{i}", i, clock) for i in range(1, count + 1)]
-    for sql in schema:
-        run(engines[0], sql)
-    for other in engines[1:]:
-        ship(engines[0], other)
-    return engines
-
-
-def exchange(*engines: Engine) -> None:
-    for target in engines:
-        for source in engines:
-            if source is not target:
-                ship(source, target)
+    return bootstrap(root, FakeClock(), count, *schema)
 
 
 def rows(engine: Engine, table: str = "log") -> list[list]:

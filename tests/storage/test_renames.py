@@ -12,21 +12,14 @@ from replicaset.storage import Engine
 from replicaset.storage.errors import SqlError, TxnConflict
 from replicaset.storage.renames import Change, ChangeKind, changes_of, parse_alter
 from replicaset.storage.rows import DmlPayload
-from tests.storage.enginekit import FakeClock, apply_all, open_engine, run, select, ship, wal_records
+from tests.storage.enginekit import FakeClock, apply_all, bootstrap, open_engine, run, select, ship, wal_records
 from wal import Record, RecordType
 
 T = "CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT, b TEXT)"
 
 
 def members(root: Path, count: int, *schema: str) -> list[Engine]:
-    """Members 1..count; member 1 writes the schema, the others apply it."""
-    clock = FakeClock()
-    engines = [open_engine(root / f"m{i}", i, clock) for i in range(1, count + 1)]
-    for sql in schema:
-        run(engines[0], sql)
-    for other in engines[1:]:
-        ship(engines[0], other)
-    return engines
+    return bootstrap(root, FakeClock(), count, *schema)
 
 
 def last(engine: Engine) -> Record:
