@@ -45,6 +45,7 @@ from replicaset.runtime.peer_access import PeerGate, PeerRefused, remote_address
 from replicaset.runtime.transfer import ServeStart, resume_start, serve_checkpoint
 from replicaset.runtime.writer import Ticket, WriteFailed
 from replicaset.storage import (
+    ConnectionValues,
     Captured,
     DdlNeedsLock,
     EngineFatal,
@@ -155,6 +156,7 @@ class Session:
         self._rights: Rights = node.guest or NOBODY  # guest disabled: only peers' requests before AUTH
         self._default_level = Level(node.config["replication.default_write_consistency"].lower())
         self._prepared = PreparedStatements()
+        self._values = ConnectionValues()  # what SQLite would keep for this client's connection
         self._peer = PeerGate(node.cluster_secret, instance_uuid=node.identity.instance_uuid, salt=self._salt,
                               remote=remote_address(stream), log=node.log)
 
@@ -596,11 +598,12 @@ class Session:
             if stream.began:
                 node.check_writable()
                 result, stream.captured = await node.writer.stream_execute(
-                    stream.captured, sql, binds, quorum=stream.level is not Level.ONE)
+                    stream.captured, sql, binds, quorum=stream.level is not Level.ONE, values=self._values)
+                self._ran(sql, result)
                 self._reply_result(frame, result)
                 return
             if node.engine.is_read(sql):
-                result = node.engine.query(sql, binds)
+                result = node.engine.query(sql, binds, values=self._values)
                 if result is not None:
                     self._reply_result(frame, result)
                     return
@@ -608,13 +611,15 @@ class Session:
             level = options.level
             if level is Level.ONE:
                 try:
-                    result, ticket = await node.writer.execute_nowait(sql, binds)
+                    result, ticket = await node.writer.execute_nowait(sql, binds, self._values)
+                    self._ran(sql, result)
                 except DdlNeedsLock:
                     level = Level.QUORUM
             if level is not Level.ONE:
                 started = trio.current_time()
                 result, outcome = await node.writer.execute_quorum(
-                    sql, binds, alone=partial(node.quorum.decides_alone, level))
+                    sql, binds, alone=partial(node.quorum.decides_alone, level), values=self._values)
+                self._ran(sql, result)
                 if isinstance(outcome, Ticket):  # decided alone: answered once fsynced, as the quorum's answer is
                     self._awaiting_flush += 1
                     outcome.on_settled(partial(self._reply_alone, frame, result, level, started))
@@ -640,6 +645,11 @@ class Session:
         else:
             self._awaiting_flush += 1
             ticket.on_settled(partial(self._reply_durable, frame, result))
+
+    def _ran(self, sql: str, result: StatementResult) -> None:
+        """A statement of this session ran on the writer: what last_insert_rowid(),
+        changes() and total_changes() answer next (storage.connection_values)."""
+        self._values.wrote(first_word(sql), result.row_count, result.inserted_rowid)
 
     def _reply_durable(self, frame: Frame, result: StatementResult, error: Exception | None) -> None:
         """A write's reply, once its flush is done: queued, and sent by the outbox's task.

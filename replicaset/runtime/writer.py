@@ -24,6 +24,7 @@ from replicaset.storage import (
     BatchAbandoned,
     BatchKind,
     Captured,
+    ConnectionValues,
     Engine,
     EngineFatal,
     GapError,
@@ -135,11 +136,12 @@ class Writer:
     # ---------------------------------------------------------------- client writes
 
     async def execute_nowait(
-        self, sql: str, binds: Sequence[Any] | dict[str, Any]
+        self, sql: str, binds: Sequence[Any] | dict[str, Any], values: ConnectionValues | None = None,
     ) -> tuple[StatementResult, Ticket]:
-        """Run one statement in its own transaction; the ticket says when it is durable."""
+        """Run one statement in its own transaction; the ticket says when it is durable.
+        `values`: the client session's, which last_insert_rowid() and its kin answer."""
         async with self.token:
-            txn, result = await self._execute_one(sql, binds)
+            txn, result = await self._execute_one(sql, binds, values=values)
             return result, await self._commit(txn)
 
     async def execute_trusted(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult:
@@ -165,7 +167,7 @@ class Writer:
         return result
 
     async def stream_execute(self, captured: Captured | None, sql: str, binds: Sequence[Any] | dict[str, Any], *,
-                             quorum: bool) -> tuple[StatementResult, Captured]:
+                             quorum: bool, values: ConnectionValues | None = None) -> tuple[StatementResult, Captured]:
         """One statement of a stream transaction, on top of its earlier rows (`captured`,
         None before its first write), and the transaction's rows taken back out. The writer
         is held for this statement only, never while the client thinks: a decided row or an
@@ -173,7 +175,7 @@ class Writer:
         transaction as it was; `TxnConflict` when a row it wrote changed meanwhile."""
         async with self.token:
             txn = await self._resume(captured, quorum=quorum)
-            result = self._run(txn, sql, binds)
+            result = self._run(txn, sql, binds, values=values)
             return result, self.engine.capture(txn)
 
     async def commit_stream(self, captured: Captured) -> None:
@@ -220,15 +222,15 @@ class Writer:
         await ticket.wait()
         return record
 
-    async def execute_quorum(self, sql: str, binds: Sequence[Any] | dict[str, Any], *,
-                             alone: Callable[[], bool]) -> tuple[StatementResult, Captured | Ticket]:
+    async def execute_quorum(self, sql: str, binds: Sequence[Any] | dict[str, Any], *, alone: Callable[[], bool],
+                             values: ConnectionValues | None = None) -> tuple[StatementResult, Captured | Ticket]:
         """One statement of a QUORUM or ALL transaction: captured with the versions it read,
         to be decided by the quorum; or, when `alone()` says this member decides by itself
         (core.quorum.decides_alone; asked under the token, so nothing comes between the
         answer and the commit), committed here as its own row, whose ticket is settled once
         the row is fsynced."""
         async with self.token:
-            txn, result = await self._execute_one(sql, binds, quorum=True)
+            txn, result = await self._execute_one(sql, binds, quorum=True, values=values)
             if txn.ddl is None and alone():
                 return result, await self._commit(txn, fsynced=True)
             return result, self.engine.capture(txn)
@@ -247,19 +249,20 @@ class Writer:
         return True
 
 
-    async def _execute_one(self, sql: str, binds: Sequence[Any] | dict[str, Any], *,
-                           quorum: bool = False, trusted: bool = False) -> tuple[LocalTxn, StatementResult]:
+    async def _execute_one(self, sql: str, binds: Sequence[Any] | dict[str, Any], *, quorum: bool = False,
+                           trusted: bool = False, values: ConnectionValues | None = None,
+                           ) -> tuple[LocalTxn, StatementResult]:
         """A statement in a transaction of its own, left open for the caller (who holds the
         token) to commit or, when `quorum`, capture; rolled back if the statement fails."""
         txn = await self._begin(quorum=quorum)
-        return txn, self._run(txn, sql, binds, trusted=trusted)
+        return txn, self._run(txn, sql, binds, trusted=trusted, values=values)
 
     def _run(self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any], *,
-             trusted: bool = False) -> StatementResult:
+             trusted: bool = False, values: ConnectionValues | None = None) -> StatementResult:
         """A statement in `txn`; a failed one rolls `txn` back, one that stopped the batch
         fails the batch's other transactions too."""
         try:
-            return self.engine.execute(txn, sql, binds, trusted=trusted)
+            return self.engine.execute(txn, sql, binds, trusted=trusted, values=values)
         except BatchAbandoned:
             self._fail_tickets()
             raise

@@ -2,6 +2,7 @@
 
 from replicaset.storage.batch import BatchKind
 from replicaset.storage.config import EngineConfig
+from replicaset.storage.connection_values import ConnectionValues
 from replicaset.storage.engine import Engine
 from replicaset.storage.errors import (
     ApplyError,
@@ -26,6 +27,7 @@ __all__ = [
     "BatchKind",
     "BatchKindError",
     "Captured",
+    "ConnectionValues",
     "DdlNeedsLock",
     "Engine",
     "EngineConfig",

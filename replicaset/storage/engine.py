@@ -43,6 +43,7 @@ from replicaset.storage.apply_record import RecordApplier
 from replicaset.storage.auto_ids import AutoIds
 from replicaset.storage.batch import Batch, Batches, BatchKind
 from replicaset.storage.config import EngineConfig
+from replicaset.storage.connection_values import ConnectionValues, define_functions
 from replicaset.storage.connections import Connections, connect
 from replicaset.storage.errors import BatchKindError, SqlError, StatementTimeout
 from replicaset.storage.pragmas import connection_pragma
@@ -88,6 +89,10 @@ class Engine:
         self._connections = connections
         self._read_deadline = math.inf
         connections.reader.set_progress_handler(self._read_overdue, READ_CHECK_STEPS)
+        # The values last_insert_rowid() and its kin answer: the running statement's session's.
+        self._own_values = self._values = ConnectionValues()
+        for conn in (connections.writer, connections.reader):
+            define_functions(conn, lambda: self._values)
         self._access = AccessCache(connect(config.db_path, readonly=True))
         self._access_ddl_count = 0
         writer, applier = connections.writer, connections.applier
@@ -199,13 +204,16 @@ class Engine:
         return self._transactions.begin(explicit=explicit, quorum=quorum)
 
     def execute(
-        self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any] = (), *, trusted: bool = False
+        self, txn: LocalTxn, sql: str, binds: Sequence[Any] | dict[str, Any] = (), *, trusted: bool = False,
+        values: ConnectionValues | None = None,
     ) -> StatementResult:
         """Run one client statement in its own savepoint; a failure leaves nothing behind.
-        `trusted` statements come from the node itself (system tables) and skip the authorizer."""
+        `trusted` statements come from the node itself (system tables) and skip the authorizer;
+        `values` are the session's, which last_insert_rowid() and its kin answer."""
         answer = _pragma_result(sql, row_count=0)
         if answer is not None:
             return answer
+        self._values = values or self._own_values
         result = self._transactions.execute(txn, sql, binds, trusted=trusted)
         if txn.explicit:
             try:
@@ -361,13 +369,16 @@ class Engine:
         """Statements worth trying on a reader first; a reader refuses any write anyway."""
         return is_read(sql)
 
-    def query(self, sql: str, binds: Sequence[Any] | dict[str, Any] = ()) -> StatementResult | None:
+    def query(self, sql: str, binds: Sequence[Any] | dict[str, Any] = (), *,
+              values: ConnectionValues | None = None) -> StatementResult | None:
         """Run a statement on the reader connection; None when it turns out to write. Past
         `statement_timeout_s` SQLite stops it (a read-only statement interrupted ends alone).
-        A connection PRAGMA is answered without running (`pragmas.py`)."""
+        A connection PRAGMA is answered without running (`pragmas.py`). `values` are the
+        session's, which last_insert_rowid() and its kin answer."""
         answer = _pragma_result(sql, row_count=None)
         if answer is not None:
             return answer
+        self._values = values or self._own_values
         cursor = self._connections.reader.cursor()
         limit = self.config.statement_timeout_s
         self._read_deadline = time.monotonic() + limit if limit else math.inf

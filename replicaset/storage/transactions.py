@@ -81,6 +81,7 @@ class StatementResult:
     rows: list[list[Any]]
     row_count: int | None
     autoincrement_ids: list[int]
+    inserted_rowid: int | None = None  # the rowid SQLite's last_insert_rowid() tells after it, if it inserted
 
 
 @dataclass(kw_only=True)
@@ -198,6 +199,7 @@ class Transactions:
             self._auto_ids.stale = True
         self._auto_ids.start()
         self._returning.start()
+        inserted_before = self._conn.last_insert_rowid()
         self._capture.error = None
         self._capture.temp_written = False
         cursor = self._conn.cursor()
@@ -245,7 +247,17 @@ class Transactions:
             rows=rows,
             row_count=changes + self._auto_ids.statement_rows,
             autoincrement_ids=list(self._auto_ids.issued),
+            inserted_rowid=self._inserted_rowid(inserted_before),
         )
+
+    def _inserted_rowid(self, before: int) -> int | None:
+        """What last_insert_rowid() tells after the statement: the last id the auto-id
+        trigger assigned (SQLite's value goes back once a trigger ends), else the rowid
+        SQLite last inserted, if the statement moved it."""
+        if self._auto_ids.issued:
+            return next(reversed(self._auto_ids.issued))
+        after = self._conn.last_insert_rowid()
+        return after if after != before else None
 
     def _shadow_refusal(self, exc: apsw.Error) -> str | None:
         """SQLite's defensive mode says only "table X may not be modified" of a shadow table:

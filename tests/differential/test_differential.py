@@ -89,9 +89,6 @@ def test_or_fail_keeps_the_rows_changed_before_the_error(members: tuple[ReplicaS
     Differential(rs, clients).run(case, lambda step: 0)
 
 
-@pytest.mark.xfail(strict=True, raises=Difference, reason="a client's reads run on a reader connection, not "
-                                                         "the writer that took its insert: last_insert_rowid(), "
-                                                         "changes() and total_changes() answer 0")
 def test_last_insert_rowid_and_changes_answer_for_the_clients_last_write(members: tuple[ReplicaSet, list[Client]]) -> None:
     rs, clients = members
     case = parse_case_text("connection_state", """

@@ -105,3 +105,26 @@ def test_virtual_generated_columns_answer_the_same_on_every_member(quorum_set) -
 def rows_of(member: Server, sql: str) -> list[list[Any]]:
     with member.client() as client:
         return client.execute(sql).rows
+
+
+def test_last_insert_rowid_and_changes_answer_each_clients_own_statements(quorum_set) -> None:
+    """SQLite's per-connection values, per client session: another client's insert between
+    two of mine does not move my last_insert_rowid(), which a child row takes as its key."""
+    rs, (first, second, _) = quorum_set
+    with first.client() as client:
+        client.execute("CREATE TABLE parent(id INTEGER PRIMARY KEY, name TEXT)")
+        client.execute("CREATE TABLE child(id INTEGER PRIMARY KEY, parent INTEGER REFERENCES parent(id), v TEXT)")
+    rs.wait_converged()
+    with first.client() as mine, first.client() as other, second.client() as elsewhere:
+        assigned = mine.execute("INSERT INTO parent(name) VALUES ('mine')").autoincrement_ids
+        other.execute("INSERT INTO parent(name) VALUES ('other')")
+        elsewhere.execute("INSERT INTO parent(id, name) VALUES (1000, 'elsewhere')")
+        mine.execute("INSERT INTO child(parent, v) VALUES (last_insert_rowid(), 'a'), (last_insert_rowid(), 'b')")
+        assert mine.execute("SELECT changes(), total_changes()").rows == [[2, 3]]
+        mine.execute("UPDATE child SET v = v || '!' WHERE v = 'zzz'")
+        assert mine.execute("SELECT changes(), total_changes()").rows == [[0, 3]]
+        assert elsewhere.execute("SELECT last_insert_rowid(), changes()").rows == [[1000, 1]]
+    rs.wait_converged()
+    assert rows_of(second, "SELECT c.v, p.name FROM child c JOIN parent p ON p.id = c.parent ORDER BY c.v") == [
+        ["a", "mine"], ["b", "mine"]]
+    assert rows_of(second, "SELECT parent FROM child") == [[assigned[0]], [assigned[0]]]
