@@ -60,6 +60,10 @@ _CREATE_OPS = frozenset({apsw.SQLITE_CREATE_INDEX, apsw.SQLITE_CREATE_TABLE, aps
 _SCHEMA_PRAGMAS = _INTROSPECTION_PRAGMAS | {"table_list"}
 _TABLE_WRITE_OPS = (apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE, apsw.SQLITE_DROP_TABLE, *_TABLE_IN_P2)
 
+# Reads the database, so a connection finds a schema changed elsewhere; PRAGMA schema_version
+# does not (it reads the cookie without comparing it with the schema held).
+_SCHEMA_PROBE = "SELECT 1 FROM sqlite_schema LIMIT 1"
+
 Columns = list[tuple[str, str | None]]
 
 
@@ -342,7 +346,12 @@ def describe(conn: apsw.Connection, sql: str) -> StatementShape:
     so a tail that does not compile still counts as a statement. SQLite gives parameter
     names without their marker, so a named one is listed with ":" whichever of `:`, `@`
     or `$` the text used.
+
+    Compiling uses the schema `conn` holds, which it loads again only when a statement
+    reads the database and finds it changed (by another connection): a probe does so
+    first, so that columns added since `conn` last ran are described.
     """
+    conn.execute(_SCHEMA_PROBE).fetchall()
     first = apsw.ext.query_info(conn, sql)
     remaining = first.query_remaining
     has_tail = False

@@ -75,3 +75,8 @@ def test_the_last_statement_of_a_text_gives_the_columns_with_rows_or_without(eng
     result = on_reader(engine, "SELECT * FROM empty; SELECT * FROM t")
     assert (result.columns, result.rows) == (COLUMNS_BEFORE, [[1, "one"]])
 
+
+def test_prepare_describes_the_columns_added_since_the_readers_last_statement(engine: Engine) -> None:
+    assert engine.describe("SELECT * FROM t").columns == COLUMNS_BEFORE
+    run(engine, "ALTER TABLE t ADD COLUMN colour TEXT DEFAULT 'red'")
+    assert engine.describe("SELECT * FROM t").columns == ADDED
