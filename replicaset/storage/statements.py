@@ -62,6 +62,10 @@ _CREATE_OPS = frozenset({apsw.SQLITE_CREATE_INDEX, apsw.SQLITE_CREATE_TABLE, aps
 _SCHEMA_PRAGMAS = _INTROSPECTION_PRAGMAS | {"table_list"}
 _TABLE_WRITE_OPS = (apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE, apsw.SQLITE_DROP_TABLE, *_TABLE_IN_P2)
 
+# Reads the database, so a connection finds a schema changed elsewhere; PRAGMA schema_version
+# does not (it reads the cookie without comparing it with the schema held).
+_SCHEMA_PROBE = "SELECT 1 FROM sqlite_schema LIMIT 1"
+
 Columns = list[tuple[str, str | None]]
 
 
@@ -277,23 +281,62 @@ def run_statement(
     binds: Sequence[Any] | dict[str, Any],
     on_statement: StatementStarted | None = None,
 ) -> tuple[Columns, list[list[Any]]]:
-    """Execute and fetch; the columns are read before stepping, while SQLite still has
-    them even for a query that returns no rows. `on_statement` hears of each statement of
-    `sql` before it runs: its text, its own bindings, and the rows fetched before it."""
+    """Execute and fetch; the columns are the last statement's. `on_statement` hears of
+    each statement of `sql` before it runs: its text, its own bindings, and the rows
+    fetched before it.
+
+    A statement's columns are read once its first step is done, never before: apsw hands
+    out a statement from its cache as compiled, and SQLite compiles it again for a schema
+    changed since (an ADD COLUMN, here or on another connection) only when it is stepped.
+    With rows, they are read at the statement's first row; a statement that its first step
+    finished without rows is compiled again for them on the same connection, which then
+    holds the schema that step ran under. A statement without columns (a change without
+    RETURNING) has none whatever the schema, and costs nothing more.
+    """
     columns: Columns = []
     rows: list[list[Any]] = []
+    unread: list[tuple[str, Any]] = []  # the last statement begun, while its columns are not read
+
+    def first_row(cur: apsw.Cursor, row: apsw.SQLiteValues) -> apsw.SQLiteValues:
+        # `get_description`, not `description`: apsw keeps a statement's description from
+        # its first reading, and `on_statement` read that one before the step.
+        columns[:] = cur.get_description()
+        unread.clear()
+        cur.row_trace = None
+        return row
 
     def trace(cur: apsw.Cursor, statement: str, statement_binds: Any) -> bool:
-        columns[:] = [(d[0], d[1]) for d in cur.description]
         if on_statement is not None:
             on_statement(cur, statement, statement_binds, len(rows))
+        columns.clear()
+        unread[:] = [(statement, statement_binds)] if cur.description else []
+        cur.row_trace = first_row if unread else None
         return True
 
     cursor.exec_trace = trace
     cursor.execute(sql, binds)
     for row in cursor:
         rows.append(list(row))
+    if unread:
+        columns[:] = _compiled_columns(cursor, *unread[0])
     return columns, rows
+
+
+def _compiled_columns(cursor: apsw.Cursor, statement: str, binds: Any) -> Columns:
+    """The columns of `statement` compiled on `cursor`'s connection, not run: taken from
+    apsw's cache when it holds the text, which its last step compiled again if it had to."""
+    columns: Columns = []
+
+    def stop(cur: apsw.Cursor, _statement: str, _binds: Any) -> bool:
+        columns[:] = cur.get_description()
+        return False
+
+    cursor.exec_trace = stop
+    try:
+        cursor.execute(statement, binds)
+    except apsw.ExecTraceAbort:
+        pass
+    return columns
 
 
 def describe(conn: apsw.Connection, sql: str) -> StatementShape:
@@ -305,7 +348,12 @@ def describe(conn: apsw.Connection, sql: str) -> StatementShape:
     so a tail that does not compile still counts as a statement. SQLite gives parameter
     names without their marker, so a named one is listed with ":" whichever of `:`, `@`
     or `$` the text used.
+
+    Compiling uses the schema `conn` holds, which it loads again only when a statement
+    reads the database and finds it changed (by another connection): a probe does so
+    first, so that columns added since `conn` last ran are described.
     """
+    conn.execute(_SCHEMA_PROBE).fetchall()
     first = apsw.ext.query_info(conn, sql)
     remaining = first.query_remaining
     has_tail = False

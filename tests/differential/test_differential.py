@@ -109,9 +109,6 @@ def test_a_temp_table_reads_back_what_was_written_to_it(members: tuple[ReplicaSe
     Differential(rs, clients).run(case, lambda step: 0)
 
 
-@pytest.mark.xfail(strict=True, raises=Difference, reason="a SELECT * run before an ADD COLUMN is described "
-                                                         "from the statement cache with the old columns, its rows "
-                                                         "holding the new one")
 def test_select_star_after_add_column_names_the_new_column(members: tuple[ReplicaSet, list[Client]]) -> None:
     rs, clients = members
     case = parse_case_text("select_star", """

@@ -94,6 +94,30 @@ def test_a_write_naming_a_new_column_waits_for_the_vclock_of_the_ddl(ddl_set) ->
     no_errors_logged(first, second, third)
 
 
+def test_select_star_after_add_column_names_the_new_column_on_every_member(ddl_set) -> None:
+    """Each member ran the texts before the ALTER, so SQLite holds them compiled for the
+    old table: the ALTER's own member and those that took it by replication describe the
+    new column all the same, with rows and without."""
+    rs, members = ddl_set
+    with members[0].client() as client:
+        client.execute("INSERT INTO kv(k, v) VALUES (1, 'a')")
+    rs.wait_converged()
+    texts = {"SELECT * FROM kv": [[1, "a", 0, "red"]], "SELECT * FROM kv WHERE k = 2": []}
+
+    def answers() -> list[tuple[list[str], list[list[object]]]]:
+        found = []
+        for member in members:
+            with member.client() as client:
+                found.extend((result.columns, result.rows) for result in map(client.execute, texts))
+        return found
+
+    assert {tuple(columns) for columns, _ in answers()} == {("k", "v", "n")}
+    with members[2].client() as client:
+        client.execute("ALTER TABLE kv ADD COLUMN colour TEXT DEFAULT 'red'")
+    rs.wait_converged()
+    assert answers() == [(["k", "v", "n", "colour"], expected) for expected in texts.values()] * len(members)
+
+
 def test_ddl_while_another_member_holds_the_lock_names_the_holder(ddl_set) -> None:
     """Members 1 and 2 hold the DDL lock for a transaction of member 3's (a PREPARE made by
     hand in its name): DDL on member 1 fails naming instance 3. Member 3 knows no such

@@ -94,6 +94,20 @@ def test_prepared_statements_answer_as_plain_execute(server, conn):
     assert fields(described.metadata) == columns, "PREPARE describes the columns EXECUTE returns"
 
 
+def test_prepare_after_add_column_describes_the_new_column(server, conn):
+    """The reader that compiles PREPARE loads a schema another connection changed only when
+    it reads a table: PREPARE must describe the column added since it last did."""
+
+    async def prepare_around_alter(connection: asynctnt.Connection) -> tuple[list[Any], list[Any]]:
+        before = await connection.prepare_iproto("SELECT * FROM people")
+        conn.execute("ALTER TABLE people ADD COLUMN colour TEXT DEFAULT 'red'")
+        after = await connection.prepare_iproto("SELECT * FROM people")
+        return fields(before.metadata), fields(after.metadata)
+
+    columns = [("id", "integer"), ("name", "string"), ("age", "integer")]
+    assert with_asynctnt(server, prepare_around_alter) == (columns, [*columns, ("colour", "string")])
+
+
 def test_an_unprepared_or_foreign_id_is_a_wrong_query_id(server, conn):
     async def unprepare_then_execute(connection: asynctnt.Connection) -> tuple[int, list[Any], list[Any]]:
         kept = await connection.prepare_iproto("SELECT count(*) FROM people")
