@@ -248,7 +248,6 @@ class Writer:
         await ticket.wait()
         return True
 
-
     async def _execute_one(self, sql: str, binds: Sequence[Any] | dict[str, Any], *, quorum: bool = False,
                            trusted: bool = False, values: ConnectionValues | None = None,
                            ) -> tuple[LocalTxn, StatementResult]:
