@@ -2,7 +2,8 @@
 
 A small schema (a parent with a UNIQUE name and a CHECK, a WITHOUT ROWID child with a
 composite key and ON DELETE CASCADE, a STRICT tally with a STORED generated column that an
-upserting trigger feeds, an index, a view) takes writes and reads drawn over a small key
+upserting trigger feeds, an index, a view, and a table without a declared key with a VIRTUAL
+generated column and a partial UNIQUE index) takes writes and reads drawn over a small key
 range, so that upserts meet rows, REPLACE deletes them, cascades fire, and UNIQUE, NOT NULL,
 CHECK and foreign-key errors happen by themselves; whether a statement fails is not drawn,
 only compared. Every key is given explicitly (the server's auto-assigned ids are not
@@ -35,6 +36,8 @@ def schema(p: str) -> list[str]:
          f"INSERT INTO {p}tally(k, v) VALUES ('p' || new.id, new.qty) ON CONFLICT(k) DO UPDATE SET v = excluded.v; END"),
         (f"CREATE VIEW {p}totals AS SELECT p.id, p.name, p.qty, count(c.n) AS children "
          f"FROM {p}parent p LEFT JOIN {p}child c ON c.pid = p.id GROUP BY p.id"),
+        f"CREATE TABLE {p}log(who TEXT NOT NULL, amount INTEGER, label TEXT AS (who || ':' || amount))",
+        f"CREATE UNIQUE INDEX {p}log_big ON {p}log(who) WHERE amount > 15",
     ]
 
 
@@ -82,6 +85,16 @@ def _tally_write(rng: random.Random, p: str) -> str:
     ])
 
 
+def _log_write(rng: random.Random, p: str) -> str:
+    who, amount = rng.choice(NAMES[:5]), rng.randint(0, 20)
+    return rng.choice([
+        f"INSERT INTO {p}log(who, amount) VALUES ('{who}', {amount})",
+        f"INSERT INTO {p}log(who, amount) SELECT name, qty FROM {p}parent WHERE id <= {rng.randint(1, KEYS_MAX)}",
+        f"UPDATE {p}log SET amount = amount + {rng.randint(1, 5)} WHERE who = '{who}' RETURNING label",
+        f"DELETE FROM {p}log WHERE amount < {amount} AND who = '{who}'",
+    ])
+
+
 def _read(rng: random.Random, p: str) -> str:
     return rng.choice([
         f"SELECT * FROM {p}totals ORDER BY id",
@@ -89,11 +102,12 @@ def _read(rng: random.Random, p: str) -> str:
         f"SELECT pid, group_concat(note, ',') FROM (SELECT * FROM {p}child ORDER BY n) GROUP BY pid ORDER BY pid",
         f"SELECT k, v, twice FROM {p}tally ORDER BY k",
         f"SELECT count(*), sum(qty), json_group_array(name) FROM (SELECT * FROM {p}parent ORDER BY id)",
+        f"SELECT who, amount, label FROM {p}log ORDER BY who, amount",
     ])
 
 
 _KINDS: list[tuple[float, Callable[[random.Random, str], str]]] = [
-    (0.4, _parent_write), (0.3, _child_write), (0.1, _tally_write), (0.2, _read),
+    (0.35, _parent_write), (0.25, _child_write), (0.1, _tally_write), (0.1, _log_write), (0.2, _read),
 ]
 
 
