@@ -182,9 +182,7 @@ class Writer:
         """A stream transaction at ONE: its rows written again and committed, returned once
         durable; `TxnConflict` when a row it wrote changed since."""
         async with self.token:
-            txn = await self._resume(captured, quorum=False)
-            ticket = await self._commit(txn)
-            await self._flush_now()
+            ticket = await self._commit_stream_now(captured, quorum=False)
         await ticket.wait()
 
     async def check_stream(self, captured: Captured) -> None:
@@ -242,11 +240,18 @@ class Writer:
         async with self.token:
             if not alone():
                 return False
-            txn = await self._resume(captured, quorum=True)
-            ticket = await self._commit(txn, fsynced=True)
-            await self._flush_now()
+            ticket = await self._commit_stream_now(captured, quorum=True)
         await ticket.wait()
         return True
+
+    async def _commit_stream_now(self, captured: Captured, *, quorum: bool) -> Ticket:
+        """A stream transaction's rows written again, committed and flushed (the caller holds
+        the token); one at QUORUM or ALL, committed here only when decided alone, is settled
+        once fsynced."""
+        txn = await self._resume(captured, quorum=quorum)
+        ticket = await self._commit(txn, fsynced=quorum)
+        await self._flush_now()
+        return ticket
 
     async def _execute_one(self, sql: str, binds: Sequence[Any] | dict[str, Any], *, quorum: bool = False,
                            trusted: bool = False, values: ConnectionValues | None = None,

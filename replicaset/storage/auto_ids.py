@@ -165,7 +165,7 @@ class AutoIds:
             if is_internal(table):
                 continue
             info = self._tables.get(table)
-            if info is None or _id_column(info) is None or info.shadow_of is not None:
+            if info is None or info.rowid_column is None or info.shadow_of is not None:
                 continue  # a virtual table's module numbers its shadow tables itself
             conn.execute(_trigger_sql(f"{AUTO_ID_TRIGGER_PREFIX}{i}", info, _own_conflict_clause(conn, table)), can_cache=False)
             install_mirror(conn, table)
@@ -180,14 +180,8 @@ def _own_conflict_clause(conn: apsw.Connection, table: str) -> bool:
     return has_conflict_clause(tokenize(sql), top_level=False)
 
 
-def _id_column(info: TableInfo) -> str | None:
-    """The name the table's rowid is assigned by: its INTEGER PRIMARY KEY, or for a table
-    without a declared key the rowid itself, which is then its key (schema.TableInfo)."""
-    return info.rowid_alias or info.rowid_key
-
-
 def _trigger_sql(name: str, info: TableInfo, own_conflict_clause: bool) -> str:
-    id_column = _id_column(info)
+    id_column = info.rowid_column
     assert id_column is not None
     table, pk = quote(info.name), quote(id_column)
     others = [quote(c) for c in info.columns if c != info.rowid_alias]

@@ -6,6 +6,7 @@ version and the applied vclock always change in one transaction.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -116,6 +117,12 @@ class TableInfo:
         return self.rowid_name if not self.pk_columns and self.shadow_of is None else None
 
     @property
+    def rowid_column(self) -> str | None:
+        """The name the rowid goes by in images and in an insert: the INTEGER PRIMARY KEY,
+        or for a table without a declared key the rowid itself, which is then its key."""
+        return self.rowid_alias or self.rowid_key
+
+    @property
     def key_columns(self) -> tuple[str, ...]:
         """What identifies a row on every member: the declared key, else the rowid, which
         the engine assigns cluster-unique (auto_ids.py) and rows carry beside their image."""
@@ -167,13 +174,8 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
         if decl.upper() == "INTEGER" and not without_rowid:
             rowid_alias = pk_columns[0]
     names = {r[1].lower() for r in rows}
-    rowid_name = None if without_rowid else next((name for name in ROWID_NAMES if name not in names), None)
-    # The rowid's name in images, and the names a partial index's predicate may call it by.
     free_names = tuple(name for name in ROWID_NAMES if name not in names)
-    rowid_source = rowid_alias or (rowid_name if not pk_columns and owner is None else None)
-    rowid = (rowid_source, free_names) if rowid_source is not None else None
     uniques = []
-    predicates = []
     for _, index_name, unique, origin, partial in conn.execute(
         f"PRAGMA main.index_list({quote(table)})"
     ).fetchall():
@@ -182,22 +184,27 @@ def load_table(conn: apsw.Connection, table: str) -> TableInfo | None:
                 r[2] for r in conn.execute(f"PRAGMA main.index_info({quote(index_name)})")
             )
             if all(c is not None for c in cols):
-                uniques.append(cols)
-                predicates.append(partial_predicate(conn, table, index_name, columns, rowid) if partial else None)
-    return TableInfo(
+                uniques.append((cols, index_name if partial else None))
+    info = TableInfo(
         name=table,
         columns=columns,
         capture_positions=tuple(positions[c] for c in columns),
         pk_columns=pk_columns,
         pk_positions=tuple(positions[c] for c in pk_columns),
         rowid_alias=rowid_alias,
-        unique_indexes=tuple(uniques),
+        unique_indexes=tuple(cols for cols, _ in uniques),
         virtual_columns=tuple(r[1] for r in rows if r[6] == 2),
         shadow_of=owner,
-        rowid_name=rowid_name,
+        rowid_name=None if without_rowid else next(iter(free_names), None),
         stored_columns=tuple(stored),
-        unique_predicates=tuple(predicates),
+        unique_predicates=(None,) * len(uniques),
     )
+    if not any(partial for _, partial in uniques):
+        return info
+    # The rowid's name in images, and the names a partial index's predicate may call it by.
+    rowid = (info.rowid_column, free_names) if info.rowid_column is not None else None
+    return dataclasses.replace(info, unique_predicates=tuple(
+        partial_predicate(conn, table, partial, columns, rowid) if partial else None for _, partial in uniques))
 
 
 def partial_predicate(
