@@ -7,10 +7,12 @@ new one, and the run failed on a member no longer in the set (`--members 5 --see
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from replicaset.identity import Joining
 from replicaset.iproto.constants import ErrorCode
 from replicaset.iproto.errors import ServerError
 from replicaset.testing.chaos import faults
@@ -41,6 +43,7 @@ class _Cluster:
     calls: list[str] = field(default_factory=list)
     join_refusals: list[str] = field(default_factory=list)
     loading: list[int] = field(default_factory=list)
+    registered_refusals: int = 0  # the first refusals that come after the joiner was registered
 
     def member(self, n: int) -> _Member:
         return next(m for m in self.members if m.n == n)
@@ -62,11 +65,20 @@ class _Cluster:
     def join(self, member: _Member, through: _Member) -> int:
         self.calls.append(f"join {member.n} through {through.n}")
         if self.join_refusals:
+            if self.registered_refusals:  # what `replicaset join` keeps when it may be registered
+                self.registered_refusals -= 1
+                member.data_dir.mkdir(parents=True, exist_ok=True)
+                Joining(replicaset_uuid=str(uuid.uuid4()), instance_uuid=str(uuid.uuid4()),
+                        peers=[f"member {through.n}"]).save(member.data_dir)
             raise RuntimeError(self.join_refusals.pop(0))
         return 6
 
     def restart(self, member: _Member) -> None:
         self.calls.append(f"restart {member.n}")
+        Joining.clear(member.data_dir)
+
+    def info(self, member: _Member) -> dict[str, int]:
+        return {"id": 6}
 
 
 def test_a_removal_answered_with_a_timeout_is_taken_once_the_row_is_gone(tmp_path: Path, monkeypatch) -> None:
@@ -117,6 +129,25 @@ def test_a_refused_re_join_is_tried_again_on_a_fresh_directory(tmp_path: Path, m
         cluster.calls
     assert "failed, joining again" in record.notes[1] and "dead (SWIM)" in record.notes[1], record.notes
     assert record.notes[2] == "re-joined through member 1 as instance 6", record.notes
+
+
+def test_a_re_join_that_may_have_registered_is_resumed_not_joined_again(tmp_path: Path, monkeypatch) -> None:
+    """Seed 4 on a loaded machine: the registration committed, but a voter confirmed it only
+    after `replication_connect_timeout`, so the join failed keeping its instance UUID. Joined
+    again on a wiped directory, each attempt registered one more instance that never came,
+    and with two live members of four no quorum was left: the run never converged."""
+    monkeypatch.setattr(faults, "REMOVE_POLL_S", 0.01)
+    first = _Member(1, tmp_path / "m1", answers=[ServerError(ErrorCode.TIMEOUT, "committed, but fewer than 2")])
+    cluster = _Cluster([first, _Member(3, tmp_path / "m3")], cluster_rows={1, 2}, registered_refusals=1,
+                       join_refusals=["transaction 0x1 committed as row 5:240, but fewer than 2 of 2 members confirmed "
+                                      "it durable within 10 s (not confirmed by members [4])"])
+    fault = Fault(at_s=0.0, kind="remove-rejoin", duration_s=1.0, members=(3,))
+    record = Injected(fault, 0.0)
+    heal = faults.remove_rejoin(cluster, fault, record)  # type: ignore[arg-type]
+    heal()
+    assert cluster.calls == ["wait until the others run", "kill 3", "join 3 through 1", "restart 3"], cluster.calls
+    assert "failed, resuming it" in record.notes[1], record.notes
+    assert record.notes[2] == "re-joined by resuming its join as instance 6", record.notes
 
 
 def test_a_member_still_catching_up_is_waited_for_and_named_before_the_next_removal(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from replicaset.identity import Joining
 from replicaset.iproto.errors import ServerError
 from replicaset.testing.chaos.cluster import Cluster
 from replicaset.testing.chaos.schedule import Fault, Handler, Injected
@@ -191,19 +192,33 @@ def remove_rejoin(cluster: Cluster, fault: Fault, record: Injected) -> Callable[
             record.notes.append("not re-joined: its data directory is a tmpfs mount")
             return
         deadline = time.monotonic() + REJOIN_WAIT_S
+        shutil.rmtree(member.data_dir, ignore_errors=True)
         while True:
-            shutil.rmtree(member.data_dir, ignore_errors=True)
             registrar = cluster.running_member(besides=member, timeout_s=REMOVE_WAIT_S) or through
             assert registrar is not None, "removed through a member"
+            # A join that failed after its JOIN went out may have registered the instance
+            # (its registration committed, not yet confirmed by a majority): as its advice
+            # says, it is resumed under the same UUID. Joined afresh instead, each attempt
+            # would register one more member that never comes, and the quorum on the total
+            # membership would soon be out of reach.
+            resuming = Joining.load(member.data_dir) is not None
             try:
-                instance_id = cluster.join(member, registrar)
+                if resuming:
+                    cluster.restart(member)
+                    instance_id = int(cluster.info(member)["id"])
+                else:
+                    shutil.rmtree(member.data_dir, ignore_errors=True)
+                    instance_id = cluster.join(member, registrar)
             except RuntimeError as exc:
                 if time.monotonic() > deadline:
                     record.notes.append(f"member {member.n} did not restart: the re-join failed: {exc}")
                     return
-                record.notes.append(f"a re-join through member {registrar.n} failed, joining again: {exc}")
+                again = "resuming it" if Joining.load(member.data_dir) is not None else "joining again"
+                record.notes.append(f"a re-join through member {registrar.n} failed, {again}: {exc}")
+                time.sleep(REMOVE_POLL_S)
                 continue
-            record.notes.append(f"re-joined through member {registrar.n} as instance {instance_id}")
+            how = "re-joined by resuming its join" if resuming else f"re-joined through member {registrar.n}"
+            record.notes.append(f"{how} as instance {instance_id}")
             return
     return heal
 
