@@ -13,19 +13,32 @@ whenever they change, before a re-join stops the node.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import trio
 
-from replicaset.member import AntiEntropyAction
+from replicaset.config import Config
+from replicaset.member import AntiEntropyAction, MemberDriver
 from replicaset.runtime import repairs
 
-if TYPE_CHECKING:
-    from replicaset.runtime.node import Node
+
+class AntiEntropyNode(Protocol):
+    """What anti-entropy needs of its member: a snapshot transfer is its re-join."""
+
+    config: Config
+    driver: MemberDriver
+    log: Any
+    data_dir: Path
+    allow_rejoin: bool
+
+    def members(self) -> list[tuple[int, str, str]]: ...
+
+    def rejoin(self, through: str) -> None: ...
 
 
 class AntiEntropyHost:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: AntiEntropyNode) -> None:
         self._node = node
         self._told: tuple[int, str] | None = None  # the snapshot transfer last logged as needed
         self._kept = dict(node.driver.anti_entropy.runs)  # the counts as the data directory holds them
@@ -49,8 +62,7 @@ class AntiEntropyHost:
             if node.allow_rejoin:
                 node.log.warning("snapshot_transfer", through=address, peer=transfer.through, reason=transfer.reason,
                                  behind_rows=transfer.behind_rows)
-                node.rejoin_through = address
-                node._nursery.cancel_scope.cancel()
+                node.rejoin(address)
             elif self._told != (transfer.through, transfer.reason):
                 self._told = (transfer.through, transfer.reason)
                 node.log.warning("snapshot_transfer_needed", peer=transfer.through, reason=transfer.reason,

@@ -8,19 +8,25 @@ alone is no thundering herd).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import trio
 
+from replicaset.config import Config
 from replicaset.runtime.disk import DiskFull
-from replicaset.runtime.writer import WriteFailed
+from replicaset.runtime.writer import WriteFailed, Writer
 
-if TYPE_CHECKING:
-    from replicaset.runtime.node import Node
+
+class CheckpointNode(Protocol):
+    """What the daemon needs of its member."""
+
+    config: Config
+    writer: Writer
+    log: Any
 
 
 class CheckpointDaemon:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: CheckpointNode) -> None:
         self._node = node
         self._rescheduled = trio.Event()
 

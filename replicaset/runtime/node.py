@@ -41,7 +41,6 @@ from replicaset.runtime import removal as removals, repairs
 from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
-from replicaset.runtime import box
 from replicaset.runtime.checkpoint_daemon import CheckpointDaemon
 from replicaset.runtime.clock import SYSTEM_CLOCK, WallClock, now_ms
 from replicaset.runtime.disk import DiskGuard
@@ -269,9 +268,12 @@ class Node:
         )
 
     async def run(
-        self, serve_connection: Callable[[trio.SocketStream], Awaitable[None]], *, task_status: Any = trio.TASK_STATUS_IGNORED
+        self, serve_connection: Callable[[trio.SocketStream], Awaitable[None]], *,
+        observers: Sequence[Callable[..., Awaitable[None]]] = (), task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Serve until cancelled; `serve_connection` speaks iproto (over TLS with `[tls]`) on each accepted one."""
+        """Serve until cancelled; `serve_connection` speaks iproto (over TLS with `[tls]`) on each accepted one.
+        Each of `observers` is started with the node (`nursery.start(observer, node)`) before the port
+        accepts anyone, so that it sees every request."""
         self.started_s = trio.current_time()
         self.disk.open()
         clean_marker = self.data_dir / CLEAN_STOP_FILE
@@ -303,12 +305,8 @@ class Node:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.quorum.restart()  # before the port accepts anyone
-                if self.config.metrics_listen:  # first: it observes every quorum commit from the start
-                    # Imported here: prometheus_client is 2.8 MB of a member's memory, for
-                    # members that export metrics only.
-                    from replicaset.runtime.metrics import serve_metrics
-
-                    await nursery.start(serve_metrics, self)
+                for observer in observers:
+                    await nursery.start(observer, self)
                 try:
                     listeners = await trio.open_tcp_listeners(port, host=host)
                 except OSError as exc:
@@ -628,16 +626,25 @@ class Node:
                                    hint="restart with `replicaset serve --rejoin` or set [replication] auto_rejoin = true")
                     self.rejoin_through = ""
                 elif isinstance(action, Rejoin):
-                    self.rejoin_through = {i: a for i, _, a in self.members()}[action.through]
+                    through = {i: a for i, _, a in self.members()}[action.through]
                     self.anti_entropy.keep_counts()
-                    self.log.warning("rejoin", through=self.rejoin_through, own_lsn=action.own_lsn)
-                    self._nursery.cancel_scope.cancel()
+                    self.log.warning("rejoin", through=through, own_lsn=action.own_lsn)
+                    self.rejoin(through)
                 elif isinstance(action, RejoinRefused):
                     self.log.error("rejoin_refused", reason=action.reason)
                     self.rejoin_through = ""
             if not self.driver.rejoin_waiting:
                 return
             await trio.sleep(REJOIN_CHECK_S)
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """A task of the member's own, stopped with it."""
+        self._nursery.start_soon(fn, *args)
+
+    def rejoin(self, through: str) -> None:
+        """Stop, to join again through the member at `through` (the command line does it)."""
+        self.rejoin_through = through
+        self._nursery.cancel_scope.cancel()
 
     async def register(self, uuid: str, address: str) -> Registration:
         """`uuid`'s id (its old one if it has one), registered by this member, any member,
@@ -860,9 +867,6 @@ class Node:
                 followers[uuid] = {"status": relay.state.value, "vclock": relay.acked.to_dict(),
                                    "idle": round(now - relay.last_ack_s, 3)}
         return {"count": len(followers), "followers": followers}
-
-    async def console(self, expr: str) -> Any:
-        return await console.evaluate(expr, box.namespace(self))
 
 
 def _set_actions(actions: Sequence[Action]) -> list[Any]:

@@ -24,11 +24,12 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import trio
 
-from replicaset.config import dial_address
+from replicaset.config import Config, dial_address
 from replicaset.core import quorum as q
 from replicaset.core.admission import Admission, admit
 from replicaset.iproto import peer_messages
@@ -36,24 +37,23 @@ from replicaset.iproto.codec import Frame, FrameDecoder, encode_request
 from replicaset.iproto.constants import ErrorCode, Key
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.iproto.peer import PeerKey, PeerRequest
-from replicaset.member import Action, QuorumAction
+from replicaset.identity import Identity
+from replicaset.member import Action, MemberDriver, QuorumAction
 from replicaset.member.txn_records import TxnRecords
 from replicaset.meta.recovery import recover_participant
 from replicaset.meta.store import MetaStore
 from replicaset.meta.txns import TxnStatus
-from replicaset.runtime.clock import now_ms
+from replicaset.runtime.clock import WallClock, now_ms
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.group_sync import GroupSync
 from replicaset.runtime.links import RECEIVE_BYTES, PeerError, PeerLink
 from replicaset.runtime.relay import record_bytes
-from replicaset.storage import ApplyError, Captured, SqlError
+from replicaset.runtime.peer_access import PeerCredentials
+from replicaset.storage import ApplyError, Captured, Engine, SqlError
 from replicaset.storage.keys import SCHEMA_KEY
-from replicaset.runtime.disk import DiskFull
-from replicaset.runtime.writer import WriteFailed
+from replicaset.runtime.disk import DiskFull, DiskGuard
+from replicaset.runtime.writer import WriteFailed, Writer
 from wal import Record, WalError
-
-if TYPE_CHECKING:
-    from replicaset.runtime.node import Node
 
 META_DIR = "meta"
 TICK_S = 0.05
@@ -96,8 +96,34 @@ class _Client:
     error: q.TxnError | RequestError | None = None
 
 
+class QuorumNode(Protocol):
+    """What quorum transactions need of their member: its store, its registered members
+    (the peers' requests are checked against them) and a nursery for their tasks."""
+
+    config: Config
+    identity: Identity
+    data_dir: Path
+    driver: MemberDriver
+    engine: Engine
+    writer: Writer
+    disk: DiskGuard
+    clock: WallClock
+    peer_credentials: PeerCredentials
+    log: Any
+
+    def clock_ms(self) -> int: ...
+
+    def members(self) -> list[tuple[int, str, str]]: ...
+
+    def member_id(self, uuid: str) -> int | None: ...
+
+    def check_replicaset(self, replicaset_uuid: str) -> None: ...
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None: ...
+
+
 class QuorumHost:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: QuorumNode) -> None:
         self._node = node
         self._id = node.identity.instance_id
         self.meta = MetaStore.open(node.data_dir / META_DIR)
@@ -526,7 +552,7 @@ class QuorumHost:
         return None
 
     def _spawn(self, fn: Any, *args: Any) -> None:
-        self._node._nursery.start_soon(fn, *args)
+        self._node.spawn(fn, *args)
 
     # ---------------------------------------------------------------- requests a member serves
 
@@ -688,7 +714,7 @@ class _Link:
     leave in one write: under concurrent transactions, one system call carries many
     PREPAREs or COMMITs instead of one each."""
 
-    def __init__(self, node: Node, member: int, address: str) -> None:
+    def __init__(self, node: QuorumNode, member: int, address: str) -> None:
         self._node = node
         self._member = member
         self._address = address
@@ -739,8 +765,8 @@ class _Link:
                 self._link = await PeerLink.open(dial_address(self._node.config, self._address),
                                                  self._node.config.max_frame_bytes, self._node.peer_credentials)
                 self._outbox = bytearray()  # a lost link's unsent requests failed with it
-                self._node._nursery.start_soon(self._read, self._link)
-                self._node._nursery.start_soon(self._send, self._link)
+                self._node.spawn(self._read, self._link)
+                self._node.spawn(self._send, self._link)
             return self._link
 
     async def _send(self, link: PeerLink) -> None:

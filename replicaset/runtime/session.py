@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, TypeVar
 import trio
 
 from replicaset.access import GUEST, NOBODY, Rights
+from replicaset import console
 from replicaset.console import ConsoleError
 from replicaset.iproto import auth
 from replicaset.iproto.codec import FrameDecoder, Frame, encode_error, encode_greeting, encode_ok
@@ -38,7 +39,7 @@ from replicaset.core.replication import ANONYMOUS_SUBSCRIBER
 from replicaset.core.quorum import Level
 from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerRequest
-from replicaset.runtime import removal as removals
+from replicaset.runtime import box, removal as removals
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.links import REFUSAL_CODES
 from replicaset.runtime.peer_access import PeerGate, PeerRefused, remote_address
@@ -767,7 +768,7 @@ class Session:
 
     async def _console(self, expr: str) -> Any:
         try:
-            return await self._node.console(expr)
+            return await console.evaluate(expr, box.namespace(self._node))
         except ConsoleError as exc:
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
 

@@ -23,19 +23,19 @@ from __future__ import annotations
 
 import random
 import socket
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import msgpack
 import trio
 
-from replicaset.config import dial_address
+from replicaset.config import Config, dial_address
 from replicaset.core import swim
 from replicaset.core.swim import MemberState, SwimProtocolError
 from replicaset.iproto.peer_auth import SWIM_SEAL_BYTES, SealError, swim_open, swim_seal
-from replicaset.member import Action, SwimAction
-
-if TYPE_CHECKING:
-    from replicaset.runtime.node import Node
+from replicaset.identity import Identity
+from replicaset.member import Action, MemberDriver, SwimAction
+from replicaset.runtime.clock import WallClock
 
 VERSION = 1
 DATAGRAM_MAX = 1400  # under a typical MTU: a gossip message is never fragmented
@@ -134,11 +134,32 @@ def _address(text: str) -> tuple[str, int] | None:
     return (host, int(port)) if host and port.isdigit() else None
 
 
+class ActionsCarrier(Protocol):
+    def carry_out(self, actions: Sequence[Action]) -> None: ...
+
+
+class SwimNode(Protocol):
+    """What SWIM needs of its member; a member declared dead goes to its quorum host."""
+
+    config: Config
+    identity: Identity
+    driver: MemberDriver
+    clock: WallClock
+    log: Any
+    listen_address: str
+    cluster_secret: bytes | None
+
+    @property
+    def quorum(self) -> ActionsCarrier: ...
+
+    def members(self) -> list[tuple[int, str, str]]: ...
+
+
 class SwimHost:
     """The datagram socket of the member's SWIM; the core lives in the member driver
     (`MemberDriver.swim`), which this host feeds and whose actions it carries out."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: SwimNode) -> None:
         self._node = node
         self.core = swim.Swim(node.identity.instance_id, node.listen_address, random.Random(), settings(node.config))
         # Sends go straight to the non-blocking socket (a full buffer drops the datagram, as

@@ -18,17 +18,44 @@ a transaction of their own. Where a removed member's origin ends is kept in the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
+from replicaset.config import Config
 from replicaset.core import gc, purge
-from replicaset.member import GcAction, PurgeAction
+from replicaset.identity import Identity
+from replicaset.member import GcAction, MemberDriver, PurgeAction
 from replicaset.meta.repl import put_removed, put_repl, removed_ends, repl
+from replicaset.meta.store import MetaStore
+from replicaset.runtime.clock import WallClock
+from replicaset.runtime.disk import DiskGuard
+from replicaset.runtime.writer import Writer
+from replicaset.storage import Engine
 from wal import VClock
 
-if TYPE_CHECKING:
-    from replicaset.runtime.node import Node
+
+class HoldsMetastore(Protocol):
+    meta: MetaStore
+
+
+class WalGcNode(Protocol):
+    """What WAL GC and the tombstone purge need of their member: the peers' consumers are
+    kept in the quorum host's metastore."""
+
+    config: Config
+    identity: Identity
+    driver: MemberDriver
+    engine: Engine
+    writer: Writer
+    disk: DiskGuard
+    clock: WallClock
+    log: Any
+
+    @property
+    def quorum(self) -> HoldsMetastore: ...
+
+    def members(self) -> list[tuple[int, str, str]]: ...
 
 
 def wal_gc(config: Any) -> gc.WalGc:
@@ -39,7 +66,7 @@ def wal_gc(config: Any) -> gc.WalGc:
 
 
 class WalGcHost:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: WalGcNode) -> None:
         self._node = node
         self.removed_segments = 0  # since start, for the console
         self.purged_tombstones = 0  # since start

@@ -40,7 +40,7 @@ async def _link_to(nursery: trio.Nursery, peer: Callable[[trio.SocketStream], Aw
     """A link of member 1 to a fake member 2, `peer`, served on a free port."""
     listeners = await nursery.start(trio.serve_tcp, peer, 0)
     port = listeners[0].socket.getsockname()[1]
-    node = SimpleNamespace(config=_Config({"cluster.dial": {}}), _nursery=nursery,
+    node = SimpleNamespace(config=_Config({"cluster.dial": {}}), spawn=nursery.start_soon,
                            identity=SimpleNamespace(instance_id=1), peer_credentials=None)
     return _Link(node, 2, f"127.0.0.1:{port}")  # type: ignore[arg-type]
 
@@ -181,7 +181,7 @@ async def answering_peer(replies: dict[PeerRequest, dict], stream: trio.SocketSt
 
 def host_node(nursery: trio.Nursery, **fields: object) -> SimpleNamespace:
     """What of a Node the quorum host's requests use."""
-    return SimpleNamespace(config=_Config({"replication.synchro_timeout_s": WAIT_S, "cluster.dial": {}}), _nursery=nursery,
+    return SimpleNamespace(config=_Config({"replication.synchro_timeout_s": WAIT_S, "cluster.dial": {}}), spawn=nursery.start_soon,
                            identity=SimpleNamespace(instance_id=1, replicaset_uuid=str(uuid.uuid4()),
                                                     instance_uuid=str(uuid.uuid4())),
                            log=_Log(), peer_credentials=None, **fields)

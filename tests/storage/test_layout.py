@@ -12,28 +12,28 @@ import replicaset.storage
 PACKAGE = "replicaset.storage"
 
 
-def storage_imports(path: Path) -> set[str]:
-    """The package's modules that `path` imports anywhere in it, `if TYPE_CHECKING:` too."""
+def package_imports(path: Path, package: str = PACKAGE) -> set[str]:
+    """The modules of `package` that `path` imports anywhere in it, `if TYPE_CHECKING:` too."""
     names: set[str] = set()
+    depth = package.count(".") + 1
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[2] for alias in node.names if alias.name.startswith(PACKAGE + "."))
+            names.update(alias.name.split(".")[depth] for alias in node.names if alias.name.startswith(package + "."))
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
             if node.level:
-                module = f"{PACKAGE}.{module}".rstrip(".")
-            if module == PACKAGE:
+                module = f"{package}.{module}".rstrip(".")
+            if module == package:
                 names.update(alias.name for alias in node.names)
-            elif module.startswith(PACKAGE + "."):
-                names.add(module.split(".")[2])
+            elif module.startswith(package + "."):
+                names.add(module.split(".")[depth])
     return names
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(directory: Path = Path(replicaset.storage.__file__).parent, package: str = PACKAGE) -> dict[str, set[str]]:
     """Module -> the modules it imports; the package's `__init__` only re-exports."""
-    directory = Path(replicaset.storage.__file__).parent
     modules = {path.stem: path for path in directory.glob("*.py") if path.stem != "__init__"}
-    return {name: storage_imports(path) & modules.keys() for name, path in modules.items()}
+    return {name: package_imports(path, package) & modules.keys() for name, path in modules.items()}
 
 
 def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -75,4 +75,4 @@ def test_the_check_finds_a_circle_and_type_checking_imports(tmp_path: Path) -> N
         "if TYPE_CHECKING:\n"
         "    from replicaset.storage.engine import Engine\n"
     )
-    assert storage_imports(sample) == {"checkpoint", "engine"}
+    assert package_imports(sample) == {"checkpoint", "engine"}
