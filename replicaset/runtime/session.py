@@ -148,6 +148,7 @@ class Session:
         self._sending = False
         self._sent = trio.Event()  # set each time the sending task has emptied the outbox
         self._awaiting_flush = 0  # writes whose reply waits for their flush
+        self._flush_replied = trio.Event()  # set, and replaced, each time such a reply is queued
         self._outbox_ready = trio.Event()  # set when a reply queued outside a request's task awaits its send
         self._lanes: dict[int, trio.MemorySendChannel[Frame]] = {}
         self._lane_backlog: dict[int, int] = {}
@@ -219,6 +220,8 @@ class Session:
                     self._nursery = nursery
                     await self._read_loop(nursery)
                     await self._drain(nursery)
+                with trio.move_on_at(nursery.cancel_scope.deadline):  # what the tasks queued, sent
+                    await self._flush_outbox()
                 sending.cancel_scope.cancel()
         except* EngineFatal:
             raise
@@ -230,15 +233,16 @@ class Session:
             await trio.aclose_forcefully(self._stream)
 
     async def _drain(self, nursery: trio.Nursery) -> None:
-        """The peer closed its side: finish lanes, send what is left, then stop."""
+        """The peer closed its side: the lanes and the replies under way finish (then `run`
+        sends what is left), all within `shutdown_grace_s`. The nursery's own exit waits
+        for its tasks (the lanes, the replies waiting for a decision); its deadline cuts
+        them off at the grace's end."""
         for channel in self._lanes.values():
             await channel.aclose()
         self._lanes.clear()
-        with trio.move_on_after(self._node.shutdown_grace_s):
-            while nursery.child_tasks or self._awaiting_flush:
-                await trio.sleep(0.001)
-            await self._flush_outbox()
-        nursery.cancel_scope.cancel()
+        nursery.cancel_scope.deadline = trio.current_time() + self._node.shutdown_grace_s
+        while self._awaiting_flush:
+            await self._flush_replied.wait()
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
         decoder = FrameDecoder(self._node.config.max_frame_bytes)
@@ -657,6 +661,8 @@ class Session:
         It runs inside the writer's flush: what goes wrong here closes this connection
         only, as it did when each reply had a task of its own."""
         self._awaiting_flush -= 1
+        self._flush_replied.set()
+        self._flush_replied = trio.Event()
         try:
             if error is not None:  # a WriteFailed, or the engine's fatal error, which stops the member next
                 self._reply_error(frame.sync, getattr(error, "code", ErrorCode.WAL_IO), str(error))
