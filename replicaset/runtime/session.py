@@ -191,6 +191,16 @@ class Session:
             self._sent.set()
             self._sent = trio.Event()
 
+    async def _send_everything(self) -> None:
+        """Until the outbox is empty and no send is under way: before the connection
+        closes. `_flush_outbox` leaves what others added to a task already sending, which
+        the close would cancel, and the reply (a refusal's, why it closes) would be lost."""
+        while self._outbox or self._sending:
+            if self._sending:
+                await self._sent.wait()
+            else:
+                await self._flush_outbox()
+
     async def _send_queued(self) -> None:
         """Sends the replies queued by the writer's flushes (`_reply_durable`), for the
         life of the connection."""
@@ -221,7 +231,7 @@ class Session:
                     await self._read_loop(nursery)
                     await self._drain(nursery)
                 with trio.move_on_at(nursery.cancel_scope.deadline):  # what the tasks queued, sent
-                    await self._flush_outbox()
+                    await self._send_everything()
                 sending.cancel_scope.cancel()
         except* EngineFatal:
             raise
@@ -258,7 +268,7 @@ class Session:
                     self._node.log.warning("bad_frame", error=exc.message, fatal=exc.fatal)
                     self._reply_error(exc.sync or 0, exc.code, exc.message)
                     if exc.fatal:
-                        await self._stream.send_all(bytes(self._outbox))
+                        await self._send_everything()
                         raise _ConnectionClosed from exc
                     continue
                 if frame is None:
@@ -306,7 +316,7 @@ class Session:
             await self._handle(frame, stream)
         except PeerRefused as exc:
             self._reply_error(frame.sync, exc.code, exc.message)
-            await self._flush_outbox()
+            await self._send_everything()
             raise _ConnectionClosed from exc
         except (RequestError, RemoteProtocolError) as exc:
             self._reply_error(frame.sync, exc.code, exc.message, exc.fields if isinstance(exc, RequestError) else None)

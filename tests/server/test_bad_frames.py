@@ -13,8 +13,10 @@ from dataclasses import dataclass
 import msgpack
 import pytest
 
-from replicaset.iproto.codec import GREETING_SIZE, Frame, FrameDecoder
-from replicaset.iproto.constants import ErrorCode, Key
+from replicaset.iproto.codec import GREETING_SIZE, Frame, FrameDecoder, encode_frame
+from replicaset.iproto.constants import ErrorCode, Key, RequestType
+from replicaset.iproto.peer import PeerRequest
+from replicaset.runtime.peer_access import NO_SECRET
 
 STEADY_EVERY = 25  # frames between two writes of the well-behaved client
 ANSWER_TIMEOUT_S = 5.0  # for the whole answer to one connection, its close included
@@ -126,3 +128,44 @@ def test_error_reply_keeps_the_connection_when_framing_is_intact(server):
         reply = client._read_frame()
         assert reply.is_error and reply.sync == 77
         client.ping()
+
+
+def test_a_refused_peer_request_is_answered_after_a_reply_already_being_sent(server):
+    """Found by the request fuzz (flaky): a refused peer request queues its refusal and
+    closes the connection. When another task of the connection was sending (a stream's
+    large reply to a client not reading yet), the refusal was left to that send, which the
+    close then cancelled: the client got half a reply and no refusal."""
+    rows = 16_000
+    select = encode_frame({Key.REQUEST_TYPE: RequestType.EXECUTE, Key.SYNC: 1, Key.STREAM_ID: 1}, {
+        Key.SQL_TEXT: "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?) "
+                      "SELECT x, randomblob(1000) FROM c", Key.SQL_BIND: [rows]})
+    peer_auth = encode_frame({Key.REQUEST_TYPE: PeerRequest.PEER_AUTH, Key.SYNC: 2}, {})
+    frames: list[Frame] = []
+    with socket.create_connection(("127.0.0.1", server.port), timeout=ANSWER_TIMEOUT_S) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        sock.sendall(select)
+        time.sleep(0.5)  # the stream's reply fills the socket's buffers: its send waits for us
+        sock.sendall(peer_auth)
+        time.sleep(0.3)
+        decoder = FrameDecoder(1 << 26)
+        received = 0
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        while time.monotonic() < deadline:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            if received < GREETING_SIZE:
+                skip = min(GREETING_SIZE - received, len(chunk))
+                received += skip
+                chunk = chunk[skip:]
+            decoder.feed(chunk)
+            while (frame := decoder.next_frame()) is not None:
+                frames.append(frame)
+        else:
+            raise AssertionError(f"no close within {ANSWER_TIMEOUT_S} s; got {[f.sync for f in frames]}")
+    by_sync = {frame.sync: frame for frame in frames}
+    assert sorted(by_sync) == [1, 2], [(f.sync, f.is_error) for f in frames]
+    assert not by_sync[1].is_error and len(by_sync[1].body[Key.DATA]) == rows
+    refusal = by_sync[2]
+    assert refusal.is_error and refusal.request_type & 0x7FFF == ErrorCode.ACCESS_DENIED
+    assert refusal.body[Key.ERROR_24] == NO_SECRET
