@@ -39,7 +39,7 @@ Time is an argument (`now_s`), never read; actions are returned, never performed
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
 
@@ -598,6 +598,21 @@ class Coordinator:
     def undelivered(self, now_s: float, txn_id: int, member: int) -> list[Action]:
         txn = self._answered(txn_id, member)
         return txn.undelivered(member) if txn else []
+
+    def send_prepare(self, now_s: float, prepare: SendPrepare, dead: frozenset[int]) -> list[Action]:
+        """A PREPARE this coordinator sends (at Begin, or again at a tick), given the members
+        SWIM holds DEAD now: it goes to the others only, and the transaction hears of each
+        dead one instead (`member_dead`), so it aborts at once when the level is out of
+        reach rather than at the client's deadline. The host asks this after it carried the
+        coordinator's own answer, so the own intents are placed before any abort."""
+        skipped = prepare.to & dead
+        if not skipped:
+            return [prepare]
+        live = prepare.to - skipped
+        actions: list[Action] = [replace(prepare, to=live)] if live else []
+        for member in sorted(skipped):
+            actions += self.member_dead(now_s, member, prepare.txn_id)
+        return actions
 
     def member_dead(self, now_s: float, member: int, txn_id: int | None = None) -> list[Action]:
         """SWIM holds `member` DEAD: no undecided transaction (or only `txn_id`) waits for it."""

@@ -50,7 +50,6 @@ member's whole view after the event (`view`), which the check compares with the 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -576,22 +575,18 @@ class MemberDriver:
                 + self._of_quorum(self.participant.tick(now_s)))
 
     def _skip_dead(self, now_s: float, actions: list[Action]) -> list[Action]:
-        """No PREPARE goes to a member SWIM holds DEAD: the coordinator hears it is dead
-        instead, and aborts at once if the level is out of reach."""
+        """Each PREPARE as the coordinator sends it given whom SWIM holds DEAD now
+        (`Coordinator.send_prepare` decides)."""
         if self.swim is None:
             return actions
         kept: list[Action] = []
         for tagged in actions:
             action = tagged.action if isinstance(tagged, QuorumAction) else None
             if isinstance(action, quorum.SendPrepare):
-                dead = {m for m in action.to if self.swim.state_of(m) is swim.MemberState.DEAD}
-                if dead:
-                    if action.to - dead:
-                        kept.append(QuorumAction(action=dataclasses.replace(action, to=frozenset(action.to - dead))))
-                    for member in sorted(dead):
-                        kept += self._decided(now_s, self.coordinator.member_dead(now_s, member, action.txn_id))
-                    continue
-            kept.append(tagged)
+                dead = frozenset(m for m in action.to if self.swim.state_of(m) is swim.MemberState.DEAD)
+                kept += self._decided(now_s, self.coordinator.send_prepare(now_s, action, dead))
+            else:
+                kept.append(tagged)
         return kept
 
     # ---------------------------------------------------------------- SWIM

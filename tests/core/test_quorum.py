@@ -154,6 +154,31 @@ def test_members_swim_holds_dead_are_not_waited_for_once_the_level_is_out_of_rea
     late.check_invariants()
 
 
+def test_no_prepare_goes_to_a_member_held_dead_and_the_transaction_hears_of_it_instead():
+    """The coordinator decides whom a PREPARE reaches (it used to be the member driver's
+    rewrite of the action): the members SWIM holds dead are skipped and counted dead."""
+    reachable = started(FIVE)
+    prepare = q.SendPrepare(txn_id=TXN, to=FIVE - {1}, reads={"k": V0}, members=FIVE)
+    assert reachable.send_prepare(0.0, prepare, frozenset()) == [prepare]
+    assert reachable.send_prepare(0.0, prepare, frozenset({4, 5})) == [
+        q.SendPrepare(txn_id=TXN, to=frozenset({2, 3}), reads={"k": V0}, members=FIVE)], \
+        "three of five can still answer: nothing decided"
+    assert reachable.txns[TXN].dead == {4, 5}
+
+    out_of_reach = started(THREE, Level.ALL)
+    vote(out_of_reach, 1)
+    actions = out_of_reach.send_prepare(0.0, q.SendPrepare(txn_id=TXN, to=frozenset({2, 3}), reads={"k": V0},
+                                                           members=THREE), frozenset({3}))
+    assert kinds(actions) == [q.SendPrepare, q.DecideAbort, q.SendAbort, q.ReleaseIntents, q.FailClient]
+    assert actions[0].to == frozenset({2}), "the PREPARE still goes to the live member, before the abort"
+
+    nobody = started(THREE)
+    everyone_dead = nobody.send_prepare(0.0, q.SendPrepare(txn_id=TXN, to=frozenset({2, 3}), reads={"k": V0},
+                                                           members=THREE), frozenset({2, 3}))
+    assert kinds(everyone_dead) == [q.DecideAbort, q.SendAbort, q.ReleaseIntents, q.FailClient]
+    nobody.check_invariants()
+
+
 def test_a_member_held_dead_counts_with_the_conflicts_already_received():
     """Two CONFLICTs left the level reachable only with every other member; one of those
     held DEAD puts it out of reach: the client hears "quorum not reached" now, not a
