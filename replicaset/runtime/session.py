@@ -15,7 +15,6 @@ with one `send_all` per batch of frames read.
 
 from __future__ import annotations
 
-import math
 from functools import partial
 import os
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from replicaset.iproto.system_views import decode_select, select_system_view
 from replicaset.core import replication as repl
 from replicaset.core.replication import ANONYMOUS_SUBSCRIBER
 from replicaset.core.quorum import Level
+from replicaset.core.streams import Aborted, ActiveTransaction, StreamTxn
 from replicaset.iproto import peer_messages
 from replicaset.iproto.peer import PeerRequest
 from replicaset.runtime import box, removal as removals
@@ -72,15 +72,6 @@ T = TypeVar("T", peer_messages.Hello, peer_messages.Subscribe)
 
 class _ConnectionClosed(Exception):
     """We close this connection: its byte stream can no longer be trusted."""
-
-
-@dataclass
-class _Stream:
-    captured: Captured | None = None  # the open transaction's rows between its statements
-    began: bool = False
-    deadline: float = math.inf
-    aborted: RequestError | None = None  # what every later request of the transaction hears, until ROLLBACK
-    level: Level = Level.ONE
 
 
 TXN_REQUESTS = frozenset({PeerRequest.TXN_PREPARE, PeerRequest.TXN_COMMIT, PeerRequest.TXN_ABORT,
@@ -152,7 +143,7 @@ class Session:
         self._outbox_ready = trio.Event()  # set when a reply queued outside a request's task awaits its send
         self._lanes: dict[int, trio.MemorySendChannel[Frame]] = {}
         self._lane_backlog: dict[int, int] = {}
-        self._stream0 = _Stream()
+        self._stream0 = StreamTxn()
         self._relay_conn: int | None = None  # the driver's key of the relay this connection carries
         self._salt = os.urandom(32)
         self._rights: Rights = node.guest or NOBODY  # guest disabled: only peers' requests before AUTH
@@ -294,10 +285,10 @@ class Session:
         await lane.send(frame)
 
     async def _lane(self, stream_id: int, frames: trio.MemoryReceiveChannel[Frame]) -> None:
-        stream = self._stream0 if stream_id == 0 else _Stream()
+        stream = self._stream0 if stream_id == 0 else StreamTxn()
         try:
             while True:
-                with trio.move_on_at(stream.deadline) as scope:
+                with trio.move_on_at(stream.deadline_s) as scope:
                     try:
                         frame = await frames.receive()
                     except trio.EndOfChannel:
@@ -309,9 +300,9 @@ class Session:
                 self._lane_backlog[stream_id] -= 1
                 await self._flush_outbox()
         finally:
-            self._release_stream(stream)
+            stream.dropped()
 
-    async def _handle_reporting(self, frame: Frame, stream: _Stream) -> None:
+    async def _handle_reporting(self, frame: Frame, stream: StreamTxn) -> None:
         try:
             await self._handle(frame, stream)
         except PeerRefused as exc:
@@ -323,20 +314,13 @@ class Session:
         except WriteFailed as exc:  # a full disk refused what it needed written (box.snapshot(), a JOIN's checkpoint)
             self._reply_error(frame.sync, exc.code, str(exc))
 
-    @staticmethod
-    def _release_stream(stream: _Stream) -> None:
-        """The open transaction's rows are outside SQLite: dropping them rolls it back."""
-        stream.captured = None
-
-    def _expire(self, stream: _Stream) -> None:
-        self._release_stream(stream)
-        stream.aborted = RequestError(ErrorCode.TRANSACTION_TIMEOUT, "Transaction has been aborted by timeout")
-        stream.deadline = math.inf
+    def _expire(self, stream: StreamTxn) -> None:
+        stream.expired()
         self._node.log.info("stream_transaction_timeout")
 
     # ---------------------------------------------------------------- requests
 
-    async def _handle(self, frame: Frame, stream: _Stream) -> None:
+    async def _handle(self, frame: Frame, stream: StreamTxn) -> None:
         kind = frame.request_type
         if kind == RequestType.PING:
             self._reply_ok(frame)
@@ -596,7 +580,7 @@ class Session:
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, "EXECUTE needs SQL_TEXT or STMT_ID")
         return sql
 
-    async def _execute(self, frame: Frame, stream: _Stream) -> None:
+    async def _execute(self, frame: Frame, stream: StreamTxn) -> None:
         sql = self._sql_text(frame.body)
         if not first_word(sql):  # blanks and comments: SQLite runs nothing, and changes() is a past statement's
             raise RequestError(ErrorCode.SQL_STATEMENT_EMPTY, "Failed to execute an empty SQL statement")
@@ -604,16 +588,19 @@ class Session:
             self._check_sql(sql)
         binds = decode_binds(frame.body.get(Key.SQL_BIND))
         node = self._node
-        if stream.aborted is not None:
-            raise stream.aborted
-        options = _options(frame.body, stream.level if stream.began else self._default_level)
+        try:
+            level = stream.statement(self._default_level)
+        except Aborted as exc:
+            raise _aborted_error(exc) from exc
+        options = _options(frame.body, level)
         try:
             if options.wait_vclock is not None:
                 await self._wait_vclock(options.wait_vclock)
             if stream.began:
                 node.check_writable()
-                result, stream.captured = await node.writer.stream_execute(
+                result, captured = await node.writer.stream_execute(
                     stream.captured, sql, binds, quorum=stream.level is not Level.ONE, values=self._values)
+                stream.ran(captured)
                 self._ran(sql, result)
                 self._reply_result(frame, result)
                 return
@@ -649,10 +636,8 @@ class Session:
                 return
         except StatementTimeout as exc:
             raise RequestError(ErrorCode.TIMEOUT, str(exc)) from exc
-        except TxnConflict as exc:
-            self._release_stream(stream)  # nothing of it remains
-            stream.aborted = RequestError(ErrorCode.TRANSACTION_CONFLICT, str(exc))
-            raise stream.aborted from exc
+        except TxnConflict as exc:  # nothing of the transaction remains
+            raise _aborted_error(stream.conflicted(str(exc))) from exc
         except SqlError as exc:
             raise RequestError(ErrorCode.SQL_EXECUTE, str(exc)) from exc
         if ticket.settled and ticket.error is None:
@@ -788,38 +773,39 @@ class Session:
         except ConsoleError as exc:
             raise RequestError(ErrorCode.ILLEGAL_PARAMS, str(exc)) from exc
 
-    def _begin(self, frame: Frame, stream: _Stream) -> None:
+    def _begin(self, frame: Frame, stream: StreamTxn) -> None:
         if frame.stream_id == 0:
             raise RequestError(ErrorCode.UNABLE_TO_PROCESS_OUT_OF_STREAM, "BEGIN needs a STREAM_ID")
-        if stream.began:
-            raise RequestError(ErrorCode.ACTIVE_TRANSACTION, "Operation is not permitted when there is an active transaction")
         timeout_s = self._node.config["transaction.stream_timeout_s"]
         requested = frame.body.get(Key.TIMEOUT)
         if isinstance(requested, (int, float)) and not isinstance(requested, bool) and requested > 0:
             timeout_s = min(timeout_s, requested)
-        stream.level = _options(frame.body, self._default_level).level
-        stream.began, stream.aborted = True, None
-        stream.deadline = trio.current_time() + timeout_s
+        try:
+            stream.begin(trio.current_time(), _options(frame.body, self._default_level).level, timeout_s)
+        except ActiveTransaction as exc:
+            raise RequestError(ErrorCode.ACTIVE_TRANSACTION, str(exc)) from exc
         self._reply_ok(frame)
 
-    async def _finish(self, frame: Frame, stream: _Stream, *, commit: bool) -> None:
+    async def _finish(self, frame: Frame, stream: StreamTxn, *, commit: bool) -> None:
         if frame.stream_id == 0:
             raise RequestError(ErrorCode.UNABLE_TO_PROCESS_OUT_OF_STREAM, "COMMIT and ROLLBACK need a STREAM_ID")
-        captured, aborted = stream.captured, stream.aborted
-        stream.captured, stream.began, stream.aborted, stream.deadline = None, False, None, math.inf
-        if aborted is not None and commit:
-            raise aborted
-        if commit and captured is not None and captured.rows:
-            writer = self._node.writer
+        try:
+            decided = stream.finish(commit=commit)
+        except Aborted as exc:
+            raise _aborted_error(exc) from exc
+        captured = decided.captured if decided is not None else None
+        if isinstance(captured, Captured) and captured.rows:
+            assert decided is not None
+            level, writer = decided.level, self._node.writer
             try:
-                if stream.level is not Level.ONE:
+                if level is not Level.ONE:
                     quorum = self._node.quorum
                     started = trio.current_time()
-                    if await writer.commit_stream_alone(captured, partial(quorum.decides_alone, stream.level)):
-                        quorum.decided_alone(stream.level, None, trio.current_time() - started)
+                    if await writer.commit_stream_alone(captured, partial(quorum.decides_alone, level)):
+                        quorum.decided_alone(level, None, trio.current_time() - started)
                     else:
                         await writer.check_stream(captured)
-                        await self._commit_captured(captured, stream.level)
+                        await self._commit_captured(captured, level)
                 else:
                     await writer.commit_stream(captured)
             except TxnConflict as exc:
@@ -829,6 +815,12 @@ class Session:
             except WriteFailed as exc:
                 raise RequestError(exc.code, str(exc)) from exc
         self._reply_ok(frame)
+
+
+def _aborted_error(aborted: Aborted) -> RequestError:
+    """What a request of an aborted stream transaction hears, Tarantool's code for why."""
+    code = ErrorCode.TRANSACTION_TIMEOUT if aborted.timeout else ErrorCode.TRANSACTION_CONFLICT
+    return RequestError(code, aborted.message)
 
 
 def _resumed(resume: peer_messages.Resume | None, start: ServeStart) -> dict[str, Any]:

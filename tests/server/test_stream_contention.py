@@ -96,3 +96,30 @@ def test_an_open_stream_holds_up_no_decided_row_and_no_applied_row(quorum_set) -
     expected = [[k, "all", 0] for k in range(1, 5)] + [[502, "open", 0]]
     assert rows(first) == rows(second) == rows(third) == expected
     no_errors_logged(first, second, third)
+
+
+def test_a_stream_past_its_timeout_is_aborted_and_says_so_until_it_ends(server: Server) -> None:
+    """BEGIN's TIMEOUT (or `stream_timeout_s`) bounds a transaction: past it the rows are
+    dropped, and every request of the stream hears ER_TRANSACTION_TIMEOUT until COMMIT or
+    ROLLBACK, as on Tarantool; the stream then takes a new transaction."""
+    with server.client() as client:
+        client.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT)")
+        client.call(RequestType.BEGIN, {Key.TIMEOUT: 0.3}, stream_id=5)
+        client.execute("INSERT INTO kv VALUES (1, 'dropped')", stream_id=5)
+        with pytest.raises(ServerError) as again:
+            client.call(RequestType.BEGIN, {}, stream_id=5)
+        assert again.value.code == ErrorCode.ACTIVE_TRANSACTION
+        time.sleep(0.6)
+        heard = []
+        for request in (lambda: client.execute("INSERT INTO kv VALUES (2, 'late')", stream_id=5),
+                        lambda: client.call(RequestType.BEGIN, {}, stream_id=5),
+                        lambda: client.call(RequestType.COMMIT, {}, stream_id=5)):
+            with pytest.raises(ServerError) as refused:
+                request()
+            heard.append((refused.value.code, "timeout" in str(refused.value)))
+        assert heard == [(ErrorCode.TRANSACTION_TIMEOUT, True), (ErrorCode.ACTIVE_TRANSACTION, False),
+                         (ErrorCode.TRANSACTION_TIMEOUT, True)], "until COMMIT, which ends it"
+        client.call(RequestType.BEGIN, {}, stream_id=5)
+        client.execute("INSERT INTO kv VALUES (3, 'kept')", stream_id=5)
+        client.call(RequestType.COMMIT, {}, stream_id=5)
+        assert rows(server, "SELECT k, v FROM kv") == [[3, "kept"]]
