@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -83,6 +84,7 @@ from replicaset.core.admission import Admission, admit
 from replicaset.core import replication as repl
 from replicaset.core import swim
 from replicaset.core.replicaset import Refusal, ReplicaSet, must_recover
+from replicaset.core.streams import StreamTxn
 from replicaset.member import (
     Accepted,
     Action,
@@ -405,13 +407,14 @@ class StreamBank(Bank):
 @dataclass
 class OpenStream:
     """A client's stream transaction on `member_id` (`QuorumWorkload.interleaved`): the
-    statements sent so far and its rows between them, as the server's session keeps them."""
+    statements sent so far, and the transaction itself in the core the server's session
+    keeps it in (`core.streams.StreamTxn`, its rows between statements included)."""
 
     member_id: int
     incarnation: int
     statements: list[Statement]
     what: Any
-    captured: Captured | None = None
+    txn: StreamTxn = field(default_factory=StreamTxn)
     sent: int = 0
 
 
@@ -962,6 +965,7 @@ class Simulation:
         if self.quorum.interleaved:
             self.txns_left -= 1
             stream = OpenStream(member_id=member.id, incarnation=member.incarnation, statements=statements, what=what)
+            stream.txn.begin(self.now_s, self.quorum.level, timeout_s=math.inf)
             self.streams.append(stream)
             self._at(self.rng.uniform(0.001, 0.02), "stream_step", member.id, stream)
         elif await self.begin(member.id, statements, self.quorum.level, what=what) is not None:
@@ -975,30 +979,38 @@ class Simulation:
         writer, driver = member.writer, member.driver
         ended = (writer is None or driver is None or member.incarnation != stream.incarnation
                  or driver.write_refusal(self.now_s) is not None)
+        txn = stream.txn
         if not ended and stream.sent < len(stream.statements):
             assert writer is not None
             sql, binds = stream.statements[stream.sent]
+            txn.statement(q.Level.ONE)
             try:
-                _, stream.captured = await writer.stream_execute(stream.captured, sql, binds, quorum=True)
-            except TxnConflict:
+                _, captured = await writer.stream_execute(txn.captured, sql, binds, quorum=True)
+            except TxnConflict as exc:
                 self.stream_conflicts += 1
+                txn.conflicted(str(exc))
                 ended = True
             except SqlError:
                 ended = True
             else:
+                txn.ran(captured)
+                txn.check_invariants()
                 stream.sent += 1
                 self._at(self.rng.uniform(0.001, 0.03), "stream_step", member_id, stream)
                 return
         self.streams.remove(stream)
-        if ended or stream.captured is None:
+        commit = txn.finish(commit=False) if ended else txn.finish(commit=True)
+        txn.check_invariants()
+        if commit is None:
             return
-        assert writer is not None and self.quorum is not None
+        captured = commit.captured
+        assert writer is not None and isinstance(captured, Captured)
         try:
-            await writer.check_stream(stream.captured)
+            await writer.check_stream(captured)
         except TxnConflict:
             self.stream_conflicts += 1
             return
-        await self._begin_captured(member, stream.captured, self.quorum.level, what=stream.what)
+        await self._begin_captured(member, captured, commit.level, what=stream.what)
 
     async def begin(self, member_id: int, statements: Sequence[Statement], level: q.Level = q.Level.QUORUM, *,
                     what: Any = None) -> Client | None:
