@@ -47,6 +47,10 @@ class Aborted(Exception):
         super().__init__(message)
         self.message, self.timeout = message, timeout
 
+    def again(self) -> Aborted:
+        """The same answer for the next request: raised afresh, so no traceback piles up."""
+        return Aborted(self.message, timeout=self.timeout)
+
 
 TIMED_OUT = "Transaction has been aborted by timeout"
 
@@ -85,7 +89,7 @@ class StreamTxn:
         """A statement of the stream is to run: the level it runs at, its transaction's
         when one is open; `Aborted` while the transaction is aborted."""
         if self.aborted is not None:
-            raise Aborted(self.aborted.message, timeout=self.aborted.timeout)
+            raise self.aborted.again()
         return self.level if self.state is S.OPEN else default
 
     @transition(STREAM_TRANSITIONS)
@@ -114,7 +118,7 @@ class StreamTxn:
         captured, aborted, level = self.captured, self.aborted, self.level
         self.state, self.captured, self.aborted, self.deadline_s = S.IDLE, None, None, math.inf
         if commit and aborted is not None:
-            raise Aborted(aborted.message, timeout=aborted.timeout)
+            raise aborted.again()
         return Commit(captured=captured, level=level) if commit and captured is not None else None
 
     def dropped(self) -> None:

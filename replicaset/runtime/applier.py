@@ -3,6 +3,7 @@ driver its applier's events and carrying out the actions; rows go to the single 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -182,13 +183,9 @@ async def _follow(node: ApplierHost, upstream: Upstream) -> None:
 async def _apply_all(node: ApplierHost, key: str, rows: list[repl.ApplyRows]) -> list[Action]:
     """The rows of consecutive ApplyRows actions alike but for their records, applied as one."""
     actions: list[Action] = []
-    while rows:
-        first = rows[0]
-        alike = next((i for i, a in enumerate(rows) if (a.own_allowed, a.skip_conflicts) !=
-                      (first.own_allowed, first.skip_conflicts)), len(rows))
-        records = tuple(record for action in rows[:alike] for record in action.records)
-        actions += await _apply(node, key, replace(first, records=records))
-        rows = rows[alike:]
+    for _, run in itertools.groupby(rows, key=lambda action: (action.own_allowed, action.skip_conflicts)):
+        alike = list(run)
+        actions += await _apply(node, key, replace(alike[0], records=tuple(r for a in alike for r in a.records)))
     return actions
 
 
