@@ -89,6 +89,7 @@ def test_virtual_generated_columns_answer_the_same_on_every_member(quorum_set) -
     rs.wait_converged()
     returned = []
     for i, member in enumerate(members):
+        rs.wait_converged()  # a QUORUM write may not have reached the third member yet: the update below needs it
         with member.client() as client:
             returned += client.execute("INSERT INTO people(first, last) VALUES (?, 'lee') RETURNING id, full",
                                        [f"m{i}"]).rows
