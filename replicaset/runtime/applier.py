@@ -22,6 +22,7 @@ from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.member import Action, ApplierAction, MemberDriver
 from replicaset.runtime import removal as removals
 from replicaset.runtime.clock import WallClock, now_ms
+from replicaset.runtime.environment import Environment
 from replicaset.runtime.links import REFUSALS, PeerError, PeerLink
 from replicaset.runtime.peer_access import PeerCredentials
 from replicaset.runtime.writer import WriteFailed, Writer
@@ -54,6 +55,7 @@ class ApplierHost(Protocol):
     peer_credentials: PeerCredentials
     links_open: dict[str, trio.Event]
     clock: WallClock
+    env: Environment
     vclock_advanced: trio.Event
 
     def upstreams(self) -> Mapping[str, Upstream]: ...
@@ -132,7 +134,8 @@ async def run_applier(node: ApplierHost, upstream: Upstream) -> None:
 
 async def _follow(node: ApplierHost, upstream: Upstream) -> None:
     driver, key, address = node.driver, upstream.key, upstream.address
-    link = await PeerLink.open(dial_address(node.config, address), node.config.max_frame_bytes, node.peer_credentials)
+    link = await PeerLink.open(dial_address(node.config, address), node.config.max_frame_bytes, node.peer_credentials,
+                               network=node.env.network)
     try:
         if upstream.uuid is None and _is_known(node, key, link.greeting_uuid, address):
             return

@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 import trio
 
-from replicaset.runtime.sync_thread import SyncThread
+from replicaset.runtime.environment import Workers
 
 
 class GroupSync:
-    def __init__(self, sync: Callable[[], None]) -> None:
+    def __init__(self, sync: Callable[[], None], workers: Workers) -> None:
         self._sync = sync
-        self._thread = SyncThread("metastore sync")
+        self._thread = workers.serial("metastore sync")
         self._asked = 0  # callers so far, each numbered
         self._done = 0  # every caller up to this number is covered
         self._running = False

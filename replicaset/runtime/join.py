@@ -18,10 +18,11 @@ from __future__ import annotations
 import shutil
 import ssl
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 from structlog.typing import FilteringBoundLogger
@@ -31,6 +32,7 @@ from replicaset.identity import Identity, Joining, JoinUpstream, save_pending_re
 from replicaset.iproto.constants import ErrorCode
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.runtime.logging import configure, get_logger
+from replicaset.runtime.environment import TCP, Network
 from replicaset.runtime.node import CLEAN_STOP_FILE
 from replicaset.runtime.links import PeerError
 from replicaset.runtime.transfer import Joined, KeptCheckpoint, TransferStart, fetch_checkpoint
@@ -50,10 +52,17 @@ REFUSED_BEFORE_REGISTRATION = frozenset({ErrorCode.REPLICASET_UUID_MISMATCH, Err
 ATTEMPT_FAILURES = (OSError, PeerError, RemoteProtocolError, trio.TooSlowError, trio.BrokenResourceError)
 
 
-def join(
-    data_dir: Path, *, replicaset_uuid: str, peers: list[str], listen: str, instance_uuid: str | None = None,
-    anonymous: bool = False, secret: bytes | None = None, tls: ssl.SSLContext | None = None, made_dir: bool = False,
-    local_from: Path | None = None, local_tables: frozenset[str] = frozenset(),
+def join(data_dir: Path, **options: Any) -> Identity | None:
+    """`join_async` from a command: its own event loop, on the machine's network."""
+    configure()
+    return trio.run(partial(join_async, data_dir, network=TCP, **options))
+
+
+async def join_async(
+    data_dir: Path, *, replicaset_uuid: str, peers: list[str], listen: str, network: Network,
+    instance_uuid: str | None = None, anonymous: bool = False, secret: bytes | None = None,
+    tls: ssl.SSLContext | None = None, made_dir: bool = False, local_from: Path | None = None,
+    local_tables: frozenset[str] = frozenset(),
 ) -> Identity | None:
     """Try each peer in turn; None when none of them could serve the join, after a line on
     stderr saying what failed and what to do. A re-join passes the instance's own UUID and
@@ -64,7 +73,6 @@ def join(
     this join, and it is removed again when the join leaves nothing worth keeping. A
     re-join passes the data directory it left (`local_from`): its `local_tables` replace the
     peer's in the checkpoint before it is installed, so they stay the member's own."""
-    configure()
     before = Joining.load(data_dir)
     if instance_uuid is None and before is not None and before.replicaset_uuid == replicaset_uuid:
         instance_uuid = before.instance_uuid
@@ -79,8 +87,9 @@ def join(
         for _ in range(JOIN_RESUMES_MAX + 1):
             state.chunks, state.asked = 0, False
             try:
-                joined = _fetch(peer, state, replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid,
-                                listen=listen, target=target, anonymous=anonymous, secret=secret, tls=tls)
+                joined = await _fetch(peer, state, replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid,
+                                      listen=listen, target=target, anonymous=anonymous, secret=secret, tls=tls,
+                                      network=network)
                 break
             except ATTEMPT_FAILURES as exc:
                 failure.add(peer, exc, asked=state.asked, anonymous=anonymous)
@@ -88,7 +97,7 @@ def join(
                                 retry=bool(state.chunks))
                 if not state.chunks:
                     break
-                time.sleep(RESUME_PAUSE_S)
+                await trio.sleep(RESUME_PAUSE_S)
         if joined is not None:
             break
     if joined is None:
@@ -195,8 +204,8 @@ class JoinFailure:
                 "again with the same --uuid and --data-dir")
 
 
-def _fetch(peer: str, state: _Attempt, *, replicaset_uuid: str, instance_uuid: str, listen: str, target: Path,
-           anonymous: bool, secret: bytes | None, tls: ssl.SSLContext | None) -> Joined:
+async def _fetch(peer: str, state: _Attempt, *, replicaset_uuid: str, instance_uuid: str, listen: str, target: Path,
+                 anonymous: bool, secret: bytes | None, tls: ssl.SSLContext | None, network: Network) -> Joined:
     """One JOIN through `peer`, counting the chunks it keeps in `state`, with a progress bar
     on a terminal, `join_progress` lines every 10 % otherwise, and a line saying where the
     transfer began when it resumed or dropped what was kept."""
@@ -230,9 +239,10 @@ def _fetch(peer: str, state: _Attempt, *, replicaset_uuid: str, instance_uuid: s
             state.log.info("join_progress", peer=peer, bytes=done, total_bytes=total, percent=round(100 * done / total))
 
     try:
-        return trio.run(lambda: fetch_checkpoint(
+        return await fetch_checkpoint(
             peer, replicaset_uuid=replicaset_uuid, instance_uuid=instance_uuid, listen=listen, target=target,
             progress=progress, started=started, asked=asked, anonymous=anonymous, secret=secret, tls=tls,
-        ))
+            network=network,
+        )
     finally:
         bar.close()

@@ -18,6 +18,7 @@ from replicaset.iproto.codec import GREETING_SIZE, Frame, FrameDecoder, Greeting
 from replicaset.iproto.constants import ErrorCode, Key
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.iproto.peer_auth import NONCE_BYTES, client_proof, proof_matches, server_proof
+from replicaset.runtime.environment import Network
 from replicaset.runtime.peer_access import PeerCredentials
 
 RECEIVE_BYTES = 256 * 1024
@@ -63,13 +64,14 @@ class PeerLink:
         self._sync = 0
 
     @classmethod
-    async def open(cls, address: str, max_frame_bytes: int, credentials: PeerCredentials | None = None) -> PeerLink:
+    async def open(cls, address: str, max_frame_bytes: int, credentials: PeerCredentials | None = None, *,
+                   network: Network) -> PeerLink:
         """Connect (over TLS when `credentials` say so), read the greeting and, when they
         hold a secret, authenticate both ways; closed again on any failure."""
         host, _, port = address.rpartition(":")
         tls = credentials.tls if credentials is not None else None
         with trio.fail_after(CONNECT_TIMEOUT_S):
-            stream: trio.abc.Stream = await trio.open_tcp_stream(host, int(port))
+            stream: trio.abc.Stream = await network.connect(host, int(port))
             link = cls(stream, max_frame_bytes)
             try:
                 if tls is not None:

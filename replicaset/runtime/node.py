@@ -42,8 +42,9 @@ from replicaset.runtime.anti_entropy import AntiEntropyHost
 from replicaset.runtime.logging import event_sink, get_logger
 from replicaset.runtime.applier import Upstream, run_applier
 from replicaset.runtime.checkpoint_daemon import CheckpointDaemon
-from replicaset.runtime.clock import SYSTEM_CLOCK, WallClock, now_ms
+from replicaset.runtime.clock import now_ms
 from replicaset.runtime.disk import DiskGuard
+from replicaset.runtime.environment import MACHINE, Environment
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.quorum import QuorumHost
 from replicaset.runtime.relay import Relays
@@ -102,10 +103,11 @@ class Node:
 
     def __init__(
         self, *, config: Config, identity: Identity, data_dir: Path, force_recovery: bool = False, rejoin: bool = False,
-        isolated: bool = False, move: bool = False, clock: WallClock = SYSTEM_CLOCK,
+        isolated: bool = False, move: bool = False, env: Environment = MACHINE,
     ) -> None:
         self.config = config
-        self.clock = clock  # the date; durations are trio's clock
+        self.env = env  # the network, worker threads, the date and chance (runtime/environment.py)
+        self.clock = env.clock  # the date; durations are trio's clock
         # `serve --move`: a member alone in its set may start at a new address, which its
         # `_cluster` row then takes (`_check_registered_address`).
         self.move = move
@@ -268,7 +270,7 @@ class Node:
         )
 
     async def run(
-        self, serve_connection: Callable[[trio.SocketStream], Awaitable[None]], *,
+        self, serve_connection: Callable[[trio.abc.Stream], Awaitable[None]], *,
         observers: Sequence[Callable[..., Awaitable[None]]] = (), task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve until cancelled; `serve_connection` speaks iproto (over TLS with `[tls]`) on each accepted one.
@@ -295,6 +297,7 @@ class Node:
                 max_delay_ms=self.config["wal.group_commit_delay_ms"],
             ),
             fsync=self.config.wal_mode == "fsync",
+            workers=self.env.workers,
             on_commit=self._on_commit,
             on_flush=self._on_flush,
             on_synced=self._on_synced,
@@ -308,10 +311,9 @@ class Node:
                 for observer in observers:
                     await nursery.start(observer, self)
                 try:
-                    listeners = await trio.open_tcp_listeners(port, host=host)
+                    listeners, sockname = await self.env.network.listen(host, port)
                 except OSError as exc:
                     raise ListenFailed(f"cannot listen on {self.config.listen}: {exc.strerror or exc}") from exc
-                sockname = listeners[0].socket.getsockname()
                 self.listen_address = f"{sockname[0]}:{sockname[1]}"
                 try:  # bound, not yet accepting: a refused start serves no one
                     self._check_registered_address()

@@ -44,6 +44,7 @@ from replicaset.meta.recovery import recover_participant
 from replicaset.meta.store import MetaStore
 from replicaset.meta.txns import TxnStatus
 from replicaset.runtime.clock import WallClock, now_ms
+from replicaset.runtime.environment import Environment
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.group_sync import GroupSync
 from replicaset.runtime.links import RECEIVE_BYTES, PeerError, PeerLink
@@ -108,6 +109,7 @@ class QuorumNode(Protocol):
     writer: Writer
     disk: DiskGuard
     clock: WallClock
+    env: Environment
     peer_credentials: PeerCredentials
     log: Any
 
@@ -136,7 +138,7 @@ class QuorumHost:
         # Each client's outcome as it ends (level, error, confirmed durable, seconds): the metrics' histogram.
         self.on_outcome: Callable[[q.Level, q.TxnError | RequestError | None, bool, float], None] | None = None
         self._last_answer_s: dict[int, float] = {}  # each peer's last answer to a PREPARE of ours
-        self._meta_sync = GroupSync(self.meta.sync)  # one fsync for the records written meanwhile
+        self._meta_sync = GroupSync(self.meta.sync, node.env.workers)  # one fsync for the records written meanwhile
         self._begun: dict[int, trio.Event] = {}  # our PENDING records on their way to disk, for the row
         self._collected = 0  # decided records deleted by the collection since start, for the console
         self._synced = trio.Event()  # set at each sync of our WAL, then replaced
@@ -763,7 +765,8 @@ class _Link:
         async with self._open_lock:
             if self._link is None:
                 self._link = await PeerLink.open(dial_address(self._node.config, self._address),
-                                                 self._node.config.max_frame_bytes, self._node.peer_credentials)
+                                                 self._node.config.max_frame_bytes, self._node.peer_credentials,
+                                                 network=self._node.env.network)
                 self._outbox = bytearray()  # a lost link's unsent requests failed with it
                 self._node.spawn(self._read, self._link)
                 self._node.spawn(self._send, self._link)

@@ -27,7 +27,7 @@ async def serve(node: Node, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> N
     limit = int(node.config["max_connections"])
     open_sessions = 0
 
-    async def serve_connection(accepted: trio.SocketStream) -> None:
+    async def serve_connection(accepted: trio.abc.Stream) -> None:
         nonlocal open_sessions
         stream: trio.abc.Stream = accepted
         if node.server_tls is not None:

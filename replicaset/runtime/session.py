@@ -429,7 +429,7 @@ class Session:
         start = ServeStart()
         if resume is not None:
             try:  # checking it reads up to the whole file: off the event loop
-                start = await trio.to_thread.run_sync(resume_start, checkpoint, vclock, resume, chunk_bytes)
+                start = await node.env.workers.run_sync(resume_start, checkpoint, vclock, resume, chunk_bytes)
             except BaseException:
                 checkpoint.close()
                 raise

@@ -21,8 +21,6 @@ at 1; an old ping postpones a dead member's DEAD).
 
 from __future__ import annotations
 
-import random
-import socket
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -36,6 +34,7 @@ from replicaset.iproto.peer_auth import SWIM_SEAL_BYTES, SealError, swim_open, s
 from replicaset.identity import Identity
 from replicaset.member import Action, MemberDriver, SwimAction
 from replicaset.runtime.clock import WallClock
+from replicaset.runtime.environment import Environment
 
 VERSION = 1
 DATAGRAM_MAX = 1400  # under a typical MTU: a gossip message is never fragmented
@@ -145,6 +144,7 @@ class SwimNode(Protocol):
     identity: Identity
     driver: MemberDriver
     clock: WallClock
+    env: Environment
     log: Any
     listen_address: str
     cluster_secret: bytes | None
@@ -161,12 +161,8 @@ class SwimHost:
 
     def __init__(self, node: SwimNode) -> None:
         self._node = node
-        self.core = swim.Swim(node.identity.instance_id, node.listen_address, random.Random(), settings(node.config))
-        # Sends go straight to the non-blocking socket (a full buffer drops the datagram, as
-        # the network may); receives wait in trio.
-        self._raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._raw.setblocking(False)
-        self._sock = trio.socket.from_stdlib_socket(self._raw)
+        self.core = swim.Swim(node.identity.instance_id, node.listen_address, node.env.random(), settings(node.config))
+        self._sock = node.env.network.datagrams()
         self.dropped = 0  # datagrams refused, for the console
         self.last_drop: str | None = None
         self._members_at_s = float("-inf")
@@ -178,7 +174,7 @@ class SwimHost:
         self._refused_logged_s = float("-inf")
 
     def bind(self, host: str, port: int) -> None:
-        self._raw.bind((host, port))
+        self._sock.bind(host, port)
 
     def close(self) -> None:
         self._sock.close()
@@ -270,7 +266,7 @@ class SwimHost:
             self._last_stamp_ns = max(self._node.clock.now_ns(), self._last_stamp_ns + 1)
             data = swim_seal(self._secret, self._last_stamp_ns, data)
         try:
-            self._raw.sendto(data, where)
+            self._sock.sendto(data, where)
         except OSError:  # BlockingIOError included
             pass
 

@@ -33,6 +33,7 @@ from replicaset.iproto import peer_messages
 from replicaset.iproto.codec import encode_ok, encode_request
 from replicaset.iproto.constants import ErrorCode, Key, RequestType
 from replicaset.iproto.peer import PeerKey, PeerRequest
+from replicaset.runtime.environment import Network
 from replicaset.runtime.links import FrameSink, PeerError, PeerLink
 from replicaset.runtime.peer_access import PeerCredentials
 from replicaset.storage import checkpoint as checkpoints
@@ -210,6 +211,7 @@ async def fetch_checkpoint(
     anonymous: bool = False,
     secret: bytes | None = None,
     tls: ssl.SSLContext | None = None,
+    network: Network,
 ) -> Joined:
     """JOIN through `address`: get an id and the newest checkpoint, verified chunk by chunk
     with xxhash, into `target` (written under a temporary name, fsynced, renamed, and the
@@ -223,7 +225,7 @@ async def fetch_checkpoint(
     certificate checked."""
     kept = KeptCheckpoint.load(target)
     link = await PeerLink.open(address, max_frame_bytes, PeerCredentials(instance_uuid=instance_uuid, secret=secret,
-                                                                            tls=tls))
+                                                                            tls=tls), network=network)
     try:
         resume = kept.resume
         await link.send(RequestType.JOIN, {

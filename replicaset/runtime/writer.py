@@ -34,7 +34,7 @@ from replicaset.storage import (
     StatementResult,
 )
 from replicaset.iproto.constants import ErrorCode
-from replicaset.runtime.sync_thread import SyncThread
+from replicaset.runtime.environment import THREADS, Workers
 from wal import GroupCommitPolicy, Record, VClock, WalError
 from wal.log import SyncPoint
 
@@ -104,6 +104,7 @@ class Writer:
         *,
         group_commit: GroupCommitPolicy,
         fsync: bool,
+        workers: Workers = THREADS,
         on_commit: Callable[[Sequence[Record]], None] = lambda records: None,
         on_flush: Callable[[list[Record]], None] = lambda records: None,
         on_synced: Callable[[bool], None] = lambda advanced: None,
@@ -130,7 +131,8 @@ class Writer:
         self._sync_wanted = trio.Event()
         # Engine calls running in a worker thread: the engine is between two states.
         self.in_thread = 0
-        self._sync_thread = SyncThread("wal sync")  # fsyncs, and flushes under wal_mode = fsync
+        self._workers = workers
+        self._sync_thread = workers.serial("wal sync")  # fsyncs, and flushes under wal_mode = fsync
         self.fatal: EngineFatal | None = None
 
     # ---------------------------------------------------------------- client writes
@@ -410,6 +412,15 @@ class Writer:
             wal.synced(point)
         self._on_synced(point is not None)
 
+    def _sync_wal_inline(self) -> None:
+        """`sync_wal` for a checkpoint made in trio's own thread (the simulator's workers)."""
+        wal = self.engine.wal
+        point = wal.sync_point()
+        if point is not None:
+            wal.fsync_point(point)
+            wal.synced(point)
+        self._on_synced(point is not None)
+
     async def _flush_now(self, *, space_checked: bool = True) -> None:
         tickets, self._tickets = self._tickets, []
         self._policy.reset()
@@ -470,7 +481,8 @@ class Writer:
             await self._flush_now()
         self.checkpointing = True
         try:
-            return await self._in_thread(self.engine.checkpoint, partial(trio.from_thread.run, self.sync_wal))
+            sync_wal = self._sync_wal_inline if self._workers.inline else partial(trio.from_thread.run, self.sync_wal)
+            return await self._in_thread(self.engine.checkpoint, sync_wal)
         except apsw.FullError as exc:  # larger than the room left: the partial copy is gone, the data untouched
             raise WriteFailed(f"no space left on device: checkpoint failed, nothing changed: {exc}") from exc
         finally:
@@ -484,12 +496,12 @@ class Writer:
             return await self._in_thread(self.engine.purge_tombstones, bound)
 
     async def _in_thread(self, call: Callable[..., Any], *args: Any,
-                         run: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync) -> Any:
+                         run: Callable[..., Awaitable[Any]] | None = None) -> Any:
         """`call(*args)` off the event loop, by `run`: the engine is between two states
         meanwhile (`in_thread`)."""
         self.in_thread += 1
         try:
-            return await run(call, *args)
+            return await (run or self._workers.run_sync)(call, *args)
         finally:
             self.in_thread -= 1
 

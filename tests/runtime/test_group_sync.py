@@ -8,6 +8,7 @@ import threading
 import pytest
 import trio
 
+from replicaset.runtime.environment import THREADS
 from replicaset.runtime.group_sync import GroupSync
 
 
@@ -27,7 +28,7 @@ class SlowSync:
 
 def test_callers_waiting_together_share_one_sync_and_a_late_one_waits_for_the_next() -> None:
     disk = SlowSync()
-    group = GroupSync(disk)
+    group = GroupSync(disk, THREADS)
     returned: list[tuple[int, int]] = []  # (caller, syncs made when it returned)
 
     async def write_and_wait(caller: int) -> None:
@@ -60,7 +61,7 @@ def test_a_failed_sync_raises_in_the_caller_that_ran_it_and_the_next_caller_sync
         if len(calls) == 1:
             raise OSError("the disk is gone")
 
-    group = GroupSync(failing_once)
+    group = GroupSync(failing_once, THREADS)
 
     async def main() -> None:
         with pytest.raises(OSError, match="the disk is gone"):

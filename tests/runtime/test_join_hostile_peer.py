@@ -26,6 +26,7 @@ from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.join import join
 from replicaset.runtime.links import PeerError
 from replicaset.runtime.transfer import fetch_checkpoint
+from replicaset.runtime.environment import TCP
 
 RS = "8c5e4a52-0000-4000-8000-00000000abcd"
 PEER = "5f0e4a52-0000-4000-8000-0000000000bb"
@@ -98,7 +99,7 @@ def fetch(address: str, target: Path, seen: list[tuple[int, int]] | None = None)
             seen.append((done, total))
 
     return trio.run(lambda: fetch_checkpoint(address, replicaset_uuid=RS, instance_uuid=PEER, listen="127.0.0.1:3999",
-                                             target=target, progress=progress))
+                                             target=target, progress=progress, network=TCP))
 
 
 def test_a_checkpoint_that_is_not_a_database_is_not_installed(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from replicaset.runtime.node import CLUSTER_DDL, Node
 from replicaset.runtime.applier import run_applier
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.writer import Writer
+from replicaset.runtime.environment import Environment
 from tests.pagecache import PageCache
 from wal import GroupCommitPolicy
 
@@ -51,7 +52,7 @@ def make_node(data_dir: Path, instance_id: int = BOOTSTRAP_ID, clock: FixedClock
               **overrides: object) -> Node:
     identity = Identity(replicaset_uuid=str(uuid.uuid4()), instance_uuid=str(uuid.uuid4()), instance_id=instance_id)
     return Node(config=load(overrides={"wal_mode": "write", **overrides}), identity=identity, data_dir=data_dir,
-                **({"clock": clock} if clock is not None else {}))
+                **({"env": Environment(clock=clock)} if clock is not None else {}))
 
 
 @asynccontextmanager

@@ -20,6 +20,7 @@ from replicaset.runtime.join import join
 from replicaset.runtime.links import PeerError, PeerLink
 from replicaset.runtime.peer_access import PeerCredentials, load_secret, warn_if_exposed
 from replicaset.runtime.swim import StampGuard
+from replicaset.runtime.environment import TCP
 from tests.runtime.test_join_hostile_peer import PEER, RS, assert_nothing_installed, chunk, ending, fake_peer
 
 SECRET = b"the set's secret"
@@ -81,7 +82,7 @@ def test_listening_beyond_loopback_without_a_secret_is_warned_of() -> None:
 
 
 def _open(address: str, secret: bytes = SECRET) -> PeerLink:
-    return trio.run(lambda: PeerLink.open(address, 1 << 20, PeerCredentials(instance_uuid=ME, secret=secret)))
+    return trio.run(lambda: PeerLink.open(address, 1 << 20, PeerCredentials(instance_uuid=ME, secret=secret), network=TCP))
 
 
 def _proof_from(secret: bytes) -> list[bytes]:

@@ -18,6 +18,7 @@ from replicaset.iproto.constants import GREETING_VERSION, Key, RequestType
 from replicaset.iproto.peer import PeerKey, PeerRequest
 from replicaset.runtime.links import PeerError
 from replicaset.runtime.quorum import QuorumHost, _Link
+from replicaset.runtime.environment import MACHINE
 
 WAIT_S = 10.0
 
@@ -41,7 +42,7 @@ async def _link_to(nursery: trio.Nursery, peer: Callable[[trio.SocketStream], Aw
     listeners = await nursery.start(trio.serve_tcp, peer, 0)
     port = listeners[0].socket.getsockname()[1]
     node = SimpleNamespace(config=_Config({"cluster.dial": {}}), spawn=nursery.start_soon,
-                           identity=SimpleNamespace(instance_id=1), peer_credentials=None)
+                           identity=SimpleNamespace(instance_id=1), peer_credentials=None, env=MACHINE)
     return _Link(node, 2, f"127.0.0.1:{port}")  # type: ignore[arg-type]
 
 
@@ -184,7 +185,7 @@ def host_node(nursery: trio.Nursery, **fields: object) -> SimpleNamespace:
     return SimpleNamespace(config=_Config({"replication.synchro_timeout_s": WAIT_S, "cluster.dial": {}}), spawn=nursery.start_soon,
                            identity=SimpleNamespace(instance_id=1, replicaset_uuid=str(uuid.uuid4()),
                                                     instance_uuid=str(uuid.uuid4())),
-                           log=_Log(), peer_credentials=None, **fields)
+                           log=_Log(), peer_credentials=None, env=MACHINE, **fields)
 
 
 def test_malformed_answers_to_prepare_commit_and_query_are_dropped_and_the_member_keeps_running() -> None:

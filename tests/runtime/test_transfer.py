@@ -25,6 +25,7 @@ from replicaset.iproto import peer_messages
 from replicaset.iproto.codec import FrameDecoder, encode_greeting
 from replicaset.iproto.constants import GREETING_VERSION
 from replicaset.iproto.peer import PeerRequest
+from replicaset.runtime.environment import TCP
 from replicaset.runtime.links import PeerError
 from replicaset.runtime.transfer import (
     KeptCheckpoint, Registration, ServeStart, TransferStart, fetch_checkpoint, resume_start, serve_checkpoint,
@@ -113,7 +114,7 @@ def fetch(member: Member, target: Path) -> tuple[object, list[TransferStart]]:
                 try:
                     return await fetch_checkpoint(
                         f"127.0.0.1:{port}", replicaset_uuid=RS, instance_uuid=JOINER, listen="127.0.0.1:1",
-                        target=target, progress=lambda done, total: None, started=began.append)
+                        target=target, progress=lambda done, total: None, started=began.append, network=TCP)
                 except PeerError as exc:
                     return exc
                 finally:

@@ -22,6 +22,7 @@ from replicaset.iproto.peer_auth import swim_seal
 from replicaset.runtime.links import PeerError, PeerLink
 from replicaset.runtime.peer_access import PeerCredentials
 from replicaset.testing.processes import free_port
+from replicaset.runtime.environment import TCP
 from tests.server.conftest import QUORUM, REPLICASET_UUID, ReplicaSet, Server, kv_count, quorum_set_of, wait_for
 from tests.server.test_swim import SWIM_FAST, all_alive, states
 
@@ -128,7 +129,7 @@ def test_a_member_with_a_secret_refuses_to_follow_one_without(server) -> None:
     """The dialing side: a member that has no secret cannot prove one, and is not trusted."""
     async def dial() -> None:
         await PeerLink.open(f"127.0.0.1:{server.port}", 1 << 20, PeerCredentials(instance_uuid=JOINER,
-                                                                                  secret=SECRET.encode()))
+                                                                                  secret=SECRET.encode()), network=TCP)
 
     try:
         trio.run(dial)

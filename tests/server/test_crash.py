@@ -15,6 +15,7 @@ from replicaset.testing.processes import free_port
 from replicaset.identity import Identity, load_pending_registration
 from replicaset.iproto.errors import ServerError
 from replicaset.runtime.join import join
+from replicaset.runtime.environment import TCP
 from replicaset.runtime.transfer import fetch_checkpoint
 from replicaset.storage.checkpoint import vclock_of
 from tests.pagecache import PageCache
@@ -121,7 +122,7 @@ def test_a_fetched_checkpoint_survives_an_os_crash(server, tmp_path: Path, monke
     target.parent.mkdir()
     fetched = trio.run(partial(
         fetch_checkpoint, f"127.0.0.1:{server.port}", replicaset_uuid=replicaset_uuid, instance_uuid=str(uuid.uuid4()),
-        listen=f"127.0.0.1:{free_port()}", target=target, progress=lambda done, total: None,
+        listen=f"127.0.0.1:{free_port()}", target=target, progress=lambda done, total: None, network=TCP,
     ))
     cache.os_crash(target.parent)
     assert [p.name for p in target.parent.iterdir()] == ["db.sqlite"]

@@ -8,6 +8,7 @@ import pytest
 
 from replicaset.iproto.errors import ServerError
 from replicaset.testing.processes import start_instance
+from replicaset.runtime.environment import TCP
 from tests.server.conftest import QUORUM, REPLICASET_UUID, Server, quorum_set_of, wait_for
 
 
@@ -70,7 +71,7 @@ def test_a_registered_member_cannot_subscribe_as_a_follower(replicaset_factory):
     uuid = rs.info(second)["uuid"]
 
     async def subscribe() -> None:
-        link = await PeerLink.open(f"127.0.0.1:{first.port}", 1 << 20)
+        link = await PeerLink.open(f"127.0.0.1:{first.port}", 1 << 20, network=TCP)
         try:
             await link.send(RequestType.SUBSCRIBE, {Key.REPLICASET_UUID: REPLICASET_UUID, Key.INSTANCE_UUID: uuid,
                                                     Key.VCLOCK: {}, PeerKey.ANONYMOUS: True})

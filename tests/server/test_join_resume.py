@@ -16,6 +16,7 @@ from pathlib import Path
 
 import trio
 
+from replicaset.runtime.environment import TCP
 from replicaset.runtime.transfer import KeptCheckpoint, fetch_checkpoint
 from replicaset.testing.processes import free_port, start_instance
 from tests.server.conftest import REPLICASET_UUID, ReplicaSet, Server, wait_for
@@ -181,7 +182,7 @@ def test_a_join_repeated_under_one_uuid_gets_one_id(server: Server, tmp_path: Pa
         joined = trio.run(partial(
             fetch_checkpoint, f"127.0.0.1:{server.port}", replicaset_uuid=replicaset_uuid, instance_uuid=joiner_uuid,
             listen=f"127.0.0.1:{free_port()}", target=tmp_path / "joiner" / "db.sqlite",
-            progress=lambda done, total: None,
+            progress=lambda done, total: None, network=TCP,
         ))
         ids.append(joined.registration.instance_id)
     assert ids == [2, 2]
