@@ -81,12 +81,14 @@ class Relays:
     over here."""
 
     def __init__(self) -> None:
-        self._feeds: set[Feed] = set()
+        # Told in the order they opened (a set's order is by address): a simulated run
+        # replays step for step.
+        self._feeds: dict[Feed, None] = {}
 
     def open_feed(self) -> Feed:
         """Open before the relay's log read: no flush falls between the two."""
         feed = Feed()
-        self._feeds.add(feed)
+        self._feeds[feed] = None
         return feed
 
     def on_flush(self, records: list[Record]) -> None:
@@ -112,7 +114,7 @@ class Relays:
             driver.relay_closed(conn)
 
     def close_feed(self, feed: Feed) -> None:
-        self._feeds.discard(feed)
+        self._feeds.pop(feed, None)
 
 
 async def run_relay(

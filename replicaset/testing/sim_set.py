@@ -1,0 +1,189 @@
+"""A replica set of the server's own members in one trio run, on the simulated world
+(`sim_world.py`): bootstrap, join, stop, start again, cut links, and a client.
+
+Each member is what `replicaset bootstrap`, `join` and `serve` build: `Node` served by
+`runtime.server.serve`, joined by `runtime.join.join_async`, each in a data directory
+under `root`, and each at its own host (`127.0.0.N:3301`) of the simulated network.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from replicaset.config import Config, load
+from replicaset.core.replication import ApplierState
+from replicaset.identity import Identity
+from replicaset.iproto.constants import Key, RequestType
+from replicaset.runtime.environment import Environment
+from replicaset.runtime.join import join_async
+from replicaset.runtime.links import PeerLink
+from replicaset.runtime.node import Node
+from replicaset.runtime.server import serve
+from replicaset.testing.sim_world import InlineWorkers, SimClock, SimNetwork
+
+PORT = 3301
+CLIENT_HOST = "127.0.1.1"
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class SimMember:
+    host: str
+    data_dir: Path
+    identity: Identity
+    config: Config
+    seed: int
+    node: Node | None = None
+    scope: trio.CancelScope | None = None
+    stopped: trio.Event = field(default_factory=trio.Event)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{PORT}"
+
+    @property
+    def id(self) -> int:
+        return self.identity.instance_id
+
+
+class SimSet:
+    def __init__(self, root: Path, seed: int, nursery: trio.Nursery, settings: Mapping[str, Any] = ()) -> None:
+        self.root = root
+        self.rng = random.Random(seed)
+        self.network = SimNetwork(random.Random(self.rng.random()))
+        self.replicaset_uuid = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        self.members: list[SimMember] = []
+        self._nursery = nursery
+        self._settings = dict(settings)
+        self._clients: dict[str, PeerLink] = {}
+        self.stopping = False  # a member is stopping
+
+    def _member(self, number: int, identity: Identity | None) -> SimMember:
+        host = f"127.0.0.{number}"
+        config = load(overrides={"listen": f"{host}:{PORT}", **self._settings})
+        identity = identity or Identity(replicaset_uuid=self.replicaset_uuid, instance_id=0,
+                                        instance_uuid=str(uuid.UUID(int=self.rng.getrandbits(128), version=4)))
+        return SimMember(host=host, data_dir=self.root / f"member{number}", identity=identity, config=config,
+                         seed=self.rng.getrandbits(32))
+
+    async def bootstrap(self) -> SimMember:
+        member = self._member(1, None)
+        member.identity = Identity(replicaset_uuid=self.replicaset_uuid, instance_uuid=member.identity.instance_uuid,
+                                   instance_id=1)
+        member.data_dir.mkdir(parents=True)
+        member.identity.save(member.data_dir)
+        self.members.append(member)
+        await self.start(member)
+        return member
+
+    async def join(self, through: SimMember) -> SimMember:
+        member = self._member(len(self.members) + 1, None)
+        member.data_dir.mkdir(parents=True)
+        identity = await join_async(member.data_dir, replicaset_uuid=self.replicaset_uuid, peers=[through.address],
+                                    listen=member.address, network=self.network.at(member.host),
+                                    instance_uuid=member.identity.instance_uuid)
+        if identity is None:
+            raise RuntimeError(f"{member.address} could not join through {through.address}")
+        member.identity = identity
+        self.members.append(member)
+        await self.start(member)
+        await self.running(member)
+        return member
+
+    async def running(self, member: SimMember, timeout_s: float = 30.0) -> None:
+        """Wait, on the simulated clock, until `member` takes writes (box.info.status running)."""
+        assert member.node is not None
+        with trio.fail_after(timeout_s):
+            while not member.node.driver.running:
+                await trio.sleep(0.01)
+
+    def environment(self, member: SimMember) -> Environment:
+        return Environment(network=self.network.at(member.host), workers=InlineWorkers(), clock=SimClock(),
+                           seed=member.seed)
+
+    async def start(self, member: SimMember) -> None:
+        """Serve `member` (again), as `replicaset serve` does, until `stop`."""
+        member.node = Node(config=member.config, identity=member.identity, data_dir=member.data_dir,
+                           env=self.environment(member))
+        member.stopped = trio.Event()
+        await self._nursery.start(self._serve, member)
+
+    async def _serve(self, member: SimMember, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        assert member.node is not None
+        try:
+            with trio.CancelScope() as member.scope:
+                await serve(member.node, task_status=task_status)
+        finally:
+            member.stopped.set()
+
+    async def stop(self, member: SimMember) -> None:
+        """A clean stop (SIGTERM): the node flushes, closes its stores, says `stopped`. Its
+        links are cut first: trio cancels a scope's tasks in an order of its own (by
+        address), which must not decide what the other members see (`stopping` is set
+        meanwhile, for a replay check to look away)."""
+        assert member.scope is not None
+        self.stopping = True
+        cut = self.network.isolate(member.host)
+        member.scope.cancel()
+        await member.stopped.wait()
+        for other in cut:
+            self.network.heal(member.host, other)
+        self.stopping = False
+        client = self._clients.pop(member.address, None)
+        if client is not None:
+            await client.aclose()
+
+    async def execute(self, member: SimMember, sql: str, binds: list[Any] | None = None, *,
+                      consistency: str | None = None) -> Any:
+        """EXECUTE on `member` as a connector sends it; the reply's body (`PeerError` on an error)."""
+        link = self._clients.get(member.address)
+        if link is None:
+            link = await PeerLink.open(member.address, MAX_FRAME_BYTES, network=self.network.at(CLIENT_HOST))
+            self._clients[member.address] = link
+        body: dict[int, Any] = {Key.SQL_TEXT: sql, Key.SQL_BIND: binds or []}
+        if consistency is not None:
+            body[Key.OPTIONS] = {"consistency": consistency}
+        try:
+            await link.send(RequestType.EXECUTE, body)
+            return (await link.receive()).body
+        except BaseException:
+            del self._clients[member.address]
+            await link.aclose()
+            raise
+
+    async def meshed(self, timeout_s: float = 30.0) -> None:
+        """Wait until every running member follows every other (box.info.replication: each
+        upstream `follow`), as an operator waits before calling a set ready."""
+        with trio.fail_after(timeout_s):
+            while not all(self._follows_all(m) for m in self._running()):
+                await trio.sleep(0.05)
+
+    def _follows_all(self, member: SimMember) -> bool:
+        assert member.node is not None
+        node = member.node
+        following = {node.upstream_uuids.get(key) for key, applier in node.driver.appliers.items()
+                     if applier.state is ApplierState.FOLLOW}
+        return following >= {m.identity.instance_uuid for m in self._running() if m is not member}
+
+    def _running(self) -> list[SimMember]:
+        return [m for m in self.members if m.node is not None and not m.stopped.is_set()]
+
+    async def rows(self, member: SimMember, sql: str) -> list[list[Any]]:
+        return (await self.execute(member, sql)).get(Key.DATA, [])
+
+    def vclocks(self) -> list[dict[int, int]]:
+        return [m.node.engine.vclock.to_dict() for m in self._running() if m.node is not None]
+
+    async def converged(self, timeout_s: float = 30.0) -> list[dict[int, int]]:
+        """Wait, on the simulated clock, until every running member holds the same vclock."""
+        with trio.fail_after(timeout_s):
+            while len({tuple(sorted(v.items())) for v in self.vclocks()}) > 1:
+                await trio.sleep(0.05)
+        return self.vclocks()

@@ -1,0 +1,237 @@
+"""The server's own hosts on simulated time and links (issue 33, "One host"): members built
+as `replicaset bootstrap`, `join` and `serve` build them (`Node`, `runtime.server.serve`,
+`runtime.join.join_async`), in one trio run under `MockClock`, on the simulated network
+of `replicaset/testing/sim_world.py`. No socket, no thread, no wall clock: a run of seconds
+of protocol time takes a fraction of a second, and a seed replays step for step."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import trio
+import trio.testing
+
+from replicaset.iproto.constants import ErrorCode
+from replicaset.runtime.links import PeerError
+from replicaset.testing.sim_set import SimMember, SimSet
+from replicaset.testing.sim_world import SimNetwork, seed_scheduler
+
+ROWS = 10  # keys the writers contend on
+RETRIES_MAX = 50
+
+
+class Steps(trio.abc.Instrument):
+    """Every task step: the simulated time, which task (by the order tasks were spawned in)."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[float, int, str]] = []
+        self._ids: dict[Any, int] = {}
+        self.recording = True
+        self.world: SimSet | None = None
+
+    def task_spawned(self, task: Any) -> None:
+        self._ids[task] = len(self._ids)
+
+    def before_task_step(self, task: Any) -> None:
+        if self.recording and not (self.world is not None and self.world.stopping):
+            self.steps.append((trio.current_time(), self._ids.get(task, -1), task.name))
+
+
+def simulate(root: Path, seed: int, scenario: Callable[[SimSet], Awaitable[Any]],
+             steps: Steps | None = None) -> tuple[Any, list[dict[str, Any]]]:
+    """Run `scenario` on a new set, then stop every member; its result and every log line
+    the members wrote. `steps` records the steps up to the stop, after which trio cancels
+    tasks in an order of its own (by address); the lines after it are in `logs` too."""
+    result: list[Any] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            rs = SimSet(root, seed, nursery)
+            if steps is not None:
+                steps.world = rs
+            result.append(await scenario(rs))
+            if steps is not None:
+                steps.recording = False
+            nursery.cancel_scope.cancel()
+
+    with structlog.testing.capture_logs() as logs:
+        seed_scheduler(seed)
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0), instruments=[steps] if steps else [])
+    return result[0], logs
+
+
+async def three(rs: SimSet) -> list[SimMember]:
+    first = await rs.bootstrap()
+    await rs.execute(first, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    await rs.join(first)
+    await rs.join(first)
+    await rs.meshed()
+    return rs.members
+
+
+async def write(rs: SimSet, member: SimMember, sql: str, binds: list[Any], consistency: str) -> int:
+    """One write as an application makes it: retried while it is aborted (a conflict, or
+    no quorum in time). How many times it was."""
+    last = None
+    for conflicts in range(RETRIES_MAX):
+        try:
+            await rs.execute(member, sql, binds, consistency=consistency)
+            return conflicts
+        except PeerError as exc:
+            if exc.code not in (ErrorCode.TRANSACTION_CONFLICT, ErrorCode.SYNC_QUORUM_TIMEOUT):
+                raise
+            last = exc
+            await trio.sleep(0.01)
+    raise AssertionError(f"{sql} aborted {RETRIES_MAX} times, last: {last} at {trio.current_time()}")
+
+
+async def contend(rs: SimSet, members: list[SimMember], writes: int) -> int:
+    """Every member updates the same few rows at once, at ONE and QUORUM in turn; the
+    conflicts its QUORUM writes met."""
+    conflicts = 0
+
+    async def writer(member: SimMember) -> None:
+        nonlocal conflicts
+        for i in range(writes):
+            conflicts += await write(rs, member, "INSERT OR REPLACE INTO t VALUES (?, ?)",
+                                     [i % ROWS, f"{member.id}-{i}"], "one" if i % 2 else "quorum")
+
+    async with trio.open_nursery() as nursery:
+        for member in members:
+            nursery.start_soon(writer, member)
+    return conflicts
+
+
+def no_trouble(logs: list[dict[str, Any]]) -> None:
+    trouble = [line for line in logs if line["log_level"] in ("warning", "error", "critical")]
+    assert not trouble, trouble[:5]
+
+
+def test_three_members_of_the_servers_own_code_converge_under_contention(tmp_path: Path) -> None:
+    async def scenario(rs: SimSet) -> Any:
+        members = await three(rs)
+        conflicts = await contend(rs, members, 20)
+        vclocks = await rs.converged()
+        tables = [await rs.rows(m, "SELECT id, v FROM t ORDER BY id") for m in members]
+        return conflicts, vclocks, tables, trio.current_time()
+
+    (conflicts, vclocks, tables, elapsed_s), logs = simulate(tmp_path, 1, scenario)
+    assert len({tuple(sorted(v.items())) for v in vclocks}) == 1
+    assert tables[0] == tables[1] == tables[2]
+    assert [row[0] for row in tables[0]] == list(range(ROWS))
+    assert conflicts > 0, "the writers never met: the scenario tests no contention"
+    joined = [line for line in logs if line["event"] == "joined"]
+    assert sorted(line["instance_id"] for line in joined) == [2, 3]
+    assert elapsed_s < 30
+    no_trouble(logs)
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_a_seed_replays_step_for_step(tmp_path: Path, seed: int) -> None:
+    """Contention, a member stopped and served again, a link cut and healed: the same seed
+    takes the same steps at the same simulated times, to the end."""
+    async def scenario(rs: SimSet) -> Any:
+        first, second, third = await three(rs)
+        await contend(rs, [first, second, third], 6)
+        await rs.stop(third)
+        await contend(rs, [first, second], 6)
+        await rs.start(third)
+        await rs.running(third)
+        rs.network.cut(first.host, second.host)
+        await contend(rs, [second, third], 4)
+        rs.network.heal(first.host, second.host)
+        return await rs.converged()
+
+    runs = []
+    for attempt in range(2):
+        steps = Steps()
+        vclocks, logs = simulate(tmp_path / f"run{attempt}", seed, scenario, steps)
+        before_stop = [(line["event"], line.get("instance_id")) for line in logs if line["event"] != "stopped"]
+        runs.append((steps.steps, vclocks, before_stop))
+    assert runs[0][0] == runs[1][0], "the two runs of one seed took different steps"
+    assert runs[0][1:] == runs[1][1:]
+    other = Steps()
+    simulate(tmp_path / "other", seed + 1, scenario, other)
+    assert other.steps != runs[0][0], "another seed took the very same steps: the seed chooses nothing"
+
+
+def test_a_member_cut_off_takes_no_quorum_write_and_catches_up_once_healed(tmp_path: Path) -> None:
+    async def scenario(rs: SimSet) -> Any:
+        first, second, third = await three(rs)
+        await write(rs, first, "INSERT INTO t VALUES (1, 'before')", [], "quorum")
+        await rs.converged()
+        for other in (first, second):
+            rs.network.cut(third.host, other.host)
+        for i in range(2, 12):
+            await write(rs, first if i % 2 else second, "INSERT INTO t VALUES (?, 'cut')", [i], "quorum")
+        with pytest.raises(PeerError) as refused:
+            await rs.execute(third, "INSERT INTO t VALUES (100, 'alone')", consistency="quorum")
+        assert await rs.rows(third, "SELECT count(*) FROM t") == [[1]]
+        await trio.sleep(12)  # past [cluster] dead_timeout_ms: free, on the simulated clock
+        for other in (first, second):
+            rs.network.heal(third.host, other.host)
+        await rs.converged()
+        return refused.value.code, [await rs.rows(m, "SELECT id, v FROM t ORDER BY id") for m in rs.members]
+
+    (code, tables), logs = simulate(tmp_path, 5, scenario)
+    assert code == ErrorCode.SYNC_QUORUM_TIMEOUT, code
+    expected = [[1, "before"]] + [[i, "cut"] for i in range(2, 12)]
+    assert tables == [expected] * 3, "a QUORUM write refused at the cut member left a row somewhere, or one is missing"
+    seen = [(line["instance_id"], line["state"]) for line in logs if line["event"] == "member_state"
+            and line["member"] == 3]
+    assert (1, "dead") in seen and (2, "dead") in seen, "SWIM never declared the cut member dead"
+    assert seen[-2:] == [(1, "alive"), (2, "alive")] or sorted(seen[-2:]) == [(1, "alive"), (2, "alive")], seen
+
+
+def test_a_member_stopped_and_served_again_catches_up(tmp_path: Path) -> None:
+    async def scenario(rs: SimSet) -> Any:
+        first, second, third = await three(rs)
+        await rs.stop(third)
+        for i in range(20):
+            await write(rs, first if i % 2 else second, "INSERT INTO t VALUES (?, 'meanwhile')", [i], "quorum")
+        await rs.start(third)
+        await rs.running(third)
+        await rs.converged()
+        return [await rs.rows(m, "SELECT count(*) FROM t") for m in rs.members]
+
+    counts, logs = simulate(tmp_path, 9, scenario)
+    assert counts == [[[20]]] * 3
+    assert [line["instance_id"] for line in logs if line["event"] == "stopped"][:1] == [3]
+
+
+async def _pair(network: SimNetwork, listener: trio.abc.Listener[Any]) -> tuple[trio.abc.Stream, trio.abc.Stream]:
+    near = await network.at("10.0.0.2").connect("10.0.0.1", 1)
+    return near, await listener.accept()
+
+
+def test_a_simulated_link_delivers_in_order_and_fails_as_tcp_does_when_cut() -> None:
+    async def main() -> None:
+        network = SimNetwork(random.Random(1), latency_s=(0.001, 0.01))
+        [listener], _ = await network.at("10.0.0.1").listen("10.0.0.1", 1)
+        near, far = await _pair(network, listener)
+        for i in range(20):
+            await near.send_all(b"%d," % i)
+        got = b""
+        while got.count(b",") < 20:
+            got += await far.receive_some(7)
+        assert got == b"".join(b"%d," % i for i in range(20))
+        network.cut("10.0.0.1", "10.0.0.2")
+        with pytest.raises(trio.BrokenResourceError):
+            await far.receive_some(10)
+        with pytest.raises(trio.BrokenResourceError):
+            await near.send_all(b"x")
+        with pytest.raises(OSError):
+            await network.at("10.0.0.2").connect("10.0.0.1", 1)
+        network.heal("10.0.0.1", "10.0.0.2")
+        near, far = await _pair(network, listener)
+        await near.aclose()
+        assert await far.receive_some(10) == b""
+        with pytest.raises(trio.BrokenResourceError):
+            await far.send_all(b"to nobody")
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
