@@ -139,6 +139,7 @@ class Node:
         self.swim: SwimHost | None = None  # once listening, unless isolated
         self._registered: dict[str, int] = {}  # `_cluster` as last seen: uuid -> id, to notice removals
         self.removed = False  # this member's own row is gone: it takes no writes
+        self.killed = False  # stopped as kill -9 stops a process (`kill`)
         self.removal: Removal | None = None  # who removed this member, once it learned it: it stops
         self.links_open: dict[str, trio.Event] = {}  # upstream key -> set when its applier's link closes
         self.join_upstreams = JoinUpstream.load_all(data_dir)  # each followed until `_cluster` names it
@@ -371,8 +372,16 @@ class Node:
         self.driver.swim = swim.core
         return swim
 
+    def kill(self) -> None:
+        """Stop at once, as kill -9 stops the process (the simulator's crash): nothing
+        pending is flushed and no clean stop is marked; the stores are closed as the
+        kernel closes a dead process's files (SQLite's open transaction rolled back), so
+        the next start recovers from what reached the files."""
+        self.killed = True
+        self._nursery.cancel_scope.cancel()
+
     async def _close(self) -> None:
-        if self.writer.fatal is None:
+        if self.writer.fatal is None and not self.killed:
             async with self.writer.token:
                 await self.writer._flush_now()
         self.engine.close()
@@ -381,6 +390,8 @@ class Node:
             self.swim.close()
         if self.trace_file is not None:
             self.trace_file.close()
+        if self.killed:
+            return
         if self.writer.fatal is None and not self._unclean_kept:
             (self.data_dir / CLEAN_STOP_FILE).touch()
         self.log.info("stopped")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,7 +83,8 @@ class SimSet:
         await self.start(member)
         return member
 
-    async def join(self, through: SimMember) -> SimMember:
+    async def join(self, through: SimMember, *, serve: bool = True) -> SimMember:
+        """`replicaset join` through `through`, then (unless not `serve`) served until it runs."""
         member = self._member(len(self.members) + 1, None)
         member.data_dir.mkdir(parents=True)
         identity = await join_async(member.data_dir, replicaset_uuid=self.replicaset_uuid, peers=[through.address],
@@ -93,8 +94,9 @@ class SimSet:
             raise RuntimeError(f"{member.address} could not join through {through.address}")
         member.identity = identity
         self.members.append(member)
-        await self.start(member)
-        await self.running(member)
+        if serve:
+            await self.start(member)
+            await self.running(member)
         return member
 
     async def running(self, member: SimMember, timeout_s: float = 30.0) -> None:
@@ -124,14 +126,22 @@ class SimSet:
             member.stopped.set()
 
     async def stop(self, member: SimMember) -> None:
-        """A clean stop (SIGTERM): the node flushes, closes its stores, says `stopped`. Its
-        links are cut first: trio cancels a scope's tasks in an order of its own (by
+        """A clean stop (SIGTERM): the node flushes, closes its stores, says `stopped`."""
+        await self._end(member, lambda node: member.scope.cancel() if member.scope is not None else None)
+
+    async def crash(self, member: SimMember) -> None:
+        """kill -9: nothing pending is flushed, no clean stop is marked (`Node.kill`); the
+        next `start` recovers from what reached the files."""
+        await self._end(member, Node.kill)
+
+    async def _end(self, member: SimMember, how: Callable[[Node], None]) -> None:
+        """Its links are cut first: trio cancels a scope's tasks in an order of its own (by
         address), which must not decide what the other members see (`stopping` is set
         meanwhile, for a replay check to look away)."""
-        assert member.scope is not None
+        assert member.node is not None
         self.stopping = True
         cut = self.network.isolate(member.host)
-        member.scope.cancel()
+        how(member.node)
         await member.stopped.wait()
         for other in cut:
             self.network.heal(member.host, other)
@@ -177,6 +187,10 @@ class SimSet:
 
     async def rows(self, member: SimMember, sql: str) -> list[list[Any]]:
         return (await self.execute(member, sql)).get(Key.DATA, [])
+
+    def vclock(self, member: SimMember) -> dict[int, int]:
+        assert member.node is not None
+        return member.node.engine.vclock.to_dict()
 
     def vclocks(self) -> list[dict[int, int]]:
         return [m.node.engine.vclock.to_dict() for m in self._running() if m.node is not None]

@@ -204,6 +204,83 @@ def test_a_member_stopped_and_served_again_catches_up(tmp_path: Path) -> None:
     assert [line["instance_id"] for line in logs if line["event"] == "stopped"][:1] == [3]
 
 
+LOST_LINK = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+def test_a_member_killed_under_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    """kill -9 of a member while all three take inserts at ONE and QUORUM, then served
+    again: every insert a client was told is done is on every member, once."""
+    async def scenario(rs: SimSet) -> Any:
+        members = await three(rs)
+        acknowledged: list[int] = []
+        killed = trio.Event()
+
+        async def writer(member: SimMember, first_id: int) -> None:
+            for i in range(first_id, first_id + 40):
+                try:
+                    await write(rs, member, "INSERT INTO t VALUES (?, 'x')", [i], "one" if i % 2 else "quorum")
+                    acknowledged.append(i)
+                except (PeerError, *LOST_LINK):
+                    await killed.wait()  # its member is down: whether this one committed is unknown
+                await trio.sleep(0.005)
+
+        async def killer() -> None:
+            await trio.sleep(0.05)
+            await rs.crash(members[1])
+            killed.set()
+            await trio.sleep(1)
+            await rs.start(members[1])
+
+        async with trio.open_nursery() as nursery:
+            for number, member in enumerate(members):
+                nursery.start_soon(writer, member, 1000 * (number + 1))
+            nursery.start_soon(killer)
+        await rs.running(members[1])
+        await rs.converged()
+        return acknowledged, [await rs.rows(m, "SELECT id FROM t ORDER BY id") for m in members]
+
+    (acknowledged, tables), logs = simulate(tmp_path, 13, scenario)
+    assert tables[0] == tables[1] == tables[2]
+    held = [row[0] for row in tables[0]]
+    assert set(acknowledged) <= set(held), sorted(set(acknowledged) - set(held))
+    assert len(acknowledged) > 60, "the writers hardly wrote: the kill met no load"
+    own = [line["event"] for line in logs if line.get("instance_id") == 2]
+    assert own.count("listening") == 2 and own.count("stopped") == 1, "the kill was a clean stop"
+    assert own.index("recovering_own_rows") > own.index("listening"), "the start after the kill was taken for clean"
+
+
+@pytest.mark.parametrize("through", [1, 3], ids=["finding_6a_named_by_the_join", "finding_5_joined_through"])
+def test_a_joiner_whose_checkpoint_names_no_live_member_catches_up_from_the_others(tmp_path: Path,
+                                                                                  through: int) -> None:
+    """Reliability findings 5 and 6 (a). The joiner gets member 1's first checkpoint (served
+    by member 1, or by member 3, which keeps the one it joined from), whose `_cluster` names
+    members 1 and 2 only, and both are down before the joiner serves (member 1 killed,
+    member 2 stopped). It must follow member 3 all the same: as a member the JOIN's end
+    named (6 a), or as the member it joined through (5); and get every row from it."""
+    async def scenario(rs: SimSet) -> Any:
+        first, second, third = await three(rs)
+        for i in range(10):
+            await write(rs, second if i % 2 else third, "INSERT INTO t VALUES (?, 'before')", [i], "quorum")
+        fourth = await rs.join(rs.members[through - 1], serve=False)
+        await rs.crash(first)
+        await rs.stop(second)
+        await rs.start(fourth)
+        with trio.fail_after(30):
+            while rs.vclock(fourth) != rs.vclock(third):
+                await trio.sleep(0.05)
+        held = await rs.rows(fourth, "SELECT count(*) FROM t")
+        await rs.start(first)
+        await rs.start(second)
+        await rs.converged()
+        return held, [await rs.rows(m, "SELECT count(*) FROM t") for m in rs.members]
+
+    (held, counts), logs = simulate(tmp_path, 17, scenario)
+    assert held == [[10]], "the joiner did not get the rows from the member its checkpoint does not name"
+    assert counts == [[[10]]] * 4
+    served = [line["vclock"] for line in logs if line["event"] == "join_serving" and line["joiner_id"] == 4]
+    assert served == [{1: 4}], "the joiner got another checkpoint than the first, which names members 1 and 2"
+
+
 async def _pair(network: SimNetwork, listener: trio.abc.Listener[Any]) -> tuple[trio.abc.Stream, trio.abc.Stream]:
     near = await network.at("10.0.0.2").connect("10.0.0.1", 1)
     return near, await listener.accept()
