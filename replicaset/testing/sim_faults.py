@@ -1,0 +1,118 @@
+"""A seeded run of faults and writes on the server's own hosts in the simulated world.
+
+Three members take inserts of their own ids and updates of a few shared keys, at ONE and
+QUORUM in turn, while a schedule drawn from the seed kills (kill -9) or stops a member and
+serves it again, and cuts links between two members and heals them. At most one member is
+down at a time, so a quorum is always there to be found. At the end every fault is
+undone and the checks are those a user would make: the members converge, each holds every
+insert a client was told is done, the members' tables are equal, and no member logged an
+error.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from replicaset.iproto.constants import ErrorCode
+from replicaset.runtime.links import PeerError
+from replicaset.testing.sim_set import SimMember, SimSet
+
+SHARED_KEYS = 5
+ABORTED = frozenset({ErrorCode.TRANSACTION_CONFLICT, ErrorCode.SYNC_QUORUM_TIMEOUT})
+LOST_LINK = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+@dataclass
+class FaultRun:
+    seed: int
+    faults: list[str] = field(default_factory=list)  # what the schedule did, for the report
+    acknowledged: set[int] = field(default_factory=set)  # ids a client was told are inserted
+    attempts: int = 0
+    refused: int = 0  # writes aborted or cut off: not acknowledged, maybe committed
+    tables: list[list[list[Any]]] = field(default_factory=list)  # each member's `ids` at the end
+    shared: list[list[list[Any]]] = field(default_factory=list)  # each member's `shared` at the end
+
+
+async def three_members(rs: SimSet) -> list[SimMember]:
+    first = await rs.bootstrap()
+    for sql in ("CREATE TABLE ids(id INTEGER PRIMARY KEY, member INTEGER)",
+                "CREATE TABLE shared(k INTEGER PRIMARY KEY, v TEXT)"):
+        await rs.execute(first, sql)
+    await rs.join(first)
+    await rs.join(first)
+    await rs.meshed()
+    return rs.members
+
+
+async def run_faults(rs: SimSet, seed: int, *, seconds: float = 20.0,
+                     pause_s: tuple[float, float] = (0.002, 0.02)) -> FaultRun:
+    """The workload (each writer pausing `pause_s` between writes) and the fault schedule
+    for `seconds` of simulated time, every fault undone at the end, and the set converged;
+    what happened, for the checks."""
+    run = FaultRun(seed=seed)
+    rng = random.Random(seed)
+    members = await three_members(rs)
+    down: set[int] = set()
+    async with trio.open_nursery() as nursery:
+        for number, member in enumerate(members):
+            nursery.start_soon(_writer, rs, run, member, down, random.Random(rng.random()), 1_000_000 * (number + 1),
+                               pause_s)
+        await _schedule(rs, run, members, down, random.Random(rng.random()), trio.current_time() + seconds)
+        nursery.cancel_scope.cancel()
+    await rs.converged(timeout_s=60.0)
+    run.tables = [await rs.rows(m, "SELECT id FROM ids ORDER BY id") for m in members]
+    run.shared = [await rs.rows(m, "SELECT k, v FROM shared ORDER BY k") for m in members]
+    return run
+
+
+async def _writer(rs: SimSet, run: FaultRun, member: SimMember, down: set[int], rng: random.Random,
+                  first_id: int, pause_s: tuple[float, float]) -> None:
+    for i in range(first_id, first_id + 1_000_000):
+        await trio.sleep(rng.uniform(*pause_s))
+        if member.id in down:
+            continue
+        consistency = "quorum" if i % 2 else "one"
+        if rng.random() < 0.5:
+            sql, binds = "INSERT INTO ids VALUES (?, ?)", [i, member.id]
+        else:
+            sql, binds = "INSERT OR REPLACE INTO shared VALUES (?, ?)", [rng.randrange(SHARED_KEYS), f"{member.id}-{i}"]
+        run.attempts += 1
+        try:
+            await rs.execute(member, sql, binds, consistency=consistency)
+        except PeerError as exc:
+            if exc.code not in ABORTED and exc.code != ErrorCode.READONLY:
+                raise
+            run.refused += 1
+            continue
+        except LOST_LINK:
+            run.refused += 1
+            continue
+        if sql.startswith("INSERT INTO ids"):
+            run.acknowledged.add(i)
+
+
+async def _schedule(rs: SimSet, run: FaultRun, members: list[SimMember], down: set[int],
+                    rng: random.Random, end_s: float) -> None:
+    """Faults until `end_s`, each undone before the next (so none is left at the end)."""
+    while trio.current_time() < end_s:
+        await trio.sleep(rng.uniform(0.5, 2.0))
+        kind = rng.choice(("kill", "stop", "cut"))
+        victim = rng.choice(members)
+        if kind == "cut":
+            other = rng.choice([m for m in members if m is not victim])
+            run.faults.append(f"{trio.current_time():.3f} cut {victim.id}-{other.id}")
+            rs.network.cut(victim.host, other.host)
+            await trio.sleep(rng.uniform(0.2, 3.0))
+            rs.network.heal(victim.host, other.host)
+            continue
+        run.faults.append(f"{trio.current_time():.3f} {kind} {victim.id}")
+        down.add(victim.id)
+        await (rs.crash(victim) if kind == "kill" else rs.stop(victim))
+        await trio.sleep(rng.uniform(0.2, 3.0))
+        await rs.start(victim)
+        await rs.running(victim, timeout_s=60.0)
+        down.discard(victim.id)
