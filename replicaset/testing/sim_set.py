@@ -23,7 +23,7 @@ from replicaset.identity import Identity
 from replicaset.iproto.constants import Key, RequestType
 from replicaset.runtime.environment import Environment
 from replicaset.runtime.join import join_async
-from replicaset.runtime.links import PeerLink
+from replicaset.runtime.links import PeerError, PeerLink
 from replicaset.runtime.node import Node
 from replicaset.runtime.server import serve
 from replicaset.testing.sim_world import InlineWorkers, SimClock, SimNetwork
@@ -153,18 +153,28 @@ class SimSet:
     async def execute(self, member: SimMember, sql: str, binds: list[Any] | None = None, *,
                       consistency: str | None = None) -> Any:
         """EXECUTE on `member` as a connector sends it; the reply's body (`PeerError` on an error)."""
+        body: dict[int, Any] = {Key.SQL_TEXT: sql, Key.SQL_BIND: binds or []}
+        if consistency is not None:
+            body[Key.OPTIONS] = {"consistency": consistency}
+        return await self._request(member, RequestType.EXECUTE, body)
+
+    async def eval(self, member: SimMember, expr: str) -> list[Any]:
+        """EVAL of the admin console's language (`box.remove(3)`, `box.info`): its results."""
+        return (await self._request(member, RequestType.EVAL, {Key.EXPR: expr, Key.TUPLE: []})).get(Key.DATA, [])
+
+    async def _request(self, member: SimMember, request_type: int, body: dict[int, Any]) -> Any:
         link = self._clients.get(member.address)
         if link is None:
             link = await PeerLink.open(member.address, MAX_FRAME_BYTES, network=self.network.at(CLIENT_HOST))
             self._clients[member.address] = link
-        body: dict[int, Any] = {Key.SQL_TEXT: sql, Key.SQL_BIND: binds or []}
-        if consistency is not None:
-            body[Key.OPTIONS] = {"consistency": consistency}
         try:
-            await link.send(RequestType.EXECUTE, body)
+            await link.send(request_type, body)
             return (await link.receive()).body
+        except PeerError:  # an error reply, read whole: the link goes on
+            raise
         except BaseException:
-            del self._clients[member.address]
+            if self._clients.get(member.address) is link:
+                del self._clients[member.address]
             await link.aclose()
             raise
 

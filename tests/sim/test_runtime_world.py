@@ -312,3 +312,49 @@ def test_a_simulated_link_delivers_in_order_and_fails_as_tcp_does_when_cut() -> 
             await far.send_all(b"to nobody")
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_coordinator_killed_and_removed_leaves_no_transaction_that_blocks_a_join(tmp_path: Path) -> None:
+    """Reliability finding 4: member 2 is killed while it coordinates QUORUM inserts, so
+    the others hold transactions of its prepared and undecided; it is removed
+    (`box.remove(2)` once SWIM holds it dead) and never comes back. The others resolve
+    those transactions by the removal rule, so a new member's join (a membership change)
+    is not refused for good, and every acknowledged insert stays."""
+    async def scenario(rs: SimSet) -> Any:
+        first, second, third = await three(rs)
+        acknowledged: list[int] = []
+
+        async def writer() -> None:
+            for i in range(1000):
+                try:
+                    await rs.execute(second, "INSERT INTO t VALUES (?, 'x')", [i], consistency="quorum")
+                except (PeerError, *LOST_LINK):
+                    return
+                acknowledged.append(i)
+
+        def prepared_of_second(member: SimMember) -> bool:
+            assert member.node is not None
+            return any(t.coordinator == 2 for t in member.node.driver.participant.pending.values())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer)
+            with trio.fail_after(5):  # past a few commits, until both hold one of member 2's prepared
+                while len(acknowledged) < 3 or not (prepared_of_second(first) and prepared_of_second(third)):
+                    await trio.sleep(0.0001)
+            for other in (first, third):  # the decision never leaves member 2
+                rs.network.cut(second.host, other.host)
+            await rs.crash(second)
+        await trio.sleep(11)  # past [cluster] dead_timeout_ms
+        removed = await rs.eval(first, "box.remove(2)")
+        fourth = await rs.join(first)
+        await rs.converged()
+        ids = [await rs.rows(m, "SELECT id FROM t ORDER BY id") for m in (first, third, fourth)]
+        return acknowledged, removed, fourth.id, ids
+
+    (acknowledged, removed, fourth_id, ids), logs = simulate(tmp_path, 19, scenario)
+    assert removed[0]["removed"] == 2
+    resolved = [line for line in logs if line["event"] == "txn_resolved_removed"]
+    assert resolved, "no transaction of the killed coordinator was left undecided: the seed tests nothing"
+    assert fourth_id == 4, "the removed member's id was given again, though its origin wrote rows"
+    assert ids[0] == ids[1] == ids[2]
+    assert set(acknowledged) <= {row[0] for row in ids[0]}
