@@ -2,7 +2,8 @@
 
 Three members take inserts of their own ids and updates of a few shared keys, at ONE and
 QUORUM in turn, while a schedule drawn from the seed kills (kill -9) or stops a member and
-serves it again, and cuts links between two members and heals them. At most one member is
+serves it again, cuts links between two members and heals them, makes every link slow
+(20-300 ms) or drops 30 % of the datagrams (SWIM's) for a while. At most one member is
 down at a time, so a quorum is always there to be found. At the end every fault is
 undone and the checks are those a user would make: the members converge, each holds every
 insert a client was told is done, the members' tables are equal, and no member logged an
@@ -19,7 +20,10 @@ import trio
 
 from replicaset.iproto.constants import ErrorCode
 from replicaset.runtime.links import PeerError
+from replicaset.storage.rows import DmlPayload
 from replicaset.testing.sim_set import SimMember, SimSet
+from wal import RecordType
+from wal.segment import list_segments, scan_segment
 
 SHARED_KEYS = 5
 ABORTED = frozenset({ErrorCode.TRANSACTION_CONFLICT, ErrorCode.SYNC_QUORUM_TIMEOUT})
@@ -31,6 +35,10 @@ class FaultRun:
     seed: int
     faults: list[str] = field(default_factory=list)  # what the schedule did, for the report
     acknowledged: set[int] = field(default_factory=set)  # ids a client was told are inserted
+    acknowledged_quorum: set[int] = field(default_factory=set)  # of those, at QUORUM
+    # Ids whose rows an OS crash took from their member's WAL before an fsync: under
+    # `wal_mode = write` an insert at ONE is acknowledged once written, not fsynced.
+    lost_in_os_crash: set[int] = field(default_factory=set)
     attempts: int = 0
     refused: int = 0  # writes aborted or cut off: not acknowledged, maybe committed
     tables: list[list[list[Any]]] = field(default_factory=list)  # each member's `ids` at the end
@@ -93,6 +101,8 @@ async def _writer(rs: SimSet, run: FaultRun, member: SimMember, down: set[int], 
             continue
         if sql.startswith("INSERT INTO ids"):
             run.acknowledged.add(i)
+            if consistency == "quorum":
+                run.acknowledged_quorum.add(i)
 
 
 async def _schedule(rs: SimSet, run: FaultRun, members: list[SimMember], down: set[int],
@@ -100,8 +110,12 @@ async def _schedule(rs: SimSet, run: FaultRun, members: list[SimMember], down: s
     """Faults until `end_s`, each undone before the next (so none is left at the end)."""
     while trio.current_time() < end_s:
         await trio.sleep(rng.uniform(0.5, 2.0))
-        kind = rng.choice(("kill", "stop", "cut"))
+        kind = rng.choice(("kill", "stop", "cut", "slow", "lossy") + (("os_crash",) if rs.can_os_crash else ()))
         victim = rng.choice(members)
+        if kind in ("slow", "lossy"):
+            run.faults.append(f"{trio.current_time():.3f} {kind}")
+            await _degrade(rs, kind, rng.uniform(0.5, 4.0))
+            continue
         if kind == "cut":
             other = rng.choice([m for m in members if m is not victim])
             run.faults.append(f"{trio.current_time():.3f} cut {victim.id}-{other.id}")
@@ -111,8 +125,35 @@ async def _schedule(rs: SimSet, run: FaultRun, members: list[SimMember], down: s
             continue
         run.faults.append(f"{trio.current_time():.3f} {kind} {victim.id}")
         down.add(victim.id)
-        await (rs.crash(victim) if kind == "kill" else rs.stop(victim))
+        if kind == "os_crash":
+            run.lost_in_os_crash |= await _os_crash(rs, victim)
+        else:
+            await (rs.crash(victim) if kind == "kill" else rs.stop(victim))
         await trio.sleep(rng.uniform(0.2, 3.0))
         await rs.start(victim)
         await rs.running(victim, timeout_s=60.0)
         down.discard(victim.id)
+
+
+async def _degrade(rs: SimSet, kind: str, seconds: float) -> None:
+    """Every link slow (20-300 ms), or 30 % of the datagrams lost, for `seconds`."""
+    setting, value = ("latency_s", (0.02, 0.3)) if kind == "slow" else ("loss", 0.3)
+    before = getattr(rs.network, setting)
+    setattr(rs.network, setting, value)
+    await trio.sleep(seconds)
+    setattr(rs.network, setting, before)
+
+
+async def _os_crash(rs: SimSet, member: SimMember) -> set[int]:
+    """The member's machine loses power: the ids of its own inserts the crash took."""
+    before = _own_inserts(member)
+    await rs.os_crash(member)
+    return before - _own_inserts(member)
+
+
+def _own_inserts(member: SimMember) -> set[int]:
+    """The ids of the member's own inserts its WAL holds (read only: a torn tail is left be)."""
+    return {row.new["id"] for path in list_segments(member.data_dir / "wal")
+            for _, record in scan_segment(path).records
+            if record.origin == member.id and record.type == RecordType.DML
+            for row in DmlPayload.unpack(record.payload).rows if row.table == "ids" and row.new}

@@ -54,7 +54,10 @@ class SimMember:
 
 
 class SimSet:
-    def __init__(self, root: Path, seed: int, nursery: trio.Nursery, settings: Mapping[str, Any] = ()) -> None:
+    def __init__(self, root: Path, seed: int, nursery: trio.Nursery, settings: Mapping[str, Any] = (), *,
+                 lose_unsynced: Callable[[Path], None] | None = None) -> None:
+        """`lose_unsynced(directory)` takes a directory back to what its fsyncs made durable
+        (the page cache of `tests/pagecache.py`), for `os_crash`."""
         self.root = root
         self.rng = random.Random(seed)
         self.network = SimNetwork(random.Random(self.rng.random()))
@@ -64,6 +67,7 @@ class SimSet:
         self._settings = dict(settings)
         self._clients: dict[str, PeerLink] = {}
         self.stopping = False  # a member is stopping
+        self._lose_unsynced = lose_unsynced
 
     def _member(self, number: int, identity: Identity | None) -> SimMember:
         host = f"127.0.0.{number}"
@@ -133,6 +137,18 @@ class SimSet:
         """kill -9: nothing pending is flushed, no clean stop is marked (`Node.kill`); the
         next `start` recovers from what reached the files."""
         await self._end(member, Node.kill)
+
+    @property
+    def can_os_crash(self) -> bool:
+        return self._lose_unsynced is not None
+
+    async def os_crash(self, member: SimMember) -> None:
+        """The member's machine loses power: killed, then its WAL back to what was fsynced.
+        SQLite and RocksDB sync in C, out of the page cache's sight: they keep what they
+        wrote, and the start after finds SQLite ahead of its WAL (design §4.4)."""
+        assert self._lose_unsynced is not None
+        await self.crash(member)
+        self._lose_unsynced(member.data_dir / "wal")
 
     async def _end(self, member: SimMember, how: Callable[[Node], None]) -> None:
         """Its links are cut first: trio cancels a scope's tasks in an order of its own (by

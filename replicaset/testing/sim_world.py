@@ -231,7 +231,7 @@ class SimNetwork:
     def __init__(self, rng: random.Random, *, latency_s: tuple[float, float] = (0.0001, 0.0005),
                  loss: float = 0.0) -> None:
         self._rng = rng
-        self._latency_s = latency_s
+        self.latency_s = latency_s  # a new range applies to what is sent from then on
         self.loss = loss
         self._listeners: dict[tuple[str, int], SimListener] = {}
         self._datagrams: dict[tuple[str, int], trio.MemorySendChannel[tuple[bytes, tuple[str, int]]]] = {}
@@ -243,7 +243,7 @@ class SimNetwork:
         return HostNetwork(self, host)
 
     def latency(self) -> float:
-        low, high = self._latency_s
+        low, high = self.latency_s
         return self._rng.uniform(low, high)
 
     def listen(self, address: tuple[str, int]) -> SimListener:

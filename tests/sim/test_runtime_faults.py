@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from replicaset.testing.sim_faults import FaultRun, run_faults
+from tests.pagecache import PageCache
 from tests.sim.test_runtime_world import simulate
 
 
@@ -18,9 +19,11 @@ def check(run: FaultRun, logs: list[dict[str, Any]]) -> None:
     where = f"seed {run.seed}, faults {run.faults}"
     assert run.faults, f"{where}: the schedule made no fault"
     assert len(run.acknowledged) > 50, f"{where}: the writers hardly wrote"
+    assert not run.acknowledged_quorum & run.lost_in_os_crash, \
+        f"{where}: an OS crash took QUORUM inserts that were acknowledged: {sorted(run.acknowledged_quorum & run.lost_in_os_crash)[:10]}"
     for table in run.tables:
         held = {row[0] for row in table}
-        missing = sorted(run.acknowledged - held)
+        missing = sorted(run.acknowledged - run.lost_in_os_crash - held)
         assert not missing, f"{where}: acknowledged inserts missing on a member: {missing[:10]}"
     assert run.tables[0] == run.tables[1] == run.tables[2], f"{where}: the members hold different rows"
     assert run.shared[0] == run.shared[1] == run.shared[2], f"{where}: the members settled shared keys apart"
@@ -29,13 +32,17 @@ def check(run: FaultRun, logs: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_kills_stops_and_cuts_under_writes_lose_nothing_acknowledged(tmp_path: Path, seed: int) -> None:
-    run, logs = simulate(tmp_path, seed, lambda rs: run_faults(rs, seed, seconds=6.0, pause_s=(0.01, 0.04)))
+def test_faults_under_writes_lose_nothing_acknowledged(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = PageCache(monkeypatch)
+    run, logs = simulate(tmp_path, seed, lambda rs: run_faults(rs, seed, seconds=6.0, pause_s=(0.01, 0.04)),
+                         lose_unsynced=cache.os_crash)
     check(run, logs)
 
 
 @pytest.mark.deep
 @pytest.mark.parametrize("seed", range(100, 140))
-def test_kills_stops_and_cuts_under_writes_lose_nothing_acknowledged_deep(tmp_path: Path, seed: int) -> None:
-    run, logs = simulate(tmp_path, seed, lambda rs: run_faults(rs, seed, seconds=30.0))
+def test_faults_under_writes_lose_nothing_acknowledged_deep(tmp_path: Path, seed: int,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = PageCache(monkeypatch)
+    run, logs = simulate(tmp_path, seed, lambda rs: run_faults(rs, seed, seconds=30.0), lose_unsynced=cache.os_crash)
     check(run, logs)

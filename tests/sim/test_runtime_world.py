@@ -43,7 +43,7 @@ class Steps(trio.abc.Instrument):
 
 
 def simulate(root: Path, seed: int, scenario: Callable[[SimSet], Awaitable[Any]],
-             steps: Steps | None = None) -> tuple[Any, list[dict[str, Any]]]:
+             steps: Steps | None = None, **options: Any) -> tuple[Any, list[dict[str, Any]]]:
     """Run `scenario` on a new set, then stop every member; its result and every log line
     the members wrote. `steps` records the steps up to the stop, after which trio cancels
     tasks in an order of its own (by address); the lines after it are in `logs` too."""
@@ -51,7 +51,7 @@ def simulate(root: Path, seed: int, scenario: Callable[[SimSet], Awaitable[Any]]
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            rs = SimSet(root, seed, nursery)
+            rs = SimSet(root, seed, nursery, **options)
             if steps is not None:
                 steps.world = rs
             result.append(await scenario(rs))
