@@ -21,8 +21,9 @@ import trio
 from replicaset.iproto.constants import ErrorCode
 from replicaset.runtime.links import PeerError
 from replicaset.storage.rows import DmlPayload
+from replicaset.testing import lww
 from replicaset.testing.sim_set import SimMember, SimSet
-from wal import RecordType
+from wal import LOCAL_ORIGIN, Record, RecordType
 from wal.segment import list_segments, scan_segment
 
 SHARED_KEYS = 5
@@ -43,6 +44,10 @@ class FaultRun:
     refused: int = 0  # writes aborted or cut off: not acknowledged, maybe committed
     tables: list[list[list[Any]]] = field(default_factory=list)  # each member's `ids` at the end
     shared: list[list[list[Any]]] = field(default_factory=list)  # each member's `shared` at the end
+    # Per member, where its tables differ from what last-writer-wins makes of every row
+    # any member's WAL holds (`replicaset.testing.lww`): members that agree with each
+    # other but not with the rules show here.
+    model_differences: list[list[str]] = field(default_factory=list)
 
 
 async def three_members(rs: SimSet) -> list[SimMember]:
@@ -74,7 +79,20 @@ async def run_faults(rs: SimSet, seed: int, *, seconds: float = 20.0,
     await rs.converged(timeout_s=60.0)
     run.tables = [await rs.rows(m, "SELECT id FROM ids ORDER BY id") for m in members]
     run.shared = [await rs.rows(m, "SELECT k, v FROM shared ORDER BY k") for m in members]
+    run.model_differences = _against_the_model(members)
     return run
+
+
+def _against_the_model(members: list[SimMember]) -> list[list[str]]:
+    records: dict[tuple[int, int], Record] = {}
+    for member in members:
+        assert member.node is not None
+        wal = member.node.engine.wal  # a joiner's starts at the checkpoint it joined from
+        for record in wal.read_from(wal.segments()[0][1]):
+            if record.origin != LOCAL_ORIGIN:
+                records.setdefault((record.origin, record.lsn), record)
+    expected = lww.Model().add_all(records[key] for key in sorted(records)).state()
+    return [lww.differences(expected, lww.engine_state(m.node.engine)) for m in members if m.node is not None]
 
 
 async def _writer(rs: SimSet, run: FaultRun, member: SimMember, down: set[int], rng: random.Random,

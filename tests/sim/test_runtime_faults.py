@@ -27,6 +27,8 @@ def check(run: FaultRun, logs: list[dict[str, Any]]) -> None:
         assert not missing, f"{where}: acknowledged inserts missing on a member: {missing[:10]}"
     assert run.tables[0] == run.tables[1] == run.tables[2], f"{where}: the members hold different rows"
     assert run.shared[0] == run.shared[1] == run.shared[2], f"{where}: the members settled shared keys apart"
+    for number, wrong in enumerate(run.model_differences, 1):
+        assert not wrong, f"{where}: member {number} differs from last-writer-wins: " + "; ".join(wrong)
     errors = [line for line in logs if line["log_level"] in ("error", "critical")]
     assert not errors, f"{where}: {errors[:3]}"
 
