@@ -145,7 +145,7 @@ class SimSet:
     async def os_crash(self, member: SimMember) -> None:
         """The member's machine loses power: killed, then its WAL back to what was fsynced.
         SQLite and RocksDB sync in C, out of the page cache's sight: they keep what they
-        wrote, and the start after finds SQLite ahead of its WAL (design §4.4)."""
+        wrote, and the start after finds SQLite ahead of its WAL (docs/design/README.md §4.4)."""
         assert self._lose_unsynced is not None
         await self.crash(member)
         self._lose_unsynced(member.data_dir / "wal")
