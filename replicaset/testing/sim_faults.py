@@ -1,8 +1,9 @@
 """A seeded run of faults and writes on the server's own hosts in the simulated world.
 
 Three members take inserts of their own ids and updates of a few shared keys, at ONE and
-QUORUM in turn, while a schedule drawn from the seed kills (kill -9) or stops a member and
-serves it again, cuts links between two members and heals them, makes every link slow
+QUORUM in turn, while a schedule drawn from the seed kills (kill -9), stops or powers off a member and
+serves it again, replaces a member (killed, removed, wiped, and a new instance joined at
+its address), cuts links between two members and heals them, makes every link slow
 (20-300 ms) or drops 30 % of the datagrams (SWIM's) for a while. At most one member is
 down at a time, so a quorum is always there to be found. At the end every fault is
 undone and the checks are those a user would make: the members converge, each holds every
@@ -20,6 +21,7 @@ import trio
 
 from replicaset.iproto.constants import ErrorCode
 from replicaset.runtime.links import PeerError
+from replicaset.storage import Engine
 from replicaset.storage.rows import DmlPayload
 from replicaset.testing import lww
 from replicaset.testing.sim_set import SimMember, SimSet
@@ -40,6 +42,9 @@ class FaultRun:
     # Ids whose rows an OS crash took from their member's WAL before an fsync: under
     # `wal_mode = write` an insert at ONE is acknowledged once written, not fsynced.
     lost_in_os_crash: set[int] = field(default_factory=set)
+    # Ids of a replaced member's own inserts its wiped WAL held: under ONE, acknowledged
+    # once on its disk, they may be nowhere else.
+    wiped: set[int] = field(default_factory=set)
     attempts: int = 0
     refused: int = 0  # writes aborted or cut off: not acknowledged, maybe committed
     tables: list[list[list[Any]]] = field(default_factory=list)  # each member's `ids` at the end
@@ -48,6 +53,7 @@ class FaultRun:
     # any member's WAL holds (`replicaset.testing.lww`): members that agree with each
     # other but not with the rules show here.
     model_differences: list[list[str]] = field(default_factory=list)
+    model_checked = False  # no member's WAL reaches back to the first row once the bootstrap member is replaced
 
 
 async def three_members(rs: SimSet) -> list[SimMember]:
@@ -68,39 +74,44 @@ async def run_faults(rs: SimSet, seed: int, *, seconds: float = 20.0,
     what happened, for the checks."""
     run = FaultRun(seed=seed)
     rng = random.Random(seed)
-    members = await three_members(rs)
-    down: set[int] = set()
+    members = await three_members(rs)  # replaced in place by a `replace` fault
+    down: set[int] = set()  # the places in `members` of members not serving
     async with trio.open_nursery() as nursery:
-        for number, member in enumerate(members):
-            nursery.start_soon(_writer, rs, run, member, down, random.Random(rng.random()), 1_000_000 * (number + 1),
+        for slot in range(len(members)):
+            nursery.start_soon(_writer, rs, run, slot, down, random.Random(rng.random()), 1_000_000 * (slot + 1),
                                pause_s)
         await _schedule(rs, run, members, down, random.Random(rng.random()), trio.current_time() + seconds)
         nursery.cancel_scope.cancel()
     await rs.converged(timeout_s=60.0)
     run.tables = [await rs.rows(m, "SELECT id FROM ids ORDER BY id") for m in members]
     run.shared = [await rs.rows(m, "SELECT k, v FROM shared ORDER BY k") for m in members]
-    run.model_differences = _against_the_model(members)
+    engines = [m.node.engine for m in members if m.node is not None]
+    # A joiner's WAL starts at the checkpoint it joined from: the model needs one that
+    # starts at the first row, the bootstrap member's, unless it was replaced.
+    if any(not engine.wal.segments()[0][1].to_dict() for engine in engines):
+        run.model_checked = True
+        run.model_differences = _against_the_model(engines)
     return run
 
 
-def _against_the_model(members: list[SimMember]) -> list[list[str]]:
+def _against_the_model(engines: list[Engine]) -> list[list[str]]:
     records: dict[tuple[int, int], Record] = {}
-    for member in members:
-        assert member.node is not None
-        wal = member.node.engine.wal  # a joiner's starts at the checkpoint it joined from
+    for engine in engines:
+        wal = engine.wal
         for record in wal.read_from(wal.segments()[0][1]):
             if record.origin != LOCAL_ORIGIN:
                 records.setdefault((record.origin, record.lsn), record)
     expected = lww.Model().add_all(records[key] for key in sorted(records)).state()
-    return [lww.differences(expected, lww.engine_state(m.node.engine)) for m in members if m.node is not None]
+    return [lww.differences(expected, lww.engine_state(engine)) for engine in engines]
 
 
-async def _writer(rs: SimSet, run: FaultRun, member: SimMember, down: set[int], rng: random.Random,
+async def _writer(rs: SimSet, run: FaultRun, slot: int, down: set[int], rng: random.Random,
                   first_id: int, pause_s: tuple[float, float]) -> None:
     for i in range(first_id, first_id + 1_000_000):
         await trio.sleep(rng.uniform(*pause_s))
-        if member.id in down:
+        if slot in down:
             continue
+        member = rs.members[slot]
         consistency = "quorum" if i % 2 else "one"
         if rng.random() < 0.5:
             sql, binds = "INSERT INTO ids VALUES (?, ?)", [i, member.id]
@@ -126,10 +137,12 @@ async def _writer(rs: SimSet, run: FaultRun, member: SimMember, down: set[int], 
 async def _schedule(rs: SimSet, run: FaultRun, members: list[SimMember], down: set[int],
                     rng: random.Random, end_s: float) -> None:
     """Faults until `end_s`, each undone before the next (so none is left at the end)."""
+    kinds = ("kill", "stop", "cut", "slow", "lossy", "replace") + (("os_crash",) if rs.can_os_crash else ())
     while trio.current_time() < end_s:
         await trio.sleep(rng.uniform(0.5, 2.0))
-        kind = rng.choice(("kill", "stop", "cut", "slow", "lossy") + (("os_crash",) if rs.can_os_crash else ()))
-        victim = rng.choice(members)
+        kind = rng.choice(kinds)
+        slot = rng.randrange(len(members))
+        victim = members[slot]
         if kind in ("slow", "lossy"):
             run.faults.append(f"{trio.current_time():.3f} {kind}")
             await _degrade(rs, kind, rng.uniform(0.5, 4.0))
@@ -142,15 +155,22 @@ async def _schedule(rs: SimSet, run: FaultRun, members: list[SimMember], down: s
             rs.network.heal(victim.host, other.host)
             continue
         run.faults.append(f"{trio.current_time():.3f} {kind} {victim.id}")
-        down.add(victim.id)
-        if kind == "os_crash":
-            run.lost_in_os_crash |= await _os_crash(rs, victim)
+        down.add(slot)
+        if kind == "replace":
+            through = rng.choice([m for m in members if m is not victim])
+            await rs.crash(victim)
+            run.wiped |= _own_inserts(victim)
+            victim = await rs.replace(victim, through)
+            run.faults[-1] += f" by {victim.id}"
         else:
-            await (rs.crash(victim) if kind == "kill" else rs.stop(victim))
-        await trio.sleep(rng.uniform(0.2, 3.0))
-        await rs.start(victim)
-        await rs.running(victim, timeout_s=60.0)
-        down.discard(victim.id)
+            if kind == "os_crash":
+                run.lost_in_os_crash |= await _os_crash(rs, victim)
+            else:
+                await (rs.crash(victim) if kind == "kill" else rs.stop(victim))
+            await trio.sleep(rng.uniform(0.2, 3.0))
+            await rs.start(victim)
+            await rs.running(victim, timeout_s=60.0)
+        down.discard(slot)
 
 
 async def _degrade(rs: SimSet, kind: str, seconds: float) -> None:

@@ -9,6 +9,7 @@ under `root`, and each at its own host (`127.0.0.N:3301`) of the simulated netwo
 from __future__ import annotations
 
 import random
+import shutil
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -90,6 +91,30 @@ class SimSet:
     async def join(self, through: SimMember, *, serve: bool = True) -> SimMember:
         """`replicaset join` through `through`, then (unless not `serve`) served until it runs."""
         member = self._member(len(self.members) + 1, None)
+        await self._join(member, through)
+        self.members.append(member)
+        if serve:
+            await self.start(member)
+            await self.running(member)
+        return member
+
+    async def replace(self, member: SimMember, through: SimMember) -> SimMember:
+        """What an operator does for a member whose disk is gone: kill it, `box.remove` it
+        through `through` (forced: it is dead, whatever SWIM has seen yet), wipe its data
+        directory and join a new instance at the same address, which takes its place in
+        `members`."""
+        if not member.stopped.is_set():
+            await self.crash(member)
+        await self.eval(through, f"box.remove({member.id}, {{force = true}})")
+        shutil.rmtree(member.data_dir)
+        fresh = self._member(int(member.host.rpartition(".")[2]), None)
+        await self._join(fresh, through)
+        self.members[self.members.index(member)] = fresh
+        await self.start(fresh)
+        await self.running(fresh)
+        return fresh
+
+    async def _join(self, member: SimMember, through: SimMember) -> None:
         member.data_dir.mkdir(parents=True)
         identity = await join_async(member.data_dir, replicaset_uuid=self.replicaset_uuid, peers=[through.address],
                                     listen=member.address, network=self.network.at(member.host),
@@ -97,11 +122,6 @@ class SimSet:
         if identity is None:
             raise RuntimeError(f"{member.address} could not join through {through.address}")
         member.identity = identity
-        self.members.append(member)
-        if serve:
-            await self.start(member)
-            await self.running(member)
-        return member
 
     async def running(self, member: SimMember, timeout_s: float = 30.0) -> None:
         """Wait, on the simulated clock, until `member` takes writes (box.info.status running)."""
