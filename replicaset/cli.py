@@ -7,7 +7,6 @@ import contextlib
 import faulthandler
 import importlib.util
 import io
-import shutil
 import signal
 import socket
 import sys
@@ -262,40 +261,26 @@ def _failure_of(error: BaseException, kinds: tuple[type[Exception], ...]) -> Bas
 
 
 def _rejoin(data_dir: Path, cfg: configuration.Config, identity: Identity, peer: str) -> int:
-    """Keep the old data directory aside, join again under the same UUID (and so id),
-    taking along what is the member's own: its config, its counts of repairs and its
-    local tables (carried into the checkpoint by `join`)."""
-    from replicaset.runtime import repairs
-    from replicaset.runtime.join import join
-    from replicaset.runtime.peer_access import load_secret
-    from replicaset.runtime.tls import client_context
+    """Join again under the same UUID (`runtime.join.rejoin_async`), then serve."""
+    from functools import partial
 
-    backup = _backup_of(data_dir)
-    if backup.exists():
-        shutil.rmtree(backup)
-    data_dir.rename(backup)
-    data_dir.mkdir()
-    for kept in (CONFIG_FILE, repairs.FILE_NAME):
-        if (backup / kept).exists():
-            shutil.copyfile(backup / kept, data_dir / kept)
-    again = join(data_dir, replicaset_uuid=identity.replicaset_uuid, peers=[configuration.dial_address(cfg, peer)],
-                 listen=cfg.listen, instance_uuid=identity.instance_uuid, anonymous=identity.anonymous,
-                 secret=load_secret(cfg), tls=client_context(cfg), local_from=backup,
-                 local_tables=frozenset(cfg.local_tables))
+    from replicaset.runtime.environment import TCP
+    from replicaset.runtime.join import rejoin_async
+    from replicaset.runtime.logging import configure
+
+    configure()
+    again = trio.run(partial(rejoin_async, data_dir, cfg, identity, peer, network=TCP, kept=(CONFIG_FILE,)))
     if again is None:
         return 1
     return _serve(data_dir, cfg, again)
 
 
-def _backup_of(data_dir: Path) -> Path:
-    """Where a re-join keeps the data directory it left, until the next re-join."""
-    return data_dir.with_name(data_dir.name + ".before-rejoin")
-
-
 def _rejoined_from(data_dir: Path, instance_uuid: str) -> Path | None:
     """The directory a re-join of `instance_uuid` that stopped midway left beside
     `data_dir` (its local tables still go into the checkpoint); None for a join."""
-    backup = _backup_of(data_dir)
+    from replicaset.runtime.join import backup_of
+
+    backup = backup_of(data_dir)
     try:
         left = Identity.load(backup)
     except IdentityError:

@@ -19,6 +19,7 @@ import shutil
 import ssl
 import sys
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,13 +29,17 @@ import trio
 from structlog.typing import FilteringBoundLogger
 from tqdm import tqdm
 
+from replicaset.config import Config, dial_address
 from replicaset.identity import Identity, Joining, JoinUpstream, save_pending_registration
 from replicaset.iproto.constants import ErrorCode
 from replicaset.iproto.errors import RemoteProtocolError
 from replicaset.runtime.logging import configure, get_logger
+from replicaset.runtime import repairs
 from replicaset.runtime.environment import TCP, Network
 from replicaset.runtime.node import CLEAN_STOP_FILE
 from replicaset.runtime.links import PeerError
+from replicaset.runtime.peer_access import load_secret
+from replicaset.runtime.tls import client_context
 from replicaset.runtime.transfer import Joined, KeptCheckpoint, TransferStart, fetch_checkpoint
 from replicaset.storage import checkpoint as checkpoints
 from replicaset.storage.local_tables import carry_local_tables
@@ -132,6 +137,31 @@ async def join_async(
                    barrier=dict(registration.pending.barrier),
                    vclock=joined.vclock.to_dict(), bytes=joined.size_bytes, checkpoint=kept.name)
     return identity
+
+
+def backup_of(data_dir: Path) -> Path:
+    """Where a re-join keeps the data directory it left, until the next re-join."""
+    return data_dir.with_name(data_dir.name + ".before-rejoin")
+
+
+async def rejoin_async(data_dir: Path, config: Config, identity: Identity, peer: str, *, network: Network,
+                       kept: Sequence[str] = ()) -> Identity | None:
+    """A member too far behind to catch up from the log (`Node.rejoin`) joins again through
+    `peer` under the same UUID, and so the same id: its data directory goes aside
+    (`backup_of`), taking along what is the member's own: the files `kept` (its config),
+    its counts of repairs, and its local tables (carried into the checkpoint)."""
+    backup = backup_of(data_dir)
+    if backup.exists():
+        shutil.rmtree(backup)
+    data_dir.rename(backup)
+    data_dir.mkdir()
+    for name in (*kept, repairs.FILE_NAME):
+        if (backup / name).exists():
+            shutil.copyfile(backup / name, data_dir / name)
+    return await join_async(data_dir, replicaset_uuid=identity.replicaset_uuid, peers=[dial_address(config, peer)],
+                            listen=config.listen, network=network, instance_uuid=identity.instance_uuid,
+                            anonymous=identity.anonymous, secret=load_secret(config), tls=client_context(config),
+                            local_from=backup, local_tables=frozenset(config.local_tables))
 
 
 @dataclass

@@ -18,6 +18,7 @@ a transaction of their own. Where a removed member's origin ends is kept in the 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 import trio
@@ -73,6 +74,7 @@ class WalGcHost:
         self.purge_stopped: str | None = None
         self._purged_under: dict[int, int] = {}  # the last bound purged under
         self._checkpoints: list[tuple[str, VClock]] = []  # the last pass's checkpoint consumers
+        self._closed_s: dict[str, float] = {}  # a segment -> the first pass that saw it closed (the clock's)
 
     def _peers(self) -> dict[int, str]:
         """Registered members but this one: id -> uuid."""
@@ -92,6 +94,14 @@ class WalGcHost:
             await trio.sleep(interval)
             await self.collect()
 
+    def _written_s(self, path: Path, now_s: float, *, live: bool) -> float:
+        """When the segment was last written, on the member's clock: no later than its
+        mtime, nor than the first pass that saw it closed. The file system's clock is
+        not the member's: a clock set back, or the simulator's, reads an mtime in the
+        future, which would keep the segment for good."""
+        mtime = path.stat().st_mtime
+        return min(mtime, now_s) if live else min(mtime, self._closed_s.setdefault(path.name, now_s))
+
     async def collect(self) -> gc.Kept | None:
         """One pass; what stays and why (`box.info.gc`)."""
         node = self._node
@@ -108,10 +118,14 @@ class WalGcHost:
         async with writer.checkpoint_lock, writer.token:
             wal = engine.wal
             start = engine.log_start()
-            segments = [gc.Segment(name=path.name, start=vclock, written_s=path.stat().st_mtime)
-                        for path, vclock in wal.segments()]
+            now_s = node.clock.now_ns() / 1e9
+            listed = wal.segments()
+            segments = [gc.Segment(name=path.name, start=vclock,
+                                   written_s=self._written_s(path, now_s, live=i == len(listed) - 1))
+                        for i, (path, vclock) in enumerate(listed)]
+            self._closed_s = {s.name: self._closed_s[s.name] for s in segments if s.name in self._closed_s}
             self._checkpoints = [(path.name, vclock) for path, vclock in engine.checkpoints() if start <= vclock]
-            actions = node.driver.gc_collect(node.clock.now_ns() / 1e9, segments, checkpoints=[v for _, v in self._checkpoints],
+            actions = node.driver.gc_collect(now_s, segments, checkpoints=[v for _, v in self._checkpoints],
                                              peers=frozenset(peers))
             for tagged in actions:
                 assert isinstance(tagged, GcAction)

@@ -23,7 +23,7 @@ from replicaset.core.replication import ApplierState
 from replicaset.identity import Identity
 from replicaset.iproto.constants import Key, RequestType
 from replicaset.runtime.environment import Environment
-from replicaset.runtime.join import join_async
+from replicaset.runtime.join import join_async, rejoin_async
 from replicaset.runtime.links import PeerError, PeerLink
 from replicaset.runtime.node import Node
 from replicaset.runtime.server import serve
@@ -136,16 +136,30 @@ class SimSet:
 
     async def start(self, member: SimMember) -> None:
         """Serve `member` (again), as `replicaset serve` does, until `stop`."""
-        member.node = Node(config=member.config, identity=member.identity, data_dir=member.data_dir,
-                           env=self.environment(member))
+        member.node = self._node(member)
         member.stopped = trio.Event()
         await self._nursery.start(self._serve, member)
 
+    def _node(self, member: SimMember) -> Node:
+        return Node(config=member.config, identity=member.identity, data_dir=member.data_dir,
+                    env=self.environment(member))
+
     async def _serve(self, member: SimMember, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve, and when the node stops to re-join (`Node.rejoin`: too far behind for any
+        member's log), re-join through the member it names and serve again, as `replicaset
+        serve` does."""
         assert member.node is not None
         try:
             with trio.CancelScope() as member.scope:
                 await serve(member.node, task_status=task_status)
+                while member.node.rejoin_through:
+                    identity = await rejoin_async(member.data_dir, member.config, member.identity,
+                                                  member.node.rejoin_through, network=self.network.at(member.host))
+                    if identity is None:
+                        raise RuntimeError(f"{member.address} could not re-join through {member.node.rejoin_through}")
+                    member.identity = identity
+                    member.node = self._node(member)
+                    await serve(member.node)
         finally:
             member.stopped.set()
 

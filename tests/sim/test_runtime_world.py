@@ -358,3 +358,44 @@ def test_a_coordinator_killed_and_removed_leaves_no_transaction_that_blocks_a_jo
     assert fourth_id == 4, "the removed member's id was given again, though its origin wrote rows"
     assert ids[0] == ids[1] == ids[2]
     assert set(acknowledged) <= {row[0] for row in ids[0]}
+
+
+GC_SETTINGS = {
+    "gc.interval_s": 1.0, "gc.min_retention_s": 2.0, "gc.max_retention_s": 6.0,
+    "replication.delta_sync_threshold_seconds": 2.0, "replication.delta_sync_threshold_transactions": 50,
+    "checkpoint_interval": 1.0, "wal_max_size": 64 * 1024,
+}
+
+
+def test_a_member_behind_every_log_rejoins_from_a_checkpoint_and_keeps_its_id(tmp_path: Path) -> None:
+    """WAL GC, anti-entropy and re-join on the server's own hosts: member 3 is stopped while
+    the others write, checkpoint every second and collect their logs past its vclock (its
+    GC consumer expires after `gc.max_retention_s`); served again, it finds no member whose
+    log reaches back to it, re-joins through one from a checkpoint under its own UUID, and
+    ends with every row."""
+    async def scenario(rs: SimSet) -> Any:
+        first, second, third = await three(rs)
+        third_uuid = third.identity.instance_uuid
+        await rs.stop(third)
+        for i in range(400):
+            await write(rs, first if i % 2 else second, "INSERT INTO t VALUES (?, ?)", [i, "x" * 1000], "one")
+            await trio.sleep(0.03)
+        await trio.sleep(8)  # past gc.max_retention_s: the consumer of member 3 goes
+        starts = [rs.vclock(m) for m in (first, second)]
+        logs_start = [m.node.engine.wal.segments()[0][1].to_dict() for m in (first, second)]
+        await rs.start(third)
+        with trio.fail_after(60):
+            while third.node is None or not third.node.driver.running or rs.vclock(third) != rs.vclock(first):
+                await trio.sleep(0.05)
+        counts = [await rs.rows(m, "SELECT count(*) FROM t") for m in rs.members]
+        return third_uuid, third.identity, starts, logs_start, counts
+
+    (uuid_before, identity, starts, logs_start, counts), logs = simulate(tmp_path, 23, scenario,
+                                                                          settings=GC_SETTINGS)
+    assert all(start.get(1, 0) > 0 for start in logs_start), f"no log was collected: {logs_start}"
+    assert any(line["event"] == "rejoin" and line["instance_id"] == 3 for line in logs), "member 3 never re-joined"
+    assert identity.instance_uuid == uuid_before and identity.instance_id == 3
+    assert counts == [[[400]]] * 3
+    refusals = {"subscribe_refused", "upstream_refused"}  # "join again from a checkpoint": what sends it to re-join
+    errors = [line for line in logs if line["log_level"] in ("error", "critical") and line["event"] not in refusals]
+    assert not errors, errors[:3]
