@@ -1,14 +1,14 @@
 """A seeded run of faults and writes on the server's own hosts in the simulated world.
 
-Three members take inserts of their own ids and updates of a few shared keys, at ONE and
-QUORUM in turn, while a schedule drawn from the seed kills (kill -9), stops or powers off a member and
-serves it again, replaces a member (killed, removed, wiped, and a new instance joined at
-its address), cuts links between two members and heals them, makes every link slow
-(20-300 ms) or drops 30 % of the datagrams (SWIM's) for a while. At most one member is
-down at a time, so a quorum is always there to be found. At the end every fault is
-undone and the checks are those a user would make: the members converge, each holds every
-insert a client was told is done, the members' tables are equal, and no member logged an
-error.
+Three members take inserts of their own ids and updates and deletes of a few shared keys,
+at ONE and QUORUM in turn, while a schedule drawn from the seed kills (kill -9), stops or
+powers off a member and serves it again, replaces a member (killed, removed, wiped, and a
+new instance joined at its address), cuts links between two members and heals them, makes
+every link slow (20-300 ms) or drops 30 % of the datagrams (SWIM's) for a while. At most
+one member is down at a time, so a quorum is always there to be found. At the end every
+fault is undone and the checks are those a user would make: the members converge, each
+holds every insert a client was told is done, the members' tables are equal, and no member
+logged an error.
 """
 
 from __future__ import annotations
@@ -113,10 +113,13 @@ async def _writer(rs: SimSet, run: FaultRun, slot: int, down: set[int], rng: ran
             continue
         member = rs.members[slot]
         consistency = "quorum" if i % 2 else "one"
-        if rng.random() < 0.5:
+        draw = rng.random()
+        if draw < 0.5:
             sql, binds = "INSERT INTO ids VALUES (?, ?)", [i, member.id]
-        else:
+        elif draw < 0.85:
             sql, binds = "INSERT OR REPLACE INTO shared VALUES (?, ?)", [rng.randrange(SHARED_KEYS), f"{member.id}-{i}"]
+        else:  # tombstones, for last-writer-wins and their purge
+            sql, binds = "DELETE FROM shared WHERE k = ?", [rng.randrange(SHARED_KEYS)]
         run.attempts += 1
         try:
             await rs.execute(member, sql, binds, consistency=consistency)
