@@ -13,7 +13,7 @@ from replicaset.identity import (
     JOIN_UPSTREAM_FILE, JOINING_FILE, Identity, IdentityError, Joining, JoinUpstream, load_pending_registration,
     save_pending_registration,
 )
-from tests.pagecache import PageCache
+from replicaset.testing.pagecache import PageCache
 
 
 def identity(instance_id: int) -> Identity:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pagecache import PageCache
+from replicaset.testing.pagecache import PageCache
 from wal import fsync_path
 
 

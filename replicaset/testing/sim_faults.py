@@ -67,6 +67,35 @@ async def three_members(rs: SimSet) -> list[SimMember]:
     return rs.members
 
 
+def failures(run: FaultRun, logs: list[dict[str, Any]]) -> list[str]:
+    """What a user would call wrong with the run, one line each; none when it passed."""
+    where = f"seed {run.seed}, faults {run.faults}"
+    found = []
+    if not run.faults:
+        found.append(f"{where}: the schedule made no fault")
+    if len(run.acknowledged) <= 50:
+        found.append(f"{where}: the writers hardly wrote ({len(run.acknowledged)} inserts acknowledged)")
+    may_be_lost = run.lost_in_os_crash | run.wiped  # only if acknowledged at ONE
+    for number, table in enumerate(run.tables, 1):
+        missing = run.acknowledged - {row[0] for row in table}
+        if missing & run.acknowledged_quorum:
+            found.append(f"{where}: member {number} lacks acknowledged QUORUM inserts "
+                         f"{sorted(missing & run.acknowledged_quorum)[:10]}")
+        if missing - may_be_lost:
+            found.append(f"{where}: member {number} lacks acknowledged inserts {sorted(missing - may_be_lost)[:10]}")
+    if not run.tables[0] == run.tables[1] == run.tables[2]:
+        found.append(f"{where}: the members hold different rows")
+    if not run.shared[0] == run.shared[1] == run.shared[2]:
+        found.append(f"{where}: the members settled shared keys apart")
+    for number, wrong in enumerate(run.model_differences, 1):
+        if wrong:
+            found.append(f"{where}: member {number} differs from last-writer-wins: " + "; ".join(wrong))
+    errors = [line for line in logs if line["log_level"] in ("error", "critical")]
+    if errors:
+        found.append(f"{where}: errors logged: {errors[:3]}")
+    return found
+
+
 async def run_faults(rs: SimSet, seed: int, *, seconds: float = 20.0,
                      pause_s: tuple[float, float] = (0.002, 0.02)) -> FaultRun:
     """The workload (each writer pausing `pause_s` between writes) and the fault schedule

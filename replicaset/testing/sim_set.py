@@ -11,12 +11,14 @@ from __future__ import annotations
 import random
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
 import trio
+import trio.testing
 
 from replicaset.config import Config, load
 from replicaset.core.replication import ApplierState
@@ -27,7 +29,7 @@ from replicaset.runtime.join import join_async, rejoin_async
 from replicaset.runtime.links import PeerError, PeerLink
 from replicaset.runtime.node import Node
 from replicaset.runtime.server import serve
-from replicaset.testing.sim_world import InlineWorkers, SimClock, SimNetwork
+from replicaset.testing.sim_world import InlineWorkers, SimClock, SimNetwork, seed_scheduler
 
 PORT = 3301
 CLIENT_HOST = "127.0.1.1"
@@ -58,7 +60,7 @@ class SimSet:
     def __init__(self, root: Path, seed: int, nursery: trio.Nursery, settings: Mapping[str, Any] = (), *,
                  lose_unsynced: Callable[[Path], None] | None = None) -> None:
         """`lose_unsynced(directory)` takes a directory back to what its fsyncs made durable
-        (the page cache of `tests/pagecache.py`), for `os_crash`."""
+        (the page cache of `replicaset/testing/pagecache.py`), for `os_crash`."""
         self.root = root
         self.rng = random.Random(seed)
         self.network = SimNetwork(random.Random(self.rng.random()))
@@ -261,3 +263,33 @@ class SimSet:
             while len({tuple(sorted(v.items())) for v in self.vclocks()}) > 1:
                 await trio.sleep(0.05)
         return self.vclocks()
+
+
+def simulate(root: Path, seed: int, scenario: Callable[[SimSet], Awaitable[Any]], *,
+             instruments: Sequence[trio.abc.Instrument] = (), **options: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """Run `scenario` on a new set in one trio run on the simulated clock, then stop every
+    member; its result and every log line the members wrote (structlog's, captured).
+    `stopping` is set from the end of the scenario on: trio cancels the members' tasks in
+    an order of its own (by address), which a replay check must not look at."""
+    result: list[Any] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            rs = SimSet(root, seed, nursery, **options)
+            for instrument in instruments:
+                if isinstance(instrument, WorldWatcher):
+                    instrument.world = rs
+            result.append(await scenario(rs))
+            rs.stopping = True
+            nursery.cancel_scope.cancel()
+
+    with structlog.testing.capture_logs() as logs:
+        seed_scheduler(seed)
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0), instruments=list(instruments))
+    return result[0], logs
+
+
+class WorldWatcher(trio.abc.Instrument):
+    """An instrument told which set it watches (`simulate` sets `world`)."""
+
+    world: SimSet | None = None

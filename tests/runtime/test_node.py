@@ -27,7 +27,7 @@ from replicaset.runtime.applier import run_applier
 from replicaset.runtime.errors import RequestError
 from replicaset.runtime.writer import Writer
 from replicaset.runtime.environment import Environment
-from tests.pagecache import PageCache
+from replicaset.testing.pagecache import PageCache
 from wal import GroupCommitPolicy
 
 JOINER = str(uuid.uuid4())

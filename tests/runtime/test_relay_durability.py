@@ -25,7 +25,7 @@ from replicaset.member import Accepted
 from replicaset.runtime.node import Node
 from replicaset.runtime.relay import run_relay
 from replicaset.runtime.writer import Writer
-from tests.pagecache import PageCache
+from replicaset.testing.pagecache import PageCache
 from wal import GroupCommitPolicy, Record, VClock, Wal, decode_record
 
 OWN = 1

@@ -12,7 +12,7 @@ from replicaset.iproto.constants import ErrorCode
 from replicaset.runtime.writer import CascadeRollback, Writer
 from replicaset.storage import BatchAbandoned, SqlError
 from replicaset.storage.checkpoint import vclock_of
-from tests.pagecache import PageCache
+from replicaset.testing.pagecache import PageCache
 from tests.storage.enginekit import FakeClock, open_engine
 from wal import GroupCommitPolicy, VClock, WalMode
 

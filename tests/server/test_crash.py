@@ -18,7 +18,7 @@ from replicaset.runtime.join import join
 from replicaset.runtime.environment import TCP
 from replicaset.runtime.transfer import fetch_checkpoint
 from replicaset.storage.checkpoint import vclock_of
-from tests.pagecache import PageCache
+from replicaset.testing.pagecache import PageCache
 from tests.server.conftest import BOOTSTRAP_ROWS, Server, wait_for
 from wal import VClock
 

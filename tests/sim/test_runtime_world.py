@@ -7,62 +7,36 @@ of protocol time takes a fraction of a second, and a seed replays step for step.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 import trio
 import trio.testing
 
 from replicaset.iproto.constants import ErrorCode
 from replicaset.runtime.links import PeerError
-from replicaset.testing.sim_set import SimMember, SimSet
-from replicaset.testing.sim_world import SimNetwork, seed_scheduler
+from replicaset.testing.sim_set import SimMember, SimSet, WorldWatcher, simulate
+from replicaset.testing.sim_world import SimNetwork
 
 ROWS = 10  # keys the writers contend on
 RETRIES_MAX = 50
 
 
-class Steps(trio.abc.Instrument):
-    """Every task step: the simulated time, which task (by the order tasks were spawned in)."""
+class Steps(WorldWatcher):
+    """Every task step: the simulated time, which task (by the order tasks were spawned in),
+    none while a member stops."""
 
     def __init__(self) -> None:
         self.steps: list[tuple[float, int, str]] = []
         self._ids: dict[Any, int] = {}
-        self.recording = True
-        self.world: SimSet | None = None
 
     def task_spawned(self, task: Any) -> None:
         self._ids[task] = len(self._ids)
 
     def before_task_step(self, task: Any) -> None:
-        if self.recording and not (self.world is not None and self.world.stopping):
+        if self.world is not None and not self.world.stopping:
             self.steps.append((trio.current_time(), self._ids.get(task, -1), task.name))
-
-
-def simulate(root: Path, seed: int, scenario: Callable[[SimSet], Awaitable[Any]],
-             steps: Steps | None = None, **options: Any) -> tuple[Any, list[dict[str, Any]]]:
-    """Run `scenario` on a new set, then stop every member; its result and every log line
-    the members wrote. `steps` records the steps up to the stop, after which trio cancels
-    tasks in an order of its own (by address); the lines after it are in `logs` too."""
-    result: list[Any] = []
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            rs = SimSet(root, seed, nursery, **options)
-            if steps is not None:
-                steps.world = rs
-            result.append(await scenario(rs))
-            if steps is not None:
-                steps.recording = False
-            nursery.cancel_scope.cancel()
-
-    with structlog.testing.capture_logs() as logs:
-        seed_scheduler(seed)
-        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0), instruments=[steps] if steps else [])
-    return result[0], logs
 
 
 async def three(rs: SimSet) -> list[SimMember]:
@@ -150,13 +124,13 @@ def test_a_seed_replays_step_for_step(tmp_path: Path, seed: int) -> None:
     runs = []
     for attempt in range(2):
         steps = Steps()
-        vclocks, logs = simulate(tmp_path / f"run{attempt}", seed, scenario, steps)
+        vclocks, logs = simulate(tmp_path / f"run{attempt}", seed, scenario, instruments=[steps])
         before_stop = [(line["event"], line.get("instance_id")) for line in logs if line["event"] != "stopped"]
         runs.append((steps.steps, vclocks, before_stop))
     assert runs[0][0] == runs[1][0], "the two runs of one seed took different steps"
     assert runs[0][1:] == runs[1][1:]
     other = Steps()
-    simulate(tmp_path / "other", seed + 1, scenario, other)
+    simulate(tmp_path / "other", seed + 1, scenario, instruments=[other])
     assert other.steps != runs[0][0], "another seed took the very same steps: the seed chooses nothing"
 
 

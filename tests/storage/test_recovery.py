@@ -9,7 +9,7 @@ import pytest
 
 from replicaset.storage import EngineFatal
 from replicaset.storage.checkpoint import vclock_of
-from tests.pagecache import PageCache
+from replicaset.testing.pagecache import PageCache
 from tests.storage.enginekit import (
     START_MS,
     EventLog,

@@ -1,5 +1,6 @@
-"""An OS crash for tests: what each `os.fsync` made durable is recorded, and a crash takes a
-directory back to it, as a power loss does to what was still only in the page cache.
+"""An OS crash for tests and the simulator: what each `os.fsync` made durable is recorded,
+and a crash takes a directory back to it, as a power loss does to what was still only in
+the page cache.
 
 Two things are durable separately, as on Linux filesystems:
 - a file's bytes: those it held when an fsync of the file began (none if never fsynced);
@@ -18,16 +19,38 @@ import stat
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-
-import pytest
+from typing import Any, Protocol
 
 Inode = tuple[int, int]  # (st_dev, st_ino)
+
+
+class Patcher(Protocol):
+    """What installs the page cache over `os.fsync` and takes it off again: a test's
+    `monkeypatch`, or `Patch`."""
+
+    def setattr(self, target: Any, name: str, value: Any) -> None: ...
+
+
+class Patch:
+    """A `Patcher` outside pytest (a tool's run), undone by `undo`."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def setattr(self, target: Any, name: str, value: Any) -> None:
+        self._saved.append((target, name, getattr(target, name)))
+        setattr(target, name, value)
+
+    def undo(self) -> None:
+        while self._saved:
+            target, name, value = self._saved.pop()
+            setattr(target, name, value)
 
 
 class PageCache:
     """Installed over `os.fsync` for one test; `os_crash` drops what no fsync covered."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: Patcher) -> None:
         self._durable_bytes: dict[Inode, int] = {}  # a file -> its size when its last fsync began
         self._durable_names: dict[Inode, dict[str, Inode]] = {}  # a directory -> name -> file
         # A descriptor on every file a durable name points to, so that the file outlives an
