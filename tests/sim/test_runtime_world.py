@@ -289,11 +289,12 @@ def test_a_simulated_link_delivers_in_order_and_fails_as_tcp_does_when_cut() -> 
 
 
 def test_a_coordinator_killed_and_removed_leaves_no_transaction_that_blocks_a_join(tmp_path: Path) -> None:
-    """Reliability finding 4: member 2 is killed while it coordinates QUORUM inserts, so
-    the others hold transactions of its prepared and undecided; it is removed
+    """Reliability findings 4 and 2: member 2 is killed while it coordinates QUORUM
+    inserts, so the others hold transactions of its prepared and undecided; it is removed
     (`box.remove(2)` once SWIM holds it dead) and never comes back. The others resolve
     those transactions by the removal rule, so a new member's join (a membership change)
-    is not refused for good, and every acknowledged insert stays."""
+    is not refused for good (4); the new member gets id 4, not the removed member's id,
+    under which rows were written (2); and every acknowledged insert stays."""
     async def scenario(rs: SimSet) -> Any:
         first, second, third = await three(rs)
         acknowledged: list[int] = []
