@@ -405,20 +405,21 @@ class Writer:
         """fsync every row flushed so far, whatever `wal_mode` says, for rows that must
         survive an OS crash before anyone relies on them (a checkpoint's, a registration,
         the rows relays ship). Appends go on during the fsyncs, so no token is taken."""
-        wal = self.engine.wal
-        point = wal.sync_point()
+        point = self.engine.wal.sync_point()
         if point is not None:
-            await self._sync_thread.run_sync(wal.fsync_point, point)
-            wal.synced(point)
-        self._on_synced(point is not None)
+            await self._sync_thread.run_sync(self.engine.wal.fsync_point, point)
+        self._synced(point)
 
     def _sync_wal_inline(self) -> None:
         """`sync_wal` for a checkpoint made in trio's own thread (the simulator's workers)."""
-        wal = self.engine.wal
-        point = wal.sync_point()
+        point = self.engine.wal.sync_point()
         if point is not None:
-            wal.fsync_point(point)
-            wal.synced(point)
+            self.engine.wal.fsync_point(point)
+        self._synced(point)
+
+    def _synced(self, point: SyncPoint | None) -> None:
+        if point is not None:
+            self.engine.wal.synced(point)
         self._on_synced(point is not None)
 
     async def _flush_now(self, *, space_checked: bool = True) -> None:

@@ -53,18 +53,7 @@ class FaultRun:
     # any member's WAL holds (`replicaset.testing.lww`): members that agree with each
     # other but not with the rules show here.
     model_differences: list[list[str]] = field(default_factory=list)
-    model_checked = False  # no member's WAL reaches back to the first row once the bootstrap member is replaced
-
-
-async def three_members(rs: SimSet) -> list[SimMember]:
-    first = await rs.bootstrap()
-    for sql in ("CREATE TABLE ids(id INTEGER PRIMARY KEY, member INTEGER)",
-                "CREATE TABLE shared(k INTEGER PRIMARY KEY, v TEXT)"):
-        await rs.execute(first, sql)
-    await rs.join(first)
-    await rs.join(first)
-    await rs.meshed()
-    return rs.members
+    model_checked: bool = False  # no WAL reaches back to the first row once the bootstrap member is replaced
 
 
 def failures(run: FaultRun, logs: list[dict[str, Any]]) -> list[str]:
@@ -103,7 +92,8 @@ async def run_faults(rs: SimSet, seed: int, *, seconds: float = 20.0,
     what happened, for the checks."""
     run = FaultRun(seed=seed)
     rng = random.Random(seed)
-    members = await three_members(rs)  # replaced in place by a `replace` fault
+    members = await rs.three("CREATE TABLE ids(id INTEGER PRIMARY KEY, member INTEGER)",
+                             "CREATE TABLE shared(k INTEGER PRIMARY KEY, v TEXT)")  # replaced in place by `replace`
     down: set[int] = set()  # the places in `members` of members not serving
     async with trio.open_nursery() as nursery:
         for slot in range(len(members)):

@@ -72,18 +72,28 @@ class SimSet:
         self.stopping = False  # a member is stopping
         self._lose_unsynced = lose_unsynced
 
-    def _member(self, number: int, identity: Identity | None) -> SimMember:
+    def _member(self, number: int, *, instance_id: int = 0) -> SimMember:
+        """The `number`th host's instance, with a new UUID (its id is the join's to give)."""
         host = f"127.0.0.{number}"
         config = load(overrides={"listen": f"{host}:{PORT}", **self._settings})
-        identity = identity or Identity(replicaset_uuid=self.replicaset_uuid, instance_id=0,
-                                        instance_uuid=str(uuid.UUID(int=self.rng.getrandbits(128), version=4)))
+        identity = Identity(replicaset_uuid=self.replicaset_uuid, instance_id=instance_id,
+                            instance_uuid=str(uuid.UUID(int=self.rng.getrandbits(128), version=4)))
         return SimMember(host=host, data_dir=self.root / f"member{number}", identity=identity, config=config,
                          seed=self.rng.getrandbits(32))
 
+    async def three(self, *ddl: str) -> list[SimMember]:
+        """A set of three, as an operator brings one up: bootstrap, the `ddl`, two joins,
+        and every member following every other."""
+        first = await self.bootstrap()
+        for sql in ddl:
+            await self.execute(first, sql)
+        await self.join(first)
+        await self.join(first)
+        await self.meshed()
+        return self.members
+
     async def bootstrap(self) -> SimMember:
-        member = self._member(1, None)
-        member.identity = Identity(replicaset_uuid=self.replicaset_uuid, instance_uuid=member.identity.instance_uuid,
-                                   instance_id=1)
+        member = self._member(1, instance_id=1)
         member.data_dir.mkdir(parents=True)
         member.identity.save(member.data_dir)
         self.members.append(member)
@@ -92,7 +102,7 @@ class SimSet:
 
     async def join(self, through: SimMember, *, serve: bool = True) -> SimMember:
         """`replicaset join` through `through`, then (unless not `serve`) served until it runs."""
-        member = self._member(len(self.members) + 1, None)
+        member = self._member(len(self.members) + 1)
         await self._join(member, through)
         self.members.append(member)
         if serve:
@@ -109,7 +119,7 @@ class SimSet:
             await self.crash(member)
         await self.eval(through, f"box.remove({member.id}, {{force = true}})")
         shutil.rmtree(member.data_dir)
-        fresh = self._member(int(member.host.rpartition(".")[2]), None)
+        fresh = self._member(int(member.host.rpartition(".")[2]))
         await self._join(fresh, through)
         self.members[self.members.index(member)] = fresh
         await self.start(fresh)
@@ -255,7 +265,7 @@ class SimSet:
         return member.node.engine.vclock.to_dict()
 
     def vclocks(self) -> list[dict[int, int]]:
-        return [m.node.engine.vclock.to_dict() for m in self._running() if m.node is not None]
+        return [self.vclock(m) for m in self._running()]
 
     async def converged(self, timeout_s: float = 30.0) -> list[dict[int, int]]:
         """Wait, on the simulated clock, until every running member holds the same vclock."""

@@ -41,12 +41,7 @@ class Steps(WorldWatcher):
 
 
 async def three(rs: SimSet) -> list[SimMember]:
-    first = await rs.bootstrap()
-    await rs.execute(first, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
-    await rs.join(first)
-    await rs.join(first)
-    await rs.meshed()
-    return rs.members
+    return await rs.three("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
 
 
 async def write(rs: SimSet, member: SimMember, sql: str, binds: list[Any], consistency: str) -> int:
